@@ -1,0 +1,22 @@
+//! netwarden-dataplane: everything that touches a pod's network namespace.
+//!
+//! - [`netns`]: entering a network namespace (on a dedicated thread) and running commands in it.
+//! - [`discover`]: listing the interfaces and L3 addresses found inside a netns.
+//! - [`apply`]: the [`Dataplane`] trait (apply / remove / read back one pod netns's rules).
+//! - [`nft_apply`]: the nftables implementation (`nft -f -` in the pod netns, one transaction).
+//! - [`fake`]: an in-memory implementation for tests of the reconcile loop.
+
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod discover;
+pub mod iptables_apply;
+pub mod fake;
+pub mod netns;
+pub mod nft_apply;
+
+pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
+pub use netns::{exec_in, run_in, Netns, NetnsError};
+pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
+pub use fake::FakeDataplane;
+pub use nft_apply::NftDataplane;

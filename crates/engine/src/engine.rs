@@ -1,0 +1,662 @@
+//! The engine: indexes of the cluster's objects, a cache of resolved rules shared by every pod
+//! a policy selects, and dirty tracking so that one object's change recomputes only the pods it
+//! affects.
+//!
+//! Feeding follows the index pattern: `set_*` / `remove_*` per object, which never fail (objects
+//! were validated at the edge). `take_dirty` then names the pods whose rules may have changed,
+//! and `pod_rules` computes them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::addrset::AddrSet;
+use crate::model::*;
+use crate::rules::*;
+
+/// Switches that change what the engine computes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Outgoing DNS (TCP/UDP 53) is always allowed from isolated pods (SPEC 3.1).
+    pub allow_dns: bool,
+    /// Log every enforced deny, whatever the policies' `netwarden.io/log`.
+    pub log_all_denies: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { allow_dns: true, log_all_denies: false }
+    }
+}
+
+/// Key of a policy rule in the cache.
+type RuleKey = (PolicyRef, Direction, usize);
+
+/// The target-independent part of a resolved rule, shared by every pod the policy selects.
+#[derive(Debug, Clone)]
+struct ResolvedRule {
+    /// Union of the rule's peers (`Any` for a rule without peers).
+    peers: PeerMatch,
+    /// Egress only: the clauses, named ports resolved per destination pod and Service VIPs
+    /// added. Ingress rules resolve ports against the target pod instead.
+    egress_clauses: Vec<Clause>,
+}
+
+#[derive(Debug, Default)]
+pub struct Engine {
+    options: EngineOptions,
+    namespaces: BTreeMap<String, Namespace>,
+    pods: BTreeMap<PodKey, Pod>,
+    pods_by_namespace: BTreeMap<String, BTreeSet<String>>,
+    policies: BTreeMap<PolicyRef, Policy>,
+    policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
+    services: BTreeMap<ObjectKey, Service>,
+    cache: HashMap<RuleKey, Arc<ResolvedRule>>,
+    dirty: BTreeSet<PodKey>,
+}
+
+impl Engine {
+    pub fn new(options: EngineOptions) -> Self {
+        Engine { options, ..Default::default() }
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.values()
+    }
+
+    pub fn pod(&self, key: &PodKey) -> Option<&Pod> {
+        self.pods.get(key)
+    }
+
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.policies.values()
+    }
+
+    pub fn policy(&self, reference: &PolicyRef) -> Option<&Policy> {
+        self.policies.get(reference)
+    }
+
+    pub fn namespace_labels(&self, namespace: &str) -> Labels {
+        match self.namespaces.get(namespace) {
+            Some(ns) => ns.labels.clone(),
+            // Kubernetes labels every namespace with its own name.
+            None => Labels::from([("kubernetes.io/metadata.name".to_string(), namespace.to_string())]),
+        }
+    }
+
+    fn namespace_matches(&self, namespace: &str, selector: &LabelSelector) -> bool {
+        match self.namespaces.get(namespace) {
+            Some(ns) => selector.matches(&ns.labels),
+            None => selector.matches(&self.namespace_labels(namespace)),
+        }
+    }
+
+    /// Names the pods whose rules may have changed since the last call.
+    pub fn take_dirty(&mut self) -> BTreeSet<PodKey> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    // ----- feeding -------------------------------------------------------------------------
+
+    pub fn set_namespace(&mut self, namespace: Namespace) {
+        let old_labels = self.namespace_labels(&namespace.name);
+        let new_labels = namespace.labels.clone();
+        self.namespaces.insert(namespace.name.clone(), namespace);
+        if old_labels != new_labels {
+            // Only a change of membership in a namespaceSelector matters.
+            self.invalidate_rules_where(|_, peer| match peer {
+                Peer::Pods { namespace_selector: Some(sel), .. } => {
+                    sel.matches(&old_labels) != sel.matches(&new_labels)
+                }
+                _ => false,
+            });
+        }
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        if let Some(old) = self.namespaces.remove(name) {
+            let new_labels = self.namespace_labels(name);
+            self.invalidate_rules_where(|_, peer| match peer {
+                Peer::Pods { namespace_selector: Some(sel), .. } => {
+                    sel.matches(&old.labels) != sel.matches(&new_labels)
+                }
+                _ => false,
+            });
+        }
+    }
+
+    pub fn set_pod(&mut self, pod: Pod) {
+        let key = pod.key.clone();
+        let old = self.pods.get(&key).cloned();
+        if old.as_ref() == Some(&pod) {
+            return;
+        }
+        self.pods_by_namespace
+            .entry(key.namespace.clone())
+            .or_default()
+            .insert(key.name.clone());
+        self.pods.insert(key.clone(), pod.clone());
+        self.pod_changed(old.as_ref(), Some(&pod));
+        self.dirty.insert(key);
+    }
+
+    pub fn remove_pod(&mut self, key: &PodKey) {
+        if let Some(old) = self.pods.remove(key) {
+            if let Some(names) = self.pods_by_namespace.get_mut(&key.namespace) {
+                names.remove(&key.name);
+            }
+            self.pod_changed(Some(&old), None);
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    pub fn set_policy(&mut self, policy: Policy) {
+        let reference = policy.reference();
+        if self.policies.get(&reference) == Some(&policy) {
+            return;
+        }
+        self.remove_policy(&reference);
+        self.mark_policy_targets_dirty(&policy);
+        self.policies_by_namespace
+            .entry(reference.key.namespace.clone())
+            .or_default()
+            .insert(reference.clone());
+        self.policies.insert(reference, policy);
+    }
+
+    pub fn remove_policy(&mut self, reference: &PolicyRef) {
+        let Some(old) = self.policies.remove(reference) else {
+            return;
+        };
+        if let Some(set) = self.policies_by_namespace.get_mut(&reference.key.namespace) {
+            set.remove(reference);
+        }
+        self.cache.retain(|(p, _, _), _| p != reference);
+        self.mark_policy_targets_dirty(&old);
+    }
+
+    pub fn set_service(&mut self, service: Service) {
+        if self.services.get(&service.key) == Some(&service) {
+            return;
+        }
+        self.services.insert(service.key.clone(), service);
+        self.services_changed();
+    }
+
+    pub fn remove_service(&mut self, key: &ObjectKey) {
+        if self.services.remove(key).is_some() {
+            self.services_changed();
+        }
+    }
+
+    fn services_changed(&mut self) {
+        // Service VIPs are added to egress clauses; recompute every egress rule.
+        self.cache.retain(|(_, direction, _), _| *direction == Direction::Ingress);
+        let dirty: Vec<PodKey> = self.pods.keys().cloned().collect();
+        self.dirty.extend(dirty);
+    }
+
+    /// A policy's own targets and, when it replaces another policy, that policy's targets too
+    /// (their staged view changes).
+    fn mark_policy_targets_dirty(&mut self, policy: &Policy) {
+        let mut targets = self.targets(policy);
+        if let Some(replaced) = &policy.replaces {
+            let ns = &policy.key.namespace;
+            for other in self.policies.values() {
+                if other.key.namespace == *ns && other.key.name == *replaced {
+                    targets.extend(self.targets(other));
+                }
+            }
+        }
+        self.dirty.extend(targets);
+    }
+
+    /// Pods a policy selects (same namespace, podSelector, never hostNetwork pods).
+    pub fn targets(&self, policy: &Policy) -> Vec<PodKey> {
+        let Some(names) = self.pods_by_namespace.get(&policy.key.namespace) else {
+            return Vec::new();
+        };
+        names
+            .iter()
+            .filter_map(|name| self.pods.get(&ObjectKey::new(policy.key.namespace.clone(), name.clone())))
+            .filter(|pod| selects(policy, pod))
+            .map(|pod| pod.key.clone())
+            .collect()
+    }
+
+    fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
+        let services_touched = self.services.values().any(|s| {
+            old.is_some_and(|p| service_selects(s, p)) || new.is_some_and(|p| service_selects(s, p))
+        });
+        if services_touched {
+            self.services_changed();
+        }
+        let mut invalid: Vec<RuleKey> = Vec::new();
+        for policy in self.policies.values() {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                let Some(rules) = policy.rules(direction) else { continue };
+                for (index, rule) in rules.iter().enumerate() {
+                    if self.rule_depends_on_pod(policy, direction, rule, old, new) {
+                        invalid.push((policy.reference(), direction, index));
+                    }
+                }
+            }
+        }
+        for key in invalid {
+            self.cache.remove(&key);
+            if let Some(policy) = self.policies.get(&key.0) {
+                let targets = self.targets(policy);
+                self.dirty.extend(targets);
+            }
+        }
+    }
+
+    /// Whether a pod's change (old → new) can change the resolution of `rule`.
+    fn rule_depends_on_pod(
+        &self,
+        policy: &Policy,
+        direction: Direction,
+        rule: &PolicyRule,
+        old: Option<&Pod>,
+        new: Option<&Pod>,
+    ) -> bool {
+        let contribution = |pod: Option<&Pod>, peer: &Peer| -> Option<Vec<IpAddr>> {
+            let pod = pod?;
+            self.peer_selects_pod(policy, peer, pod)
+                .then(|| contributed_addrs(policy, peer, pod).collect())
+        };
+        let pod_peer_changed = rule.peers.iter().any(|peer| match peer {
+            Peer::Pods { .. } => contribution(old, peer) != contribution(new, peer),
+            Peer::IpBlock(_) => false,
+        });
+        if pod_peer_changed {
+            return true;
+        }
+        // Egress named ports resolve on destination pods, whoever they are.
+        direction == Direction::Egress
+            && rule.ports.iter().any(|p| matches!(p.port, Some(PortRef::Named(_))))
+            && (old.is_some_and(|p| !p.container_ports.is_empty())
+                || new.is_some_and(|p| !p.container_ports.is_empty()))
+            && old != new
+    }
+
+    fn peer_selects_pod(&self, policy: &Policy, peer: &Peer, pod: &Pod) -> bool {
+        let Peer::Pods { pod_selector, namespace_selector, .. } = peer else {
+            return false;
+        };
+        if pod.host_network {
+            return false;
+        }
+        let namespace_ok = match namespace_selector {
+            Some(sel) => self.namespace_matches(&pod.key.namespace, sel),
+            None => pod.key.namespace == policy.key.namespace,
+        };
+        namespace_ok && pod_selector.as_ref().is_none_or(|sel| sel.matches(&pod.labels))
+    }
+
+    /// Drops cached rules with a peer satisfying `affected`, marking their targets dirty.
+    fn invalidate_rules_where(&mut self, affected: impl Fn(&Policy, &Peer) -> bool) {
+        let mut dirty_policies = Vec::new();
+        for policy in self.policies.values() {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                let Some(rules) = policy.rules(direction) else { continue };
+                for (index, rule) in rules.iter().enumerate() {
+                    if rule.peers.iter().any(|peer| affected(policy, peer)) {
+                        self.cache.remove(&(policy.reference(), direction, index));
+                        dirty_policies.push(policy.reference());
+                    }
+                }
+            }
+        }
+        for reference in dirty_policies {
+            if let Some(policy) = self.policies.get(&reference) {
+                let targets = self.targets(policy);
+                self.dirty.extend(targets);
+            }
+        }
+    }
+
+    // ----- computing -----------------------------------------------------------------------
+
+    /// Pods selected as peers by a pod-based peer of `policy`.
+    fn peer_pods<'a>(&'a self, policy: &'a Policy, peer: &'a Peer) -> Vec<&'a Pod> {
+        let Peer::Pods { namespace_selector, .. } = peer else {
+            return Vec::new();
+        };
+        let namespaces: Vec<&String> = match namespace_selector {
+            Some(sel) => self
+                .pods_by_namespace
+                .keys()
+                .filter(|ns| self.namespace_matches(ns, sel))
+                .collect(),
+            None => vec![&policy.key.namespace],
+        };
+        let mut out = Vec::new();
+        for ns in namespaces {
+            let Some(names) = self.pods_by_namespace.get(ns) else { continue };
+            for name in names {
+                if let Some(pod) = self.pods.get(&ObjectKey::new(ns.clone(), name.clone())) {
+                    if self.peer_selects_pod(policy, peer, pod) {
+                        out.push(pod);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn peer_addrs(&self, policy: &Policy, peer: &Peer) -> AddrSet {
+        match peer {
+            Peer::IpBlock(block) => AddrSet::from_ip_block(block),
+            Peer::Pods { .. } => AddrSet::from_addrs(
+                self.peer_pods(policy, peer)
+                    .into_iter()
+                    .flat_map(|pod| contributed_addrs(policy, peer, pod)),
+            ),
+        }
+    }
+
+    fn resolve_rule(&self, policy: &Policy, direction: Direction, rule: &PolicyRule) -> ResolvedRule {
+        let peers = if rule.peers.is_empty() {
+            PeerMatch::Any
+        } else {
+            let mut set = AddrSet::new();
+            for peer in &rule.peers {
+                set.union_with(&self.peer_addrs(policy, peer));
+            }
+            PeerMatch::Addrs(Arc::new(set))
+        };
+        let egress_clauses = match direction {
+            Direction::Ingress => Vec::new(),
+            Direction::Egress => self.egress_clauses(&peers, rule),
+        };
+        ResolvedRule { peers, egress_clauses }
+    }
+
+    /// Egress clauses: numeric ports apply to every peer; a named port applies to each
+    /// destination pod that declares it, on the number that pod gives it.
+    fn egress_clauses(&self, peers: &PeerMatch, rule: &PolicyRule) -> Vec<Clause> {
+        if rule.ports.is_empty() {
+            return self.with_service_vips(vec![Clause { peers: peers.clone(), ports: PortMatch::Any }]);
+        }
+        let mut clauses = Vec::new();
+        let numeric: Vec<PortRange> = rule.ports.iter().filter_map(numeric_range).collect();
+        if !numeric.is_empty() {
+            clauses.push(Clause { peers: peers.clone(), ports: PortMatch::Only(numeric) });
+        }
+        // (protocol, number) → destination addresses that give the name that number.
+        let mut named: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
+        for port in &rule.ports {
+            let Some(PortRef::Named(name)) = &port.port else { continue };
+            for pod in self.pods.values().filter(|p| !p.host_network) {
+                let Some(number) = pod.named_port(name, port.protocol) else { continue };
+                let range = PortRange { protocol: port.protocol, ports: Some((number, number)) };
+                let addrs = pod.interfaces.iter().flat_map(|i| i.ips.iter().copied());
+                named.entry(range).or_default().extend(addrs.filter(|a| peers.contains(*a)));
+            }
+        }
+        for (range, addrs) in named {
+            if !addrs.is_empty() {
+                clauses.push(Clause {
+                    peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(addrs))),
+                    ports: PortMatch::Only(vec![range]),
+                });
+            }
+        }
+        self.with_service_vips(clauses)
+    }
+
+    /// Adds Service virtual IPs (SPEC 3.2): a ClusterIP:port is allowed when the clauses allow
+    /// one of the Service's endpoints on the port it targets.
+    fn with_service_vips(&self, mut clauses: Vec<Clause>) -> Vec<Clause> {
+        if self.services.is_empty() {
+            return clauses;
+        }
+        let mut vips: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
+        for service in self.services.values().filter(|s| !s.cluster_ips.is_empty()) {
+            let endpoints = self.service_endpoints(service);
+            for sp in &service.ports {
+                let reachable = endpoints.iter().any(|(addr, pod)| {
+                    let target = match &sp.target {
+                        PortRef::Number(n) => Some(*n),
+                        PortRef::Named(name) => pod.and_then(|p| p.named_port(name, sp.protocol)),
+                    };
+                    target.is_some_and(|t| clauses.iter().any(|c| c.matches(*addr, sp.protocol, t)))
+                });
+                if reachable {
+                    let range = PortRange { protocol: sp.protocol, ports: Some((sp.port, sp.port)) };
+                    vips.entry(range).or_default().extend(service.cluster_ips.iter().copied());
+                }
+            }
+        }
+        for (range, addrs) in vips {
+            clauses.push(Clause {
+                peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(addrs))),
+                ports: PortMatch::Only(vec![range]),
+            });
+        }
+        clauses
+    }
+
+    /// A Service's endpoint addresses, with the pod behind each when known.
+    fn service_endpoints(&self, service: &Service) -> Vec<(IpAddr, Option<&Pod>)> {
+        match &service.selector {
+            Some(_) => self
+                .pods_by_namespace
+                .get(&service.key.namespace)
+                .into_iter()
+                .flatten()
+                .filter_map(|name| self.pods.get(&ObjectKey::new(service.key.namespace.clone(), name.clone())))
+                .filter(|pod| service_selects(service, pod))
+                .flat_map(|pod| pod.primary().into_iter().flat_map(move |i| i.ips.iter().map(move |a| (*a, Some(pod)))))
+                .collect(),
+            None => service
+                .endpoint_addrs
+                .iter()
+                .map(|addr| (*addr, self.pod_by_addr(*addr)))
+                .collect(),
+        }
+    }
+
+    fn pod_by_addr(&self, addr: IpAddr) -> Option<&Pod> {
+        self.pods.values().find(|p| p.interfaces.iter().any(|i| i.ips.contains(&addr)))
+    }
+
+    fn resolved(&mut self, policy: &Policy, direction: Direction, index: usize, rule: &PolicyRule) -> Arc<ResolvedRule> {
+        let key = (policy.reference(), direction, index);
+        if let Some(hit) = self.cache.get(&key) {
+            return hit.clone();
+        }
+        let resolved = Arc::new(self.resolve_rule(policy, direction, rule));
+        self.cache.insert(key, resolved.clone());
+        resolved
+    }
+
+    /// The allow rule of one policy rule for one target pod.
+    fn allow_rule(&mut self, policy: &Policy, direction: Direction, index: usize, rule: &PolicyRule, target: &Pod) -> AllowRule {
+        let resolved = self.resolved(policy, direction, index, rule);
+        let origin = RuleOrigin { policy: policy.reference(), direction, index, mode: policy.mode };
+        let clauses = match direction {
+            Direction::Egress => resolved.egress_clauses.clone(),
+            Direction::Ingress => {
+                let ports = if rule.ports.is_empty() {
+                    Some(PortMatch::Any)
+                } else {
+                    let ranges: Vec<PortRange> =
+                        rule.ports.iter().filter_map(|p| resolve_on_target(p, target)).collect();
+                    (!ranges.is_empty()).then_some(PortMatch::Only(ranges))
+                };
+                ports.map(|ports| Clause { peers: resolved.peers.clone(), ports }).into_iter().collect()
+            }
+        };
+        AllowRule { origin, clauses }
+    }
+
+    /// Computes everything netwarden programs for one pod (`None` for an unknown pod).
+    pub fn pod_rules(&mut self, key: &PodKey) -> Option<PodRules> {
+        let pod = self.pods.get(key)?.clone();
+        let policies: Vec<Policy> = if pod.host_network {
+            Vec::new()
+        } else {
+            self.policies_by_namespace
+                .get(&key.namespace)
+                .into_iter()
+                .flatten()
+                .filter_map(|r| self.policies.get(r))
+                .filter(|p| selects(p, &pod))
+                .cloned()
+                .collect()
+        };
+        // Enforced policies that a monitored policy replaces leave the staged view.
+        let replaced: BTreeSet<&str> = self
+            .policies_by_namespace
+            .get(&key.namespace)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| self.policies.get(r))
+            .filter(|p| p.mode == Mode::Monitor)
+            .filter_map(|p| p.replaces.as_deref())
+            .collect();
+        let replaced: BTreeSet<String> = replaced.into_iter().map(str::to_string).collect();
+        let mut interfaces = Vec::new();
+        for iface in &pod.interfaces {
+            let ingress = self.direction_rules(&pod, iface, Direction::Ingress, &policies, &replaced);
+            let egress = self.direction_rules(&pod, iface, Direction::Egress, &policies, &replaced);
+            interfaces.push(InterfaceRules {
+                name: iface.name.clone(),
+                network: iface.network.clone(),
+                ips: iface.ips.clone(),
+                ingress,
+                egress,
+            });
+        }
+        Some(PodRules { pod: key.clone(), netns: pod.netns.clone(), interfaces })
+    }
+
+    fn direction_rules(
+        &mut self,
+        pod: &Pod,
+        iface: &PodInterface,
+        direction: Direction,
+        policies: &[Policy],
+        replaced_names: &BTreeSet<String>,
+    ) -> DirectionRules {
+        let isolating: Vec<&Policy> = policies
+            .iter()
+            .filter(|p| p.rules(direction).is_some() && p.covers_interface(iface))
+            .collect();
+        if isolating.is_empty() {
+            return DirectionRules::open();
+        }
+        let mut out = DirectionRules::open();
+        let mut enforced_rules = Vec::new();
+        let mut staged_rules = Vec::new();
+        let mut any_staged = false;
+        for policy in &isolating {
+            let reference = policy.reference();
+            let replaced = policy.mode == Mode::Enforce && replaced_names.contains(&policy.key.name);
+            let rules = policy.rules(direction).unwrap_or_default().to_vec();
+            let allow: Vec<AllowRule> = rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| self.allow_rule(policy, direction, i, r, pod))
+                .collect();
+            match policy.mode {
+                Mode::Enforce => {
+                    out.enforced_policies.push(reference.clone());
+                    out.log_denies |= policy.log_denies;
+                    enforced_rules.extend(allow.iter().cloned());
+                    if replaced {
+                        out.replaced_policies.push(reference);
+                    } else {
+                        any_staged = true;
+                        staged_rules.extend(allow);
+                    }
+                }
+                Mode::Monitor => {
+                    out.monitored_policies.push(reference);
+                    any_staged = true;
+                    staged_rules.extend(allow);
+                }
+            }
+        }
+        out.log_denies |= self.options.log_all_denies;
+        out.enforced = if out.enforced_policies.is_empty() {
+            Isolation::Open
+        } else {
+            Isolation::Isolated(enforced_rules)
+        };
+        out.staged = if !out.has_monitor() {
+            out.enforced.clone()
+        } else if any_staged {
+            Isolation::Isolated(staged_rules)
+        } else {
+            Isolation::Open
+        };
+        out
+    }
+
+    /// Rules for every pod, keyed by pod.
+    pub fn all_pod_rules(&mut self) -> BTreeMap<PodKey, PodRules> {
+        let keys: Vec<PodKey> = self.pods.keys().cloned().collect();
+        self.dirty.clear();
+        keys.into_iter().filter_map(|k| self.pod_rules(&k).map(|r| (k, r))).collect()
+    }
+}
+
+/// Whether `policy` selects `pod` as a target.
+pub fn selects(policy: &Policy, pod: &Pod) -> bool {
+    !pod.host_network
+        && policy.key.namespace == pod.key.namespace
+        && policy.pod_selector.matches(&pod.labels)
+}
+
+fn service_selects(service: &Service, pod: &Pod) -> bool {
+    service.key.namespace == pod.key.namespace
+        && service
+            .selector
+            .as_ref()
+            .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v)))
+}
+
+/// The addresses a selected peer pod contributes, by policy kind (SPEC 3, "Per kind").
+fn contributed_addrs<'a>(policy: &'a Policy, peer: &'a Peer, pod: &'a Pod) -> impl Iterator<Item = IpAddr> + 'a {
+    let network_selector = match peer {
+        Peer::Pods { network_selector, .. } => network_selector.as_ref(),
+        Peer::IpBlock(_) => None,
+    };
+    pod.interfaces
+        .iter()
+        .filter(move |iface| match policy.kind {
+            PolicyKind::NetworkPolicy => iface.is_primary(),
+            PolicyKind::DanmNetworkPolicy => network_selector
+                .is_none_or(|entries| entries.iter().any(|e| e.matches(&iface.network, &pod.key.namespace))),
+            PolicyKind::MultiNetworkPolicy => policy.covers_interface(iface),
+        })
+        .flat_map(|iface| iface.ips.iter().copied())
+}
+
+fn numeric_range(port: &PolicyPort) -> Option<PortRange> {
+    match &port.port {
+        None => Some(PortRange { protocol: port.protocol, ports: None }),
+        Some(PortRef::Number(n)) => Some(PortRange {
+            protocol: port.protocol,
+            ports: Some((*n, port.end_port.unwrap_or(*n).max(*n))),
+        }),
+        Some(PortRef::Named(_)) => None,
+    }
+}
+
+/// An ingress port resolved on the target pod itself (the destination of ingress traffic).
+fn resolve_on_target(port: &PolicyPort, target: &Pod) -> Option<PortRange> {
+    match &port.port {
+        Some(PortRef::Named(name)) => target
+            .named_port(name, port.protocol)
+            .map(|n| PortRange { protocol: port.protocol, ports: Some((n, n)) }),
+        _ => numeric_range(port),
+    }
+}

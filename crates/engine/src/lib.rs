@@ -1,0 +1,29 @@
+//! netwarden's policy engine: a pure function from the cluster's objects to, for every pod
+//! interface and direction, whether it is isolated and which rules allow traffic — in the
+//! enforced view and in the staged (monitor) view — plus verdicts for single flows.
+//!
+//! ```text
+//!   Namespace ─┐                      ┌─> PodRules ─> render (nft / iptables)
+//!   Pod ───────┤   Engine (indexes,   │     └─ InterfaceRules × {ingress, egress}
+//!   Policy ────┼─> peer-set cache,    ┤          └─ DirectionRules {enforced, staged}
+//!   Service ───┘   dirty tracking)    └─> verdicts / explain / reach
+//! ```
+//!
+//! This crate does no I/O and depends on nothing that could: loading, Kubernetes, netlink and
+//! processes live in the crates that depend on it.
+#![forbid(unsafe_code)]
+
+pub mod addrset;
+pub mod model;
+
+pub use addrset::AddrSet;
+pub use model::*;
+pub mod engine;
+pub mod generate;
+pub mod rules;
+
+pub use engine::{Engine, EngineOptions};
+pub use rules::*;
+pub mod testing;
+pub mod verdict;
+pub use verdict::{flow_verdict, FlowEnd, FlowVerdict, SideVerdict};

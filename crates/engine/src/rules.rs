@@ -1,0 +1,245 @@
+//! The engine's output: for each pod interface and direction, whether it is isolated and which
+//! rules allow traffic, in the enforced view and in the staged (monitor) view.
+//!
+//! This is the typed value the renderers consume unchanged and from which verdicts are computed,
+//! so verdicts and kernel rules cannot drift apart.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::addrset::AddrSet;
+use crate::model::{Direction, Mode, NetworkId, PodKey, PolicyRef, Protocol};
+
+/// Where an allow rule comes from: `policy`'s `direction` rule number `index` (0-based).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct RuleOrigin {
+    pub policy: PolicyRef,
+    pub direction: Direction,
+    pub index: usize,
+    pub mode: Mode,
+}
+
+/// The peers a clause accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PeerMatch {
+    /// Every address (a rule without `from`/`to`).
+    Any,
+    /// Only these addresses (shared between every pod the policy selects).
+    Addrs(Arc<AddrSet>),
+}
+
+impl PeerMatch {
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        match self {
+            PeerMatch::Any => true,
+            PeerMatch::Addrs(set) => set.contains(addr),
+        }
+    }
+}
+
+/// A protocol with an optional inclusive port range (`None` = every port of the protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PortRange {
+    pub protocol: Protocol,
+    pub ports: Option<(u16, u16)>,
+}
+
+impl PortRange {
+    pub fn matches(&self, protocol: Protocol, port: u16) -> bool {
+        self.protocol == protocol && self.ports.is_none_or(|(lo, hi)| port >= lo && port <= hi)
+    }
+}
+
+/// The destination ports a clause accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PortMatch {
+    /// Every protocol and port (a rule without `ports`).
+    Any,
+    /// Only these (never empty: a rule whose ports all fail to resolve has no clause).
+    Only(Vec<PortRange>),
+}
+
+impl PortMatch {
+    pub fn matches(&self, protocol: Protocol, port: u16) -> bool {
+        match self {
+            PortMatch::Any => true,
+            PortMatch::Only(ranges) => ranges.iter().any(|r| r.matches(protocol, port)),
+        }
+    }
+}
+
+/// Peers × ports. A rule is the union of its clauses; it has several when named ports resolve
+/// to different numbers on different destination pods (egress) or when Service virtual IPs are
+/// added (SPEC 3.2).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Clause {
+    pub peers: PeerMatch,
+    pub ports: PortMatch,
+}
+
+impl Clause {
+    pub fn matches(&self, peer: IpAddr, protocol: Protocol, port: u16) -> bool {
+        self.peers.contains(peer) && self.ports.matches(protocol, port)
+    }
+}
+
+/// One policy rule, resolved for one pod interface.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AllowRule {
+    pub origin: RuleOrigin,
+    /// Empty when nothing can match (e.g. only unresolvable named ports); kept so `explain`
+    /// can still name the rule.
+    pub clauses: Vec<Clause>,
+}
+
+impl AllowRule {
+    pub fn matches(&self, peer: IpAddr, protocol: Protocol, port: u16) -> bool {
+        self.clauses.iter().any(|c| c.matches(peer, protocol, port))
+    }
+}
+
+/// Whether a direction is isolated and, if so, what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// No policy isolates this direction: everything is allowed.
+    Open,
+    /// Only traffic matching one of these rules is allowed.
+    Isolated(Vec<AllowRule>),
+}
+
+impl Isolation {
+    pub fn is_isolated(&self) -> bool {
+        matches!(self, Isolation::Isolated(_))
+    }
+
+    pub fn rules(&self) -> &[AllowRule] {
+        match self {
+            Isolation::Open => &[],
+            Isolation::Isolated(rules) => rules,
+        }
+    }
+
+    /// Allowed, and the rules that allow it (empty when open).
+    pub fn evaluate(&self, peer: IpAddr, protocol: Protocol, port: u16) -> (bool, Vec<&AllowRule>) {
+        match self {
+            Isolation::Open => (true, Vec::new()),
+            Isolation::Isolated(rules) => {
+                let matched: Vec<&AllowRule> =
+                    rules.iter().filter(|r| r.matches(peer, protocol, port)).collect();
+                (!matched.is_empty(), matched)
+            }
+        }
+    }
+}
+
+/// Why the staged view denies what the enforced view allows (SPEC 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StagedCause {
+    /// No enforced policy isolates this direction; a monitored one would.
+    NewIsolation,
+    /// The enforced allow came only from a policy a monitored one replaces.
+    ReplacedAllow,
+}
+
+impl StagedCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StagedCause::NewIsolation => "new-isolation",
+            StagedCause::ReplacedAllow => "replaced-allow",
+        }
+    }
+}
+
+/// One direction of one pod interface.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DirectionRules {
+    /// What the kernel enforces.
+    pub enforced: Isolation,
+    /// "If the monitored policies were enforced now" (equal to `enforced` when no monitored
+    /// policy concerns this direction).
+    pub staged: Isolation,
+    /// Enforced policies isolating this direction.
+    pub enforced_policies: Vec<PolicyRef>,
+    /// Monitored policies isolating this direction.
+    pub monitored_policies: Vec<PolicyRef>,
+    /// Enforced policies here that leave the staged view (`netwarden.io/replaces`).
+    pub replaced_policies: Vec<PolicyRef>,
+    /// Log enforced denies (`netwarden.io/log` on an isolating policy, or the global switch).
+    pub log_denies: bool,
+}
+
+impl DirectionRules {
+    pub fn open() -> Self {
+        DirectionRules {
+            enforced: Isolation::Open,
+            staged: Isolation::Open,
+            enforced_policies: Vec::new(),
+            monitored_policies: Vec::new(),
+            replaced_policies: Vec::new(),
+            log_denies: false,
+        }
+    }
+
+    /// Whether the staged view differs from the enforced one, so the kernel needs the monitor
+    /// evaluation. Pods without it carry no extra rules.
+    pub fn has_monitor(&self) -> bool {
+        !self.monitored_policies.is_empty() || !self.replaced_policies.is_empty()
+    }
+
+    /// The cause recorded on a would-deny event.
+    pub fn staged_cause(&self) -> StagedCause {
+        if self.enforced.is_isolated() {
+            StagedCause::ReplacedAllow
+        } else {
+            StagedCause::NewIsolation
+        }
+    }
+}
+
+/// One interface of a pod with its rules.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InterfaceRules {
+    pub name: String,
+    pub network: NetworkId,
+    pub ips: Vec<IpAddr>,
+    pub ingress: DirectionRules,
+    pub egress: DirectionRules,
+}
+
+impl InterfaceRules {
+    pub fn direction(&self, direction: Direction) -> &DirectionRules {
+        match direction {
+            Direction::Ingress => &self.ingress,
+            Direction::Egress => &self.egress,
+        }
+    }
+
+    pub fn is_isolated(&self) -> bool {
+        [&self.ingress, &self.egress]
+            .iter()
+            .any(|d| d.enforced.is_isolated() || d.staged.is_isolated())
+    }
+}
+
+/// Everything netwarden programs into one pod's netns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodRules {
+    pub pod: PodKey,
+    pub netns: Option<String>,
+    pub interfaces: Vec<InterfaceRules>,
+}
+
+impl PodRules {
+    /// True when any interface is isolated in either view: the pod then gets rules at all,
+    /// and forwarding through its netns is rejected (SPEC 3.1).
+    pub fn is_isolated(&self) -> bool {
+        self.interfaces.iter().any(InterfaceRules::is_isolated)
+    }
+
+    pub fn interface(&self, name: &str) -> Option<&InterfaceRules> {
+        self.interfaces.iter().find(|i| i.name == name)
+    }
+}

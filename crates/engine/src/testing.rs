@@ -1,0 +1,113 @@
+//! Small builders for tests and benchmarks (`mk_pod`, `mk_policy`, ...), in the spirit of
+//! index tests that apply objects and assert on the computed value — no cluster needed.
+
+use std::net::IpAddr;
+
+use crate::model::*;
+
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+pub fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector { match_labels: labels(pairs), match_expressions: Vec::new() }
+}
+
+pub fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
+    let mut l = labels(extra);
+    l.insert("kubernetes.io/metadata.name".into(), name.into());
+    Namespace { name: name.into(), labels: l }
+}
+
+fn parse_ips(ips: &[&str]) -> Vec<IpAddr> {
+    ips.iter().map(|s| s.parse().expect("test address")).collect()
+}
+
+/// A pod with a primary interface `eth0` holding `ips`.
+pub fn pod(ns: &str, name: &str, pod_labels: &[(&str, &str)], ips: &[&str]) -> Pod {
+    let ips = parse_ips(ips);
+    Pod {
+        key: PodKey::new(ns, name),
+        labels: labels(pod_labels),
+        host_network: false,
+        container_ports: Vec::new(),
+        interfaces: vec![PodInterface {
+            name: "eth0".into(),
+            network: NetworkId::Primary,
+            prefix_lens: ips.iter().map(|ip| if ip.is_ipv4() { 24 } else { 64 }).collect(),
+            ips,
+        }],
+        netns: None,
+    }
+}
+
+/// Adds a secondary interface on `network`.
+pub fn with_interface(mut pod: Pod, name: &str, network: NetworkId, ips: &[&str]) -> Pod {
+    let ips = parse_ips(ips);
+    pod.interfaces.push(PodInterface {
+        name: name.into(),
+        network,
+        prefix_lens: ips.iter().map(|ip| if ip.is_ipv4() { 24 } else { 64 }).collect(),
+        ips,
+    });
+    pod
+}
+
+pub fn with_port(mut pod: Pod, name: &str, port: u16, protocol: Protocol) -> Pod {
+    pod.container_ports.push(ContainerPort { name: Some(name.into()), port, protocol });
+    pod
+}
+
+/// A policy of `kind` with the given rules; `None` directions are not isolated.
+pub fn policy(
+    kind: PolicyKind,
+    ns: &str,
+    name: &str,
+    pod_selector: LabelSelector,
+    ingress: Option<Vec<PolicyRule>>,
+    egress: Option<Vec<PolicyRule>>,
+) -> Policy {
+    let scope = match kind {
+        PolicyKind::NetworkPolicy => PolicyScope::Primary,
+        PolicyKind::DanmNetworkPolicy => PolicyScope::AllInterfaces,
+        PolicyKind::MultiNetworkPolicy => PolicyScope::Networks(Vec::new()),
+    };
+    Policy {
+        kind,
+        key: ObjectKey::new(ns, name),
+        pod_selector,
+        ingress,
+        egress,
+        scope,
+        mode: Mode::Enforce,
+        replaces: None,
+        log_denies: false,
+    }
+}
+
+pub fn netpol(ns: &str, name: &str, pod_selector: LabelSelector, ingress: Option<Vec<PolicyRule>>, egress: Option<Vec<PolicyRule>>) -> Policy {
+    policy(PolicyKind::NetworkPolicy, ns, name, pod_selector, ingress, egress)
+}
+
+pub fn pods_peer(pod_selector: Option<LabelSelector>, namespace_selector: Option<LabelSelector>) -> Peer {
+    Peer::Pods { pod_selector, namespace_selector, network_selector: None }
+}
+
+pub fn ip_block(cidr: &str, except: &[&str]) -> Peer {
+    Peer::IpBlock(IpBlock {
+        cidr: cidr.parse().expect("test cidr"),
+        except: except.iter().map(|e| e.parse().expect("test cidr")).collect(),
+    })
+}
+
+pub fn tcp(port: u16) -> PolicyPort {
+    PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(port)), end_port: None }
+}
+
+pub fn named(protocol: Protocol, name: &str) -> PolicyPort {
+    PolicyPort { protocol, port: Some(PortRef::Named(name.into())), end_port: None }
+}
+
+pub fn rule(peers: Vec<Peer>, ports: Vec<PolicyPort>) -> PolicyRule {
+    PolicyRule { peers, ports }
+}

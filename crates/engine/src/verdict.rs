@@ -1,0 +1,151 @@
+//! Verdicts for single flows: a connection from one pod interface to another is allowed when
+//! the source side's egress allows it AND the destination side's ingress allows it, each in the
+//! enforced and in the staged view.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::engine::EngineOptions;
+use crate::model::{Direction, PodKey, PolicyRef, Protocol};
+use crate::rules::{DirectionRules, InterfaceRules, RuleOrigin, StagedCause};
+
+/// Why a side allows traffic without looking at any rule (SPEC 3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlwaysAllowed {
+    /// A pod talking to itself goes through `lo`.
+    Loopback,
+    /// Outgoing DNS from an isolated pod.
+    Dns,
+}
+
+/// One side (egress of the source or ingress of the destination) in one view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SideVerdict {
+    pub allowed: bool,
+    pub isolated: bool,
+    /// The policies isolating this side in this view.
+    pub policies: Vec<PolicyRef>,
+    /// Every rule that matches the flow.
+    pub matched: Vec<RuleOrigin>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub always_allowed: Option<AlwaysAllowed>,
+}
+
+/// A side in both views.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SideVerdicts {
+    pub direction: Direction,
+    pub pod: PodKey,
+    pub interface: String,
+    pub enforced: SideVerdict,
+    pub staged: SideVerdict,
+}
+
+/// The verdict for one flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FlowVerdict {
+    pub allowed: bool,
+    pub staged_allowed: bool,
+    pub egress: SideVerdicts,
+    pub ingress: SideVerdicts,
+    /// Set when the flow is a would-deny (enforced allows, staged denies).
+    pub cause: Option<StagedCause>,
+    /// Monitored policies concerned (isolating a side of a would-deny).
+    pub monitored_policies: Vec<PolicyRef>,
+}
+
+/// One end of a flow: a pod, one of its interfaces (with rules) and the address used.
+#[derive(Debug, Clone, Copy)]
+pub struct FlowEnd<'a> {
+    pub pod: &'a PodKey,
+    pub interface: &'a InterfaceRules,
+    pub ip: IpAddr,
+}
+
+fn side(
+    rules: &DirectionRules,
+    staged: bool,
+    peer: IpAddr,
+    protocol: Protocol,
+    port: u16,
+    always: Option<AlwaysAllowed>,
+) -> SideVerdict {
+    let isolation = if staged { &rules.staged } else { &rules.enforced };
+    let (allowed, matched) = isolation.evaluate(peer, protocol, port);
+    let policies = if staged {
+        let mut p: Vec<PolicyRef> = rules
+            .enforced_policies
+            .iter()
+            .filter(|p| !rules.replaced_policies.contains(p))
+            .cloned()
+            .collect();
+        p.extend(rules.monitored_policies.iter().cloned());
+        p
+    } else {
+        rules.enforced_policies.clone()
+    };
+    let isolated = isolation.is_isolated();
+    SideVerdict {
+        allowed: allowed || (isolated && always.is_some()),
+        isolated,
+        policies,
+        matched: matched.into_iter().map(|r| r.origin.clone()).collect(),
+        always_allowed: if isolated { always } else { None },
+    }
+}
+
+fn side_verdicts(
+    direction: Direction,
+    end: FlowEnd<'_>,
+    peer: IpAddr,
+    protocol: Protocol,
+    port: u16,
+    always: Option<AlwaysAllowed>,
+) -> SideVerdicts {
+    let rules = end.interface.direction(direction);
+    SideVerdicts {
+        direction,
+        pod: end.pod.clone(),
+        interface: end.interface.name.clone(),
+        enforced: side(rules, false, peer, protocol, port, always),
+        staged: side(rules, true, peer, protocol, port, always),
+    }
+}
+
+/// The verdict for a new connection `src → dst` to `protocol`/`port`.
+pub fn flow_verdict(
+    src: FlowEnd<'_>,
+    dst: FlowEnd<'_>,
+    protocol: Protocol,
+    port: u16,
+    options: &EngineOptions,
+) -> FlowVerdict {
+    let loopback = src.pod == dst.pod;
+    let dns = options.allow_dns && port == 53 && matches!(protocol, Protocol::Tcp | Protocol::Udp);
+    let egress_always = if loopback {
+        Some(AlwaysAllowed::Loopback)
+    } else if dns {
+        Some(AlwaysAllowed::Dns)
+    } else {
+        None
+    };
+    let ingress_always = loopback.then_some(AlwaysAllowed::Loopback);
+    let egress = side_verdicts(Direction::Egress, src, dst.ip, protocol, port, egress_always);
+    let ingress = side_verdicts(Direction::Ingress, dst, src.ip, protocol, port, ingress_always);
+    let allowed = egress.enforced.allowed && ingress.enforced.allowed;
+    let staged_allowed = egress.staged.allowed && ingress.staged.allowed;
+    let mut cause = None;
+    let mut monitored_policies = Vec::new();
+    if allowed && !staged_allowed {
+        for (sv, end, dir) in [(&egress, src, Direction::Egress), (&ingress, dst, Direction::Ingress)] {
+            if !sv.staged.allowed {
+                let rules = end.interface.direction(dir);
+                cause.get_or_insert(rules.staged_cause());
+                monitored_policies.extend(rules.monitored_policies.iter().cloned());
+            }
+        }
+    }
+    FlowVerdict { allowed, staged_allowed, egress, ingress, cause, monitored_policies }
+}

@@ -1,0 +1,1379 @@
+//! Table-driven tests of the loader on small inline manifests.
+
+use std::net::IpAddr;
+
+use netwarden_engine::{
+    IpBlock, LabelSelector, Labels, Mode, NetworkId, NetworkSelectorEntry, NetworkType, Operator, Peer,
+    Policy, PolicyKind, PolicyPort, PolicyScope, PortRef, Protocol,
+};
+
+use crate::*;
+
+fn load(text: &str) -> Inventory {
+    parse_str("t.yaml", text, &LoadOptions::default())
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// (kind, object, field) of every error, for exact comparisons.
+fn errors(inv: &Inventory) -> Vec<(String, String, String)> {
+    inv.errors().map(|p| (p.kind.clone(), p.object.clone(), p.field.clone())).collect()
+}
+
+fn warnings(inv: &Inventory) -> Vec<(String, String, String)> {
+    inv.problems
+        .iter()
+        .filter(|p| p.severity == Severity::Warning)
+        .map(|p| (p.kind.clone(), p.object.clone(), p.field.clone()))
+        .collect()
+}
+
+fn e(kind: &str, object: &str, field: &str) -> (String, String, String) {
+    (kind.into(), object.into(), field.into())
+}
+
+fn policy<'a>(inv: &'a Inventory, name: &str) -> &'a Policy {
+    inv.policies.iter().find(|p| p.key.name == name).unwrap_or_else(|| panic!("no policy {name}"))
+}
+
+fn pod<'a>(inv: &'a Inventory, name: &str) -> &'a netwarden_engine::Pod {
+    inv.pods.iter().find(|p| p.key.name == name).unwrap_or_else(|| panic!("no pod {name}"))
+}
+
+const GOOD_POD: &str = r#"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: good, namespace: ns1, labels: {app: good}}
+status: {podIPs: [{ip: 10.0.0.9}]}
+"#;
+
+// ---------------------------------------------------------------------------------------
+// Documents, Lists, JSON
+
+#[test]
+fn multi_document_list_and_empty_documents() {
+    let inv = load(
+        r#"
+# header comment
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ns1, labels: {team: a}}
+---
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: p1, namespace: ns1}
+  status: {podIP: 10.0.0.1}
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: ignored}
+- apiVersion: v1
+  kind: List
+  items:
+  - {apiVersion: v1, kind: Pod, metadata: {name: p2}}
+...
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: np, namespace: ns1}
+spec: {podSelector: {}}
+"#,
+    );
+    assert_eq!(inv.problems, vec![]);
+    assert_eq!(inv.pods.len(), 2);
+    assert_eq!(pod(&inv, "p2").key.namespace, "default");
+    assert_eq!(pod(&inv, "p2").interfaces, vec![], "a pod without IPs has no interfaces");
+    assert_eq!(pod(&inv, "p1").primary().unwrap().ips, vec![ip("10.0.0.1")]);
+    assert_eq!(inv.policies.len(), 1);
+    // ns1 declared; "default" implicit.
+    let names: Vec<_> = inv.namespaces.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["ns1", "default"]);
+}
+
+#[test]
+fn json_object_list_and_stream() {
+    let one = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"x"},
+                 "status":{"podIPs":[{"ip":"fd00::1"}]}}"#;
+    let inv = parse_str("a.json", one, &LoadOptions::default());
+    assert_eq!(inv.problems, vec![]);
+    let a = pod(&inv, "a");
+    assert_eq!(a.primary().unwrap().ips, vec![ip("fd00::1")]);
+    assert_eq!(a.primary().unwrap().prefix_lens, vec![64]);
+
+    let list = r#"{"apiVersion":"v1","kind":"List","items":[
+        {"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}},
+        {"apiVersion":"v1","kind":"Pod","metadata":{"name":"b","namespace":"x"}}]}
+        {"apiVersion":"v1","kind":"Pod","metadata":{"name":"c","namespace":"x"}}"#;
+    let inv = parse_str("b.json", list, &LoadOptions::default());
+    assert_eq!(inv.problems, vec![]);
+    assert_eq!(inv.pods.len(), 2);
+    assert_eq!(inv.namespaces.len(), 1);
+
+    // A typed list as the API returns it: items carry no kind.
+    let typed = r#"{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"d"}}]}"#;
+    let inv = parse_str("c.json", typed, &LoadOptions::default());
+    assert_eq!(inv.problems, vec![]);
+    assert_eq!(inv.pods[0].key.name, "d");
+
+    let broken = parse_str("d.json", r#"{"kind": "Pod", "#, &LoadOptions::default());
+    assert_eq!(broken.problems.len(), 1);
+    assert!(broken.problems[0].reason.starts_with("invalid JSON"), "{}", broken.problems[0]);
+}
+
+#[test]
+fn broken_document_does_not_lose_the_others() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: a}
+---
+kind: Pod
+metadata: {name: [unclosed
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: c}
+"#,
+    );
+    assert_eq!(inv.pods.iter().map(|p| p.key.name.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(errors(&inv), vec![e("", "#2", "")]);
+    assert!(inv.problems[0].reason.starts_with("invalid YAML"));
+}
+
+#[test]
+fn document_problems() {
+    let inv = load(
+        r#"
+metadata: {name: nokind}
+---
+kind: 42
+---
+- a
+- b
+---
+apiVersion: example.com/v1
+kind: Whatever
+"#,
+    );
+    assert_eq!(errors(&inv), vec![e("", "#1", "kind"), e("", "#2", "kind"), e("", "#3", "")]);
+}
+
+#[test]
+fn calico_network_policy_is_not_ours() {
+    let inv = load(
+        "apiVersion: crd.projectcalico.org/v1\nkind: NetworkPolicy\nmetadata: {name: c}\nspec: {}\n",
+    );
+    assert_eq!(inv.problems, vec![]);
+    assert!(inv.policies.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Namespaces, names, duplicates
+
+#[test]
+fn namespaces_always_carry_their_name_label() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: a, labels: {kubernetes.io/metadata.name: wrong, x: z}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: b}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: c}
+"#,
+    );
+    assert_eq!(inv.problems, vec![]);
+    let got: Vec<_> = inv.namespaces.iter().map(|n| (n.name.as_str(), n.labels.clone())).collect();
+    let labels = |pairs: &[(&str, &str)]| {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Labels>()
+    };
+    assert_eq!(
+        got,
+        vec![
+            ("a", labels(&[("kubernetes.io/metadata.name", "a"), ("x", "z")])),
+            ("b", labels(&[("kubernetes.io/metadata.name", "b")])),
+            ("c", labels(&[("kubernetes.io/metadata.name", "c")])),
+        ]
+    );
+}
+
+#[test]
+fn invalid_names_drop_the_object() {
+    let inv = load(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: "x; drop table", namespace: ns1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: ok, namespace: "Bad_NS"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: a.b}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{namespace: ns1}}
+{GOOD_POD}"#
+    ));
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("Pod", "ns1/x; drop table", "metadata.name"),
+            e("Pod", "Bad_NS/ok", "metadata.namespace"),
+            e("Namespace", "a.b", "metadata.name"),
+            e("NetworkPolicy", "#4", "metadata.name"),
+        ]
+    );
+    assert_eq!(inv.pods.len(), 1);
+    assert!(inv.policies.is_empty());
+}
+
+#[test]
+fn invalid_labels_are_reported() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p, labels: {"bad key": v, ok: "bad value!", n: 5, fine: yes-ok}}
+"#,
+    );
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("Pod", "default/p", "metadata.labels[\"bad key\"]"),
+            e("Pod", "default/p", "metadata.labels[\"n\"]"),
+            e("Pod", "default/p", "metadata.labels[\"ok\"]"),
+        ]
+    );
+    assert_eq!(inv.pods[0].labels.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// SPEC section 7: each invalid object yields exactly its problem; the rest still loads.
+
+#[test]
+fn spec7_invalid_objects() {
+    let np = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: {name}, namespace: ns1}}\nspec:\n{spec}\n"
+        )
+    };
+    // (case, document, expected error (kind, object, field), reason fragment)
+    let cases: Vec<(&str, String, (String, String, String), &str)> = vec![
+        (
+            "bad CIDR",
+            np("p", "  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/33}\n    - podSelector: {}"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].from[0].ipBlock.cidr"),
+            "invalid CIDR \"10.0.0.0/33\"",
+        ),
+        (
+            "port out of range",
+            np("p", "  ingress:\n  - ports:\n    - port: 70000\n    - port: 80"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].ports[0].port"),
+            "port 70000 is out of range 1-65535",
+        ),
+        (
+            "port zero",
+            np("p", "  egress:\n  - ports:\n    - port: 0\n    - port: 80"),
+            e("NetworkPolicy", "ns1/p", "spec.egress[0].ports[0].port"),
+            "port 0 is out of range",
+        ),
+        (
+            "endPort without port",
+            np("p", "  ingress:\n  - ports:\n    - endPort: 90\n    - port: 80"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].ports[0].endPort"),
+            "endPort needs a numeric port",
+        ),
+        (
+            "endPort below port",
+            np("p", "  ingress:\n  - ports:\n    - {port: 90, endPort: 80}\n    - port: 80"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].ports[0].endPort"),
+            "endPort 80 is below port 90",
+        ),
+        (
+            "endPort with named port",
+            np("p", "  ingress:\n  - ports:\n    - {port: http, endPort: 80}\n    - port: 80"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].ports[0].endPort"),
+            "endPort needs a numeric port, not a named one",
+        ),
+        (
+            "unknown protocol",
+            np("p", "  ingress:\n  - ports:\n    - {protocol: ICMP, port: 1}\n    - port: 80"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].ports[0].protocol"),
+            "unknown protocol \"ICMP\"",
+        ),
+        (
+            "bad selector operator",
+            np(
+                "p",
+                "  ingress:\n  - from:\n    - podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}\n    - podSelector: {}",
+            ),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].from[0].podSelector.matchExpressions[0].operator"),
+            "unknown operator \"Equals\"",
+        ),
+        (
+            "malformed annotation",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ns1\n  annotations:\n    k8s.v1.cni.cncf.io/network-status: '[{\"name\": '\nstatus: {podIPs: [{ip: 10.0.0.5}]}\n".to_string(),
+            e("Pod", "ns1/p", "metadata.annotations[\"k8s.v1.cni.cncf.io/network-status\"]"),
+            "malformed JSON",
+        ),
+        (
+            "duplicate object",
+            format!("{}---\n{}", np("p", "  podSelector: {}"), np("p", "  podSelector: {}")),
+            e("NetworkPolicy", "ns1/p", "metadata.name"),
+            "duplicate object (first defined in t.yaml)",
+        ),
+        (
+            "bad mode annotation",
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: p\n  namespace: ns1\n  annotations: {netwarden.io/mode: staged}\n".to_string(),
+            e("NetworkPolicy", "ns1/p", "metadata.annotations[\"netwarden.io/mode\"]"),
+            "policy stays enforced",
+        ),
+    ];
+    for (case, doc, want, reason) in cases {
+        let inv = load(&format!("{doc}{GOOD_POD}"));
+        assert_eq!(errors(&inv), vec![want], "{case}: {:#?}", inv.problems);
+        let p = inv.errors().next().unwrap();
+        assert!(p.reason.contains(reason), "{case}: reason {:?} lacks {reason:?}", p.reason);
+        assert!(inv.pods.iter().any(|p| p.key.name == "good"), "{case}: the good pod still loads");
+        // The object survives with its valid parts (policies) or at all (pods).
+        let loaded = inv.policies.iter().any(|p| p.key.name == "p") || inv.pods.iter().any(|p| p.key.name == "p");
+        assert!(loaded, "{case}: the object keeps its valid parts");
+    }
+}
+
+#[test]
+fn spec7_partial_drops_narrow_the_rule() {
+    let inv = load(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: ns1}
+spec:
+  ingress:
+  - from:
+    - ipBlock: {cidr: 10.0.0.0/33}
+    - podSelector: {matchLabels: {app: a}}
+    ports:
+    - port: 70000
+    - {protocol: UDP, port: 53}
+"#,
+    );
+    let rules = policy(&inv, "p").ingress.as_ref().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].peers.len(), 1);
+    assert_eq!(
+        rules[0].ports,
+        vec![PolicyPort { protocol: Protocol::Udp, port: Some(PortRef::Number(53)), end_port: None }]
+    );
+}
+
+#[test]
+fn rules_whose_peers_or_ports_are_all_invalid_are_dropped() {
+    let inv = load(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: ns1}
+spec:
+  policyTypes: [Ingress, Egress]
+  ingress:
+  - from:
+    - ipBlock: {cidr: nonsense}
+  - ports:
+    - {protocol: TCP, port: 99999}
+  - from:
+    - podSelector: {matchLabels: {app: ok}}
+  egress:
+  - to: "not a list"
+"#,
+    );
+    let p = policy(&inv, "p");
+    let ingress = p.ingress.as_ref().unwrap();
+    assert_eq!(ingress.len(), 1, "only the valid rule is left; the others never mean 'all'");
+    assert!(matches!(&ingress[0].peers[0], Peer::Pods { pod_selector: Some(s), .. } if s.match_labels["app"] == "ok"));
+    assert_eq!(p.egress, Some(vec![]), "egress isolated with no rule left: deny");
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("NetworkPolicy", "ns1/p", "spec.ingress[0].from[0].ipBlock.cidr"),
+            e("NetworkPolicy", "ns1/p", "spec.ingress[1].ports[0].port"),
+            e("NetworkPolicy", "ns1/p", "spec.egress[0].to"),
+        ]
+    );
+    let w = warnings(&inv);
+    assert!(w.contains(&e("NetworkPolicy", "ns1/p", "spec.ingress[0]")), "{w:?}");
+    assert!(w.contains(&e("NetworkPolicy", "ns1/p", "spec.ingress[1]")), "{w:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Policies
+
+#[test]
+fn policy_types_defaulting() {
+    // (spec, isolates ingress, isolates egress, number of errors)
+    let cases = [
+        ("{}", true, false, 0),
+        ("{egress: []}", true, false, 0),
+        ("{egress: [{}]}", true, true, 0),
+        ("{ingress: [{}], egress: [{}], policyTypes: [Egress]}", false, true, 0),
+        ("{policyTypes: [Ingress, Egress]}", true, true, 0),
+        ("{policyTypes: []}", true, false, 0),
+        ("{policyTypes: [Ingress, Sideways]}", true, false, 1),
+        ("{policyTypes: [Sideways], egress: [{}]}", true, true, 1),
+        ("{policyTypes: Ingress}", true, false, 1),
+    ];
+    for (spec, ing, eg, nerr) in cases {
+        let inv = load(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p}}\nspec: {spec}\n"
+        ));
+        let p = policy(&inv, "p");
+        assert_eq!((p.ingress.is_some(), p.egress.is_some()), (ing, eg), "{spec}");
+        assert_eq!(inv.errors().count(), nerr, "{spec}: {:?}", inv.problems);
+    }
+    // Rules of a direction that is not isolated are ignored; an isolated one without rules
+    // denies everything.
+    let inv = load("kind: NetworkPolicy\nmetadata: {name: p}\nspec: {policyTypes: [Egress], ingress: [{}]}\n");
+    let p = policy(&inv, "p");
+    assert_eq!((p.ingress.clone(), p.egress.clone()), (None, Some(vec![])));
+}
+
+#[test]
+fn full_network_policy() {
+    let inv = load(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: shop}
+spec:
+  podSelector:
+    matchLabels: {app: web}
+    matchExpressions:
+    - {key: tier, operator: In, values: [front, edge]}
+    - {key: canary, operator: DoesNotExist}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {team: a}}
+      podSelector: {matchExpressions: [{key: role, operator: NotIn, values: [db]}]}
+    - ipBlock: {cidr: 10.1.0.0/16, except: [10.1.2.0/24]}
+    ports:
+    - {port: 80}
+    - {protocol: UDP, port: dns}
+    - {protocol: SCTP}
+    - {port: 8000, endPort: 8080}
+  - {}
+"#,
+    );
+    assert_eq!(inv.problems, vec![]);
+    let p = policy(&inv, "web");
+    assert_eq!(p.kind, PolicyKind::NetworkPolicy);
+    assert_eq!(p.scope, PolicyScope::Primary);
+    assert_eq!(p.mode, Mode::Enforce);
+    assert_eq!(p.pod_selector.match_labels["app"], "web");
+    assert_eq!(p.pod_selector.match_expressions[0].operator, Operator::In);
+    assert_eq!(p.pod_selector.match_expressions[0].values, ["front", "edge"]);
+    assert_eq!(p.pod_selector.match_expressions[1].operator, Operator::DoesNotExist);
+    let rules = p.ingress.as_ref().unwrap();
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[1], Default::default(), "an empty rule allows everything");
+    match &rules[0].peers[0] {
+        Peer::Pods { pod_selector: Some(ps), namespace_selector: Some(ns), network_selector: None } => {
+            assert_eq!(ns.match_labels["team"], "a");
+            assert_eq!(ps.match_expressions[0].operator, Operator::NotIn);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        rules[0].peers[1],
+        Peer::IpBlock(IpBlock {
+            cidr: "10.1.0.0/16".parse().unwrap(),
+            except: vec!["10.1.2.0/24".parse().unwrap()]
+        })
+    );
+    assert_eq!(
+        rules[0].ports,
+        vec![
+            PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(80)), end_port: None },
+            PolicyPort { protocol: Protocol::Udp, port: Some(PortRef::Named("dns".into())), end_port: None },
+            PolicyPort { protocol: Protocol::Sctp, port: None, end_port: None },
+            PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(8000)), end_port: Some(8080) },
+        ]
+    );
+    assert_eq!(p.egress, None);
+}
+
+#[test]
+fn ip_block_checks() {
+    // (ipBlock, error fields (relative to the ipBlock), warnings, loaded block)
+    let cases: Vec<(&str, Vec<&str>, usize, Option<&str>)> = vec![
+        ("{cidr: 10.0.0.1/24}", vec![], 1, Some("10.0.0.0/24")),
+        ("{cidr: 10.0.0.0/24, except: [10.0.1.0/28]}", vec!["except[0]"], 0, None),
+        ("{cidr: 10.0.0.0/24, except: [10.0.0.0/24]}", vec!["except[0]"], 0, None),
+        ("{cidr: 10.0.0.0/24, except: ['fd00::/64']}", vec!["except[0]"], 0, None),
+        ("{cidr: 10.0.0.0/24, except: [bogus]}", vec!["except[0]"], 0, None),
+        ("{cidr: 10.0.0.5}", vec!["cidr"], 0, None),
+        ("{except: [10.0.0.0/25]}", vec!["cidr"], 0, None),
+        ("{cidr: 'fd00::/48', except: ['fd00::/64']}", vec![], 0, Some("fd00::/48")),
+    ];
+    for (block, errs, nwarn, want) in cases {
+        let inv = load(&format!(
+            "kind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  ingress:\n  - from:\n    - ipBlock: {block}\n    - podSelector: {{}}\n"
+        ));
+        let want_errs: Vec<_> = errs
+            .iter()
+            .map(|f| e("NetworkPolicy", "default/p", &format!("spec.ingress[0].from[0].ipBlock.{f}")))
+            .collect();
+        assert_eq!(errors(&inv), want_errs, "{block}");
+        let got_warn = warnings(&inv).len();
+        assert_eq!(got_warn, nwarn, "{block}: {:?}", inv.problems);
+        let peers = &policy(&inv, "p").ingress.as_ref().unwrap()[0].peers;
+        match want {
+            Some(cidr) => {
+                assert_eq!(peers.len(), 2, "{block}");
+                assert!(matches!(&peers[0], Peer::IpBlock(b) if b.cidr.to_string() == cidr), "{block}");
+            }
+            None => assert_eq!(peers.len(), 1, "{block}: the invalid block is dropped, never widened"),
+        }
+    }
+}
+
+#[test]
+fn peer_shape_checks() {
+    let inv = load(
+        r#"
+kind: NetworkPolicy
+metadata: {name: p}
+spec:
+  ingress:
+  - from:
+    - {ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}
+    - {}
+    - {networkSelector: [{name: n}]}
+    - namespaceSelector: {}
+"#,
+    );
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("NetworkPolicy", "default/p", "spec.ingress[0].from[0]"),
+            e("NetworkPolicy", "default/p", "spec.ingress[0].from[1]"),
+            e("NetworkPolicy", "default/p", "spec.ingress[0].from[2].networkSelector"),
+        ]
+    );
+    assert_eq!(policy(&inv, "p").ingress.as_ref().unwrap()[0].peers.len(), 1);
+}
+
+#[test]
+fn selector_checks() {
+    // (selector, error field suffixes)
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("{matchExpressions: [{key: a, operator: In}]}", vec!["matchExpressions[0].values"]),
+        ("{matchExpressions: [{key: a, operator: NotIn, values: []}]}", vec!["matchExpressions[0].values"]),
+        ("{matchExpressions: [{key: a, operator: Exists, values: [x]}]}", vec!["matchExpressions[0].values"]),
+        ("{matchExpressions: [{key: 'a b', operator: Exists}]}", vec!["matchExpressions[0].key"]),
+        ("{matchExpressions: [{operator: Exists}]}", vec!["matchExpressions[0].key"]),
+        ("{matchExpressions: [{key: a, operator: In, values: ['-x']}]}", vec!["matchExpressions[0].values[0]"]),
+        ("{matchLabels: {a: 1}}", vec!["matchLabels[\"a\"]"]),
+        ("{matchLabels: {'x/y/z': b}}", vec!["matchLabels[\"x/y/z\"]"]),
+        ("[a]", vec![""]),
+    ];
+    for (sel, fields) in cases {
+        // In a peer: the peer is dropped, the rule keeps its other peer.
+        let inv = load(&format!(
+            "kind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  ingress:\n  - from:\n    - namespaceSelector: {sel}\n    - podSelector: {{}}\n"
+        ));
+        let base = "spec.ingress[0].from[0].namespaceSelector";
+        let want: Vec<_> = fields
+            .iter()
+            .map(|f| e("NetworkPolicy", "default/p", &if f.is_empty() { base.to_string() } else { format!("{base}.{f}") }))
+            .collect();
+        assert_eq!(errors(&inv), want, "{sel}");
+        assert_eq!(policy(&inv, "p").ingress.as_ref().unwrap()[0].peers.len(), 1, "{sel}");
+
+        // As the policy's podSelector: the whole policy is dropped.
+        let inv = load(&format!("kind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  podSelector: {sel}\n{GOOD_POD}"));
+        assert!(inv.policies.is_empty(), "{sel}");
+        assert_eq!(inv.errors().count(), fields.len(), "{sel}");
+        assert!(warnings(&inv).contains(&e("NetworkPolicy", "default/p", "spec.podSelector")));
+        assert_eq!(inv.pods.len(), 1);
+    }
+}
+
+#[test]
+fn ports_checks() {
+    // (port entry, error field suffix or "" for none, loaded port)
+    let cases: Vec<(&str, &str, Option<PolicyPort>)> = vec![
+        ("{port: '80'}", "port", None),
+        ("{port: Http}", "port", None),
+        ("{port: 80.5}", "port", None),
+        ("{port: [80]}", "port", None),
+        ("{port: 80, endPort: 70000}", "endPort", None),
+        ("{port: 80, endPort: '90'}", "endPort", None),
+        ("{protocol: 7}", "protocol", None),
+        (
+            "{port: 80, endPort: 80}",
+            "",
+            Some(PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(80)), end_port: Some(80) }),
+        ),
+        (
+            "{protocol: udp, port: 65535}",
+            "",
+            Some(PolicyPort { protocol: Protocol::Udp, port: Some(PortRef::Number(65535)), end_port: None }),
+        ),
+    ];
+    for (port, field, want) in cases {
+        let inv = load(&format!(
+            "kind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  ingress:\n  - ports:\n    - {port}\n    - port: 1\n"
+        ));
+        let want_errs: Vec<_> = if field.is_empty() {
+            vec![]
+        } else {
+            vec![e("NetworkPolicy", "default/p", &format!("spec.ingress[0].ports[0].{field}"))]
+        };
+        assert_eq!(errors(&inv), want_errs, "{port}: {:?}", inv.problems);
+        let ports = &policy(&inv, "p").ingress.as_ref().unwrap()[0].ports;
+        match want {
+            Some(w) => assert_eq!(ports[0], w, "{port}"),
+            None => assert_eq!(ports.len(), 1, "{port}"),
+        }
+    }
+}
+
+#[test]
+fn danm_network_policy_network_selectors() {
+    let inv = load(
+        r#"
+apiVersion: danm.k8s.io/v1
+kind: DanmNetworkPolicy
+metadata: {name: d, namespace: tel}
+spec:
+  podSelector: {matchLabels: {app: x}}
+  ingress:
+  - from:
+    - networkSelector: [{name: internal}]
+    - networkSelector: [{name: core, type: ClusterNetwork}, {name: t, type: TenantNetwork}]
+      podSelector: {}
+    - networkSelector: [{name: m1, type: NAD}, {name: other/m2, type: NetworkAttachmentDefinition}]
+    - networkSelector: [{name: x, type: Bogus}]
+    - networkSelector: [{name: ns/x, type: DanmNet}]
+  - from:
+    - networkSelector: [{name: yy, type: Bogus}]
+"#,
+    );
+    let p = policy(&inv, "d");
+    assert_eq!(p.kind, PolicyKind::DanmNetworkPolicy);
+    assert_eq!(p.scope, PolicyScope::AllInterfaces);
+    let rules = p.ingress.as_ref().unwrap();
+    assert_eq!(rules.len(), 1, "the rule whose only peer was invalid is dropped");
+    let nets: Vec<_> = rules[0]
+        .peers
+        .iter()
+        .map(|peer| match peer {
+            Peer::Pods { network_selector: Some(n), .. } => n.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let entry = |kind, ns: Option<&str>, name: &str| NetworkSelectorEntry {
+        kind,
+        namespace: ns.map(str::to_string),
+        name: name.into(),
+    };
+    assert_eq!(
+        nets,
+        vec![
+            vec![entry(NetworkType::DanmNet, None, "internal")],
+            vec![entry(NetworkType::ClusterNetwork, None, "core"), entry(NetworkType::TenantNetwork, None, "t")],
+            vec![
+                entry(NetworkType::NetworkAttachmentDefinition, Some("tel"), "m1"),
+                entry(NetworkType::NetworkAttachmentDefinition, Some("other"), "m2"),
+            ],
+        ]
+    );
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("DanmNetworkPolicy", "tel/d", "spec.ingress[0].from[3].networkSelector[0].type"),
+            e("DanmNetworkPolicy", "tel/d", "spec.ingress[0].from[4].networkSelector[0].name"),
+            e("DanmNetworkPolicy", "tel/d", "spec.ingress[1].from[0].networkSelector[0].type"),
+        ]
+    );
+}
+
+#[test]
+fn multi_network_policy_policy_for() {
+    // (annotation or None, networks, errors, warnings)
+    let cases: Vec<(Option<&str>, Vec<NetworkId>, usize, usize)> = vec![
+        (Some("net1"), vec![NetworkId::nad("ns1", "net1")], 0, 0),
+        (
+            Some(" net1 , other/net2,net1,"),
+            vec![NetworkId::nad("ns1", "net1"), NetworkId::nad("other", "net2")],
+            0,
+            0,
+        ),
+        (Some("a/b/c, ok"), vec![NetworkId::nad("ns1", "ok")], 1, 0),
+        (Some("Bad Name"), vec![], 1, 0),
+        (Some(""), vec![], 0, 1),
+        (None, vec![], 0, 1),
+    ];
+    for (ann, nets, nerr, nwarn) in cases {
+        for version in ["v1beta1", "v1beta2"] {
+            let annotations = ann
+                .map(|a| format!("  annotations: {{k8s.v1.cni.cncf.io/policy-for: '{a}'}}\n"))
+                .unwrap_or_default();
+            let inv = load(&format!(
+                "apiVersion: k8s.cni.cncf.io/{version}\nkind: MultiNetworkPolicy\nmetadata:\n  name: m\n  namespace: ns1\n{annotations}spec: {{}}\n"
+            ));
+            let p = policy(&inv, "m");
+            assert_eq!(p.kind, PolicyKind::MultiNetworkPolicy);
+            assert_eq!(p.scope, PolicyScope::Networks(nets.clone()), "{ann:?}");
+            assert_eq!(inv.errors().count(), nerr, "{ann:?}: {:?}", inv.problems);
+            assert_eq!(warnings(&inv).len(), nwarn, "{ann:?}: {:?}", inv.problems);
+        }
+    }
+}
+
+#[test]
+fn monitor_mode_annotations() {
+    // (annotations, mode, errors)
+    let cases: Vec<(&str, Mode, usize)> = vec![
+        ("{}", Mode::Enforce, 0),
+        ("{netwarden.io/mode: monitor}", Mode::Monitor, 0),
+        ("{netwarden.io/mode: enforce}", Mode::Enforce, 0),
+        ("{kube-router.io/network-policy.monitor: 'true'}", Mode::Monitor, 0),
+        ("{kube-router.io/network-policy.staged: 'true'}", Mode::Monitor, 0),
+        ("{kube-router.io/network-policy.staged: 'false'}", Mode::Enforce, 0),
+        ("{netwarden.io/mode: monitor, kube-router.io/network-policy.staged: 'true'}", Mode::Monitor, 0),
+        ("{netwarden.io/mode: Monitor}", Mode::Enforce, 1),
+        ("{kube-router.io/network-policy.monitor: 'yes'}", Mode::Enforce, 1),
+        ("{netwarden.io/mode: monitor, kube-router.io/network-policy.monitor: 'maybe'}", Mode::Enforce, 1),
+        ("{netwarden.io/mode: monitor, kube-router.io/network-policy.staged: 'false'}", Mode::Enforce, 1),
+    ];
+    for (ann, mode, nerr) in cases {
+        let inv = load(&format!("kind: NetworkPolicy\nmetadata: {{name: p, annotations: {ann}}}\n"));
+        assert_eq!(policy(&inv, "p").mode, mode, "{ann}");
+        assert_eq!(inv.errors().count(), nerr, "{ann}: {:?}", inv.problems);
+    }
+}
+
+#[test]
+fn replaces_and_log_annotations() {
+    let inv = load(
+        r#"
+kind: NetworkPolicy
+metadata:
+  name: a
+  annotations: {netwarden.io/mode: monitor, netwarden.io/replaces: old-policy, netwarden.io/log: "true"}
+---
+kind: NetworkPolicy
+metadata:
+  name: b
+  annotations: {netwarden.io/mode: monitor, netwarden.io/replaces: "x\ny", netwarden.io/log: "on"}
+---
+kind: NetworkPolicy
+metadata:
+  name: c
+  annotations: {netwarden.io/replaces: old}
+"#,
+    );
+    let a = policy(&inv, "a");
+    assert_eq!((a.replaces.as_deref(), a.log_denies), (Some("old-policy"), true));
+    let b = policy(&inv, "b");
+    assert_eq!((b.replaces.as_deref(), b.log_denies), (None, false));
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("NetworkPolicy", "default/b", "metadata.annotations[\"netwarden.io/replaces\"]"),
+            e("NetworkPolicy", "default/b", "metadata.annotations[\"netwarden.io/log\"]"),
+        ]
+    );
+    // An enforced policy with `replaces`: kept, with a warning that it has no effect.
+    assert_eq!(warnings(&inv), vec![e("NetworkPolicy", "default/c", "metadata.annotations[\"netwarden.io/replaces\"]")]);
+}
+
+#[test]
+fn network_policies_can_be_switched_off() {
+    let text = "kind: NetworkPolicy\nmetadata: {name: a}\n---\nkind: MultiNetworkPolicy\nmetadata: {name: a, annotations: {k8s.v1.cni.cncf.io/policy-for: net}}\n---\nkind: NetworkPolicy\nmetadata: {name: bad, annotations: {netwarden.io/log: x}}\n";
+    let inv = parse_str("t.yaml", text, &LoadOptions { network_policy_enabled: false });
+    assert_eq!(inv.policies.len(), 1);
+    assert_eq!(inv.policies[0].kind, PolicyKind::MultiNetworkPolicy);
+    assert_eq!(inv.errors().count(), 1, "switched-off policies are still checked");
+}
+
+// ---------------------------------------------------------------------------------------
+// Pods and interfaces
+
+#[test]
+fn pod_basics() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: shop
+  labels: {app: web}
+  annotations: {netwarden.io/netns: /var/run/netns/web}
+spec:
+  initContainers:
+  - ports: [{containerPort: 9000, name: init}]
+  containers:
+  - ports:
+    - {containerPort: 80, name: http}
+    - {containerPort: 53, protocol: UDP, name: dns}
+    - {containerPort: 70000}
+    - {containerPort: 81, name: "NOT VALID"}
+  - name: sidecar
+status:
+  podIP: 10.0.0.1
+  podIPs: [{ip: 10.0.0.1}, {ip: "fd00::1"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: host, annotations: {netwarden.io/netns: "relative/path"}}
+spec: {hostNetwork: true}
+status: {podIP: 192.168.1.10}
+"#,
+    );
+    let web = pod(&inv, "web");
+    assert_eq!(web.labels["app"], "web");
+    assert_eq!(web.netns.as_deref(), Some("/var/run/netns/web"));
+    let ports: Vec<_> = web.container_ports.iter().map(|p| (p.name.as_deref(), p.port, p.protocol)).collect();
+    assert_eq!(
+        ports,
+        vec![
+            (Some("init"), 9000, Protocol::Tcp),
+            (Some("http"), 80, Protocol::Tcp),
+            (Some("dns"), 53, Protocol::Udp),
+            (None, 81, Protocol::Tcp),
+        ]
+    );
+    assert_eq!(web.named_port("dns", Protocol::Udp), Some(53));
+    assert_eq!(web.interfaces.len(), 1);
+    let eth0 = web.primary().unwrap();
+    assert_eq!(eth0.name, "eth0");
+    assert_eq!(eth0.ips, vec![ip("10.0.0.1"), ip("fd00::1")]);
+    assert_eq!(eth0.prefix_lens, vec![24, 64]);
+
+    let host = pod(&inv, "host");
+    assert!(host.host_network);
+    assert_eq!(host.netns, None);
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("Pod", "shop/web", "spec.containers[0].ports[2].containerPort"),
+            e("Pod", "shop/web", "spec.containers[0].ports[3].name"),
+            e("Pod", "default/host", "metadata.annotations[\"netwarden.io/netns\"]"),
+        ]
+    );
+    assert_eq!(warnings(&inv), vec![e("Pod", "default/host", "spec.hostNetwork")]);
+    assert!(inv.problems.iter().any(|p| p.reason.contains("never isolated")));
+}
+
+fn pod_with_status(status_json: &str, pod_ips: &[&str]) -> Inventory {
+    let ips: Vec<String> = pod_ips.iter().map(|i| format!("{{ip: \"{i}\"}}")).collect();
+    load(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ns1\n  annotations:\n    k8s.v1.cni.cncf.io/network-status: '{status_json}'\nstatus: {{podIPs: [{}]}}\n",
+        ips.join(", ")
+    ))
+}
+
+/// (name, network, ips) of each interface.
+fn ifaces(inv: &Inventory) -> Vec<(String, NetworkId, Vec<IpAddr>)> {
+    inv.pods[0].interfaces.iter().map(|i| (i.name.clone(), i.network.clone(), i.ips.clone())).collect()
+}
+
+#[test]
+fn network_status_primary_detection() {
+    let p = NetworkId::Primary;
+    let nad = |ns: &str, n: &str| NetworkId::nad(ns, n);
+    // (annotation, podIPs, interfaces, errors)
+    let cases: Vec<(&str, Vec<&str>, Vec<(&str, NetworkId, Vec<&str>)>, usize)> = vec![
+        // `default: true` wins, whatever the order.
+        (
+            r#"[{"name":"macvlan","interface":"net1","ips":["192.168.1.5"]},{"name":"kindnet","interface":"eth0","ips":["10.0.0.5"],"default":true}]"#,
+            vec!["10.0.0.5"],
+            vec![("net1", nad("ns1", "macvlan"), vec!["192.168.1.5"]), ("eth0", p.clone(), vec!["10.0.0.5"])],
+            0,
+        ),
+        // No default: the interface holding podIPs (even when not named eth0).
+        (
+            r#"[{"name":"cbr","interface":"ens3","ips":["10.0.0.5"]},{"name":"other/sriov","interface":"net1","ips":["fd00::5/120"]}]"#,
+            vec!["10.0.0.5"],
+            vec![("ens3", p.clone(), vec!["10.0.0.5"]), ("net1", nad("other", "sriov"), vec!["fd00::5"])],
+            0,
+        ),
+        // Neither: the entry without an interface name.
+        (
+            r#"[{"name":"cluster","ips":["10.9.0.5"]},{"name":"m","interface":"net1","ips":["192.168.1.5"]}]"#,
+            vec![],
+            vec![("eth0", p.clone(), vec!["10.9.0.5"]), ("net1", nad("ns1", "m"), vec!["192.168.1.5"])],
+            0,
+        ),
+        // Only secondaries listed: the primary comes from podIPs.
+        (
+            r#"[{"name":"m","interface":"net1","ips":["192.168.1.5"]}]"#,
+            vec!["10.0.0.5"],
+            vec![("eth0", p.clone(), vec!["10.0.0.5"]), ("net1", nad("ns1", "m"), vec!["192.168.1.5"])],
+            0,
+        ),
+        // Default entry without ips: it holds podIPs. Entries without ips are skipped.
+        (
+            r#"[{"name":"c","interface":"eth0","default":true},{"name":"m","interface":"net1","ips":[]}]"#,
+            vec!["10.0.0.5"],
+            vec![("eth0", p.clone(), vec!["10.0.0.5"])],
+            0,
+        ),
+        // A secondary without interface name, one with an unsafe name, one with a bad
+        // network name, a bad address, a duplicate name: each reported and skipped.
+        (
+            r#"[{"name":"c","interface":"eth0","ips":["10.0.0.5"],"default":true},{"name":"a","ips":["1.1.1.1"]},{"name":"b","interface":"net1;reboot","ips":["1.1.1.2"]},{"name":"Bad!","interface":"net2","ips":["1.1.1.3"]},{"name":"d","interface":"net3","ips":["nope","1.1.1.4"]},{"name":"e","interface":"net3","ips":["1.1.1.5"]}]"#,
+            vec!["10.0.0.5"],
+            vec![("eth0", p.clone(), vec!["10.0.0.5"]), ("net3", nad("ns1", "d"), vec!["1.1.1.4"])],
+            5,
+        ),
+        // Not a list: reported, podIPs used.
+        (r#"{"name":"x"}"#, vec!["10.0.0.5"], vec![("eth0", p.clone(), vec!["10.0.0.5"])], 1),
+    ];
+    for (status, pod_ips, want, nerr) in cases {
+        let inv = pod_with_status(status, &pod_ips);
+        let want: Vec<_> = want
+            .into_iter()
+            .map(|(n, net, ips)| (n.to_string(), net, ips.into_iter().map(ip).collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(ifaces(&inv), want, "{status}");
+        assert_eq!(inv.errors().count(), nerr, "{status}: {:#?}", inv.problems);
+    }
+    // Prefix lengths: from the address when written, else /24 and /64.
+    let inv = pod_with_status(
+        r#"[{"name":"c","interface":"eth0","ips":["10.0.0.5"],"default":true},{"name":"m","interface":"net1","ips":["fd00::5/120","192.168.0.1/16"]}]"#,
+        &[],
+    );
+    assert_eq!(inv.pods[0].interfaces[1].prefix_lens, vec![120, 16]);
+    assert_eq!(inv.pods[0].interfaces[0].prefix_lens, vec![24]);
+}
+
+#[test]
+fn older_networks_status_key_and_bad_ifname_field() {
+    let inv = load(
+        r#"
+kind: Pod
+metadata:
+  name: p
+  annotations:
+    k8s.v1.cni.cncf.io/networks-status: '[{"name":"c","ips":["10.0.0.1"]},{"name":"m","interface":"a very long name!","ips":["1.2.3.4"]}]'
+"#,
+    );
+    assert_eq!(ifaces(&inv), vec![("eth0".into(), NetworkId::Primary, vec![ip("10.0.0.1")])]);
+    assert_eq!(
+        errors(&inv),
+        vec![e("Pod", "default/p", "metadata.annotations[\"k8s.v1.cni.cncf.io/networks-status\"][1].interface")]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// DanmEp
+
+fn danmep(name: &str, pod: &str, network: &str, api_type: Option<&str>, iface: &str, v4: &str, v6: &str) -> String {
+    let api = api_type.map(|t| format!("  apiType: {t}\n")).unwrap_or_default();
+    format!(
+        "---\napiVersion: danm.k8s.io/v1\nkind: DanmEp\nmetadata: {{name: {name}, namespace: tel}}\nspec:\n  Pod: {pod}\n  NetworkName: {network}\n{api}  netns: /proc/42/ns/net\n  Interface: {{Name: {iface}, Address: \"{v4}\", AddressIPv6: \"{v6}\", MacAddress: aa:bb:cc:dd:ee:ff}}\n"
+    )
+}
+
+#[test]
+fn danmep_pairing() {
+    let pod_doc = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: tel}\nstatus: {podIPs: [{ip: 10.0.0.5}]}\n";
+    let danm = |kind, ns: Option<&str>, name: &str| NetworkId::Named {
+        kind,
+        namespace: ns.map(str::to_string),
+        name: name.into(),
+    };
+    // (DanmEps, interfaces as (name, network, ips, prefixes), errors, warnings)
+    type Want = Vec<(&'static str, NetworkId, Vec<&'static str>, Vec<u8>)>;
+    let cases: Vec<(String, Want, usize, usize)> = vec![
+        // A secondary on a DanmNet (default apiType): namespaced in the pod's namespace.
+        (
+            danmep("ep1", "p", "internal", None, "ext0", "192.168.5.5/26", "dynamic"),
+            vec![
+                ("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24]),
+                ("ext0", danm(NetworkType::DanmNet, Some("tel"), "internal"), vec!["192.168.5.5"], vec![26]),
+            ],
+            0,
+            0,
+        ),
+        // ClusterNetwork has no namespace; both families.
+        (
+            danmep("ep1", "p", "core", Some("ClusterNetwork"), "core1", "172.16.0.2/16", "fd00:1::2/64"),
+            vec![
+                ("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24]),
+                (
+                    "core1",
+                    danm(NetworkType::ClusterNetwork, None, "core"),
+                    vec!["172.16.0.2", "fd00:1::2"],
+                    vec![16, 64],
+                ),
+            ],
+            0,
+            0,
+        ),
+        // The primary's own DanmEp (shares the pod IP): stays Primary, gains the real prefix.
+        (
+            danmep("ep1", "p", "default", Some("TenantNetwork"), "eth0", "10.0.0.5/20", "none"),
+            vec![("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![20])],
+            0,
+            0,
+        ),
+        // Same name, no shared address: the DanmEp's record replaces the guess.
+        (
+            danmep("ep1", "p", "internal", None, "eth0", "192.168.9.9/24", ""),
+            vec![("eth0", danm(NetworkType::DanmNet, Some("tel"), "internal"), vec!["192.168.9.9"], vec![24])],
+            0,
+            0,
+        ),
+        // Unknown pod: warning; no address yet: nothing added; bad apiType and unsafe
+        // interface name: errors; two DanmEps for one interface: error on the second.
+        (
+            format!(
+                "{}{}{}{}{}{}",
+                danmep("ep1", "ghost", "net-n", None, "x0", "1.1.1.1/24", ""),
+                danmep("ep2", "p", "net-n", None, "x1", "dynamic", ""),
+                danmep("ep3", "p", "net-n", Some("Bogus"), "x2", "1.1.1.3/24", ""),
+                danmep("ep4", "p", "net-n", None, "\"x;y\"", "1.1.1.4/24", ""),
+                danmep("ep5", "p", "net-n", None, "x5", "1.1.1.5/24", ""),
+                danmep("ep6", "p", "net-m", None, "x5", "1.1.1.6/24", ""),
+            ),
+            vec![
+                ("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24]),
+                ("x5", danm(NetworkType::DanmNet, Some("tel"), "net-n"), vec!["1.1.1.5"], vec![24]),
+            ],
+            3,
+            1,
+        ),
+    ];
+    for (eps, want, nerr, nwarn) in cases {
+        let inv = load(&format!("{pod_doc}{eps}"));
+        let got: Vec<_> = inv.pods[0]
+            .interfaces
+            .iter()
+            .map(|i| (i.name.clone(), i.network.clone(), i.ips.clone(), i.prefix_lens.clone()))
+            .collect();
+        let want: Vec<_> = want
+            .into_iter()
+            .map(|(n, net, ips, pl)| (n.to_string(), net, ips.into_iter().map(ip).collect::<Vec<_>>(), pl))
+            .collect();
+        assert_eq!(got, want, "{eps}");
+        assert_eq!(inv.errors().count(), nerr, "{eps}: {:#?}", inv.problems);
+        assert_eq!(warnings(&inv).len(), nwarn, "{eps}: {:#?}", inv.problems);
+        assert_eq!(inv.pods[0].netns.as_deref(), Some("/proc/42/ns/net"));
+    }
+}
+
+#[test]
+fn danmep_older_schema_and_missing_fields() {
+    let inv = load(
+        r#"
+kind: Pod
+metadata: {name: p}
+---
+apiVersion: danm.k8s.io/v1
+kind: DanmEp
+metadata: {name: old}
+spec: {Pod: p, NetworkID: legacy, Interface: {Name: net1, Address: 10.5.0.1/24}}
+---
+apiVersion: danm.k8s.io/v1
+kind: DanmEp
+metadata: {name: empty}
+spec: {}
+"#,
+    );
+    assert_eq!(
+        ifaces(&inv),
+        vec![(
+            "net1".into(),
+            NetworkId::Named { kind: NetworkType::DanmNet, namespace: Some("default".into()), name: "legacy".into() },
+            vec![ip("10.5.0.1")]
+        )]
+    );
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("DanmEp", "default/empty", "spec.Pod"),
+            e("DanmEp", "default/empty", "spec.NetworkName"),
+            e("DanmEp", "default/empty", "spec.Interface.Name"),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Services
+
+#[test]
+fn services_and_endpoint_slices() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10, "fd00:96::10"]
+  selector: {app: web}
+  ports:
+  - {port: 80, targetPort: http}
+  - {port: 443, targetPort: 8443, protocol: TCP}
+  - {port: 53, protocol: UDP}
+  - {port: 8080, targetPort: "9090"}
+  - {port: 0}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ext, namespace: shop}
+spec: {clusterIP: 10.96.0.11, ports: [{port: 5432}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: headless, namespace: shop}
+spec: {clusterIP: None, selector: {app: db}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: ext-1, namespace: shop, labels: {kubernetes.io/service-name: ext}}
+addressType: IPv4
+endpoints:
+- addresses: [192.168.0.7, 192.168.0.2]
+- addresses: [192.168.0.9]
+  conditions: {ready: false}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: ext-2, namespace: shop, labels: {kubernetes.io/service-name: ext}}
+endpoints:
+- addresses: [192.168.0.2, not-an-ip]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: orphan-1, namespace: shop, labels: {kubernetes.io/service-name: orphan}}
+endpoints: []
+"#,
+    );
+    let web = &inv.services[0];
+    assert_eq!(web.cluster_ips, vec![ip("10.96.0.10"), ip("fd00:96::10")]);
+    assert_eq!(web.selector.as_ref().unwrap()["app"], "web");
+    let ports: Vec<_> = web.ports.iter().map(|p| (p.protocol, p.port, p.target.clone())).collect();
+    assert_eq!(
+        ports,
+        vec![
+            (Protocol::Tcp, 80, PortRef::Named("http".into())),
+            (Protocol::Tcp, 443, PortRef::Number(8443)),
+            (Protocol::Udp, 53, PortRef::Number(53)),
+            (Protocol::Tcp, 8080, PortRef::Number(9090)),
+        ]
+    );
+    let ext = &inv.services[1];
+    assert_eq!(ext.selector, None);
+    assert_eq!(ext.endpoint_addrs, vec![ip("192.168.0.2"), ip("192.168.0.7")]);
+    assert_eq!(inv.services[2].cluster_ips, Vec::<IpAddr>::new());
+    assert_eq!(
+        errors(&inv),
+        vec![
+            e("Service", "shop/web", "spec.ports[4].port"),
+            e("EndpointSlice", "shop/ext-2", "endpoints[0].addresses[1]"),
+        ]
+    );
+    assert_eq!(warnings(&inv), vec![e("EndpointSlice", "shop/orphan-1", "metadata.labels[\"kubernetes.io/service-name\"]")]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+
+/// A temporary directory removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("nw-manifest-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn load_paths_walks_directories_in_order() {
+    let dir = TempDir::new("walk");
+    let d = &dir.0;
+    std::fs::create_dir_all(d.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(d.join(".hidden")).unwrap();
+    let pod = |n: &str| format!("kind: Pod\nmetadata: {{name: {n}}}\n");
+    std::fs::write(d.join("b.yaml"), pod("b")).unwrap();
+    std::fs::write(d.join("a.yml"), pod("a")).unwrap();
+    std::fs::write(d.join("sub/deeper/c.json"), r#"{"kind":"Pod","metadata":{"name":"c"}}"#).unwrap();
+    std::fs::write(d.join("notes.txt"), pod("ignored")).unwrap();
+    std::fs::write(d.join(".hidden/h.yaml"), pod("hidden")).unwrap();
+    std::fs::write(d.join("dup.yaml"), pod("a")).unwrap();
+    // A symlink loop must not hang the walk.
+    std::os::unix::fs::symlink(d, d.join("sub/loop")).unwrap();
+    let explicit = d.join("notes.txt");
+    let missing = d.join("missing.yaml");
+
+    let inv = load_paths(&[d.clone(), explicit, missing.clone()], &LoadOptions::default());
+    let names: Vec<_> = inv.pods.iter().map(|p| p.key.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "ignored"]);
+    let dup = inv.problems.iter().find(|p| p.field == "metadata.name").expect("duplicate reported");
+    assert!(dup.file.ends_with("dup.yaml"), "{dup}");
+    assert!(dup.reason.contains("a.yml"), "{dup}");
+    let io = inv.problems.iter().find(|p| p.file == missing.display().to_string()).expect("IO problem");
+    assert!(io.reason.starts_with("cannot read"), "{io}");
+    assert_eq!(inv.problems.len(), 2, "{:#?}", inv.problems);
+}
+
+#[test]
+fn problem_display() {
+    let p = Problem {
+        file: "a.yaml".into(),
+        kind: "NetworkPolicy".into(),
+        object: "ns/p".into(),
+        field: "spec.ingress[0].from[1].ipBlock.cidr".into(),
+        reason: "invalid CIDR".into(),
+        severity: Severity::Error,
+    };
+    assert_eq!(p.to_string(), "a.yaml: NetworkPolicy ns/p: spec.ingress[0].from[1].ipBlock.cidr: invalid CIDR");
+    let q = Problem { kind: String::new(), object: String::new(), field: String::new(), severity: Severity::Warning, ..p };
+    assert_eq!(q.to_string(), "a.yaml: warning: invalid CIDR");
+}
+
+#[test]
+fn selectors_match_after_loading() {
+    // End to end through the engine's matcher: the loaded selector means what was written.
+    let inv = load(
+        "kind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {matchExpressions: [{key: env, operator: NotIn, values: [prod]}]}}\n",
+    );
+    let sel: &LabelSelector = &policy(&inv, "p").pod_selector;
+    let labels = |v: &str| [("env".to_string(), v.to_string())].into_iter().collect::<Labels>();
+    assert!(sel.matches(&labels("dev")));
+    assert!(!sel.matches(&labels("prod")));
+    assert!(sel.matches(&Labels::new()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Properties: hostile input never panics, and whatever loads is well-formed.
+
+mod props {
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// Keys the loader looks at, so random documents reach deep into it.
+    const KEYS: &[&str] = &[
+        "kind", "apiVersion", "metadata", "name", "namespace", "labels", "annotations", "spec",
+        "status", "podIPs", "ip", "podIP", "containers", "ports", "containerPort", "protocol",
+        "port", "endPort", "podSelector", "namespaceSelector", "ipBlock", "cidr", "except",
+        "ingress", "egress", "from", "to", "policyTypes", "matchLabels", "matchExpressions",
+        "key", "operator", "values", "networkSelector", "type", "items", "Pod", "Interface",
+        "Name", "Address", "NetworkName", "apiType", "selector", "clusterIPs", "targetPort",
+        "endpoints", "addresses", "hostNetwork", "k8s.v1.cni.cncf.io/network-status",
+        "k8s.v1.cni.cncf.io/policy-for", "netwarden.io/mode",
+    ];
+    const STRINGS: &[&str] = &[
+        "Pod", "NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy", "DanmEp", "Service",
+        "EndpointSlice", "Namespace", "List", "v1", "networking.k8s.io/v1", "danm.k8s.io/v1",
+        "k8s.cni.cncf.io/v1beta1", "discovery.k8s.io/v1", "a", "ns", "10.0.0.1", "10.0.0.0/8",
+        "fd00::/64", "TCP", "In", "Exists", "Ingress", "Egress", "eth0", "monitor",
+        "[{\"name\":\"x\",\"interface\":\"net1\",\"ips\":[\"1.2.3.4\"]}]", "", "x/y", "ClusterNetwork",
+    ];
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            (0u32..70000).prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|f| json!(f)),
+            prop::sample::select(STRINGS).prop_map(|s| json!(s)),
+            ".{0,20}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((prop::sample::select(KEYS), inner), 0..6).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    fn check_well_formed(inv: &Inventory) {
+        for p in &inv.pods {
+            for i in &p.interfaces {
+                assert!(crate::validate::ifname(&i.name).is_ok(), "{:?}", i.name);
+                assert_eq!(i.ips.len(), i.prefix_lens.len());
+            }
+            assert!(crate::validate::dns1123_subdomain(&p.key.name).is_ok());
+        }
+        for p in &inv.policies {
+            assert!(crate::validate::dns1123_subdomain(&p.key.name).is_ok());
+            assert!(crate::validate::dns1123_label(&p.key.namespace).is_ok());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "(?s).{0,300}") {
+            let inv = parse_str("x.yaml", &text, &LoadOptions::default());
+            check_well_formed(&inv);
+        }
+
+        #[test]
+        fn yamlish_text_never_panics(lines in prop::collection::vec(
+            prop_oneof![
+                Just("---".to_string()),
+                Just("kind: Pod".to_string()),
+                Just("metadata: {name: a}".to_string()),
+                Just("spec:".to_string()),
+                Just("  ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]".to_string()),
+                "[ :{}\\[\\]a-z0-9\"'-]{0,20}",
+            ], 0..12)) {
+            let inv = parse_str("x.yaml", &lines.join("\n"), &LoadOptions::default());
+            check_well_formed(&inv);
+        }
+
+        #[test]
+        fn arbitrary_documents_never_panic(kind in prop::sample::select(STRINGS), doc in value()) {
+            let mut doc = doc;
+            if let Value::Object(m) = &mut doc {
+                m.insert("kind".into(), json!(kind));
+            }
+            let text = doc.to_string();
+            let inv = parse_str("x.json", &text, &LoadOptions::default());
+            check_well_formed(&inv);
+            let mut loader = Loader::new(LoadOptions::default());
+            loader.add_value("x", "#1", &doc);
+            check_well_formed(&loader.finish());
+        }
+    }
+}

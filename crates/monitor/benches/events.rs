@@ -1,0 +1,2 @@
+//! Collector benchmark (being written).
+fn main() {}

@@ -1,0 +1,1 @@
+//! netwarden-monitor (being built).

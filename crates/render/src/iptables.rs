@@ -1,0 +1,499 @@
+//! The iptables compatibility backend (SPEC 5, seed 004 "DANM Policer"): [`PodRules`] →
+//! `ipset restore` text plus one `iptables-restore` / `ip6tables-restore` text per family.
+//!
+//! # Ownership
+//!
+//! In iptables mode netwarden owns the **filter table** of the pod netns, like DANM Policer did:
+//! the v4 and v6 texts are full `*filter` tables (no `--noflush`), so one restore per family
+//! replaces the whole table in one kernel transaction (legacy and nf_tables variants both commit
+//! a table atomically). Chains of other tools in the pod's filter table do not survive; the nat,
+//! mangle and raw tables are never touched.
+//!
+//! # Layout (per family; `V4` shown)
+//!
+//! ```text
+//! INPUT:   -i lo ACCEPT · ctstate RELATED,ESTABLISHED ACCEPT · [v6: ICMPv6 RS/RA/NS/NA ACCEPT]
+//!          · -j DANM_INGRESS_V4
+//! OUTPUT:  -o lo ACCEPT · established ACCEPT · [v6: ND] · [DNS tcp/udp 53 ACCEPT]
+//!          · -j DANM_EGRESS_V4
+//! FORWARD: REJECT (tcp-reset / port-unreachable) when an interface is isolated (enforced)
+//! DANM_INGRESS_V4: -i eth0 -j DANM_IN_0   (a direction that is isolated or monitored)
+//!                  -i net1 -j ACCEPT      (an open direction passes untouched)
+//! DANM_IN_0:       allow rules … then deny log … then REJECT
+//! ```
+//!
+//! The seed puts its terminal REJECT in INPUT/OUTPUT after the jump; here it lives at the end of
+//! each per-interface chain instead, because a NetworkPolicy isolates only the primary interface
+//! and a MultiNetworkPolicy only some networks: traffic of an open interface must pass. Traffic
+//! on an interface the engine does not know (none of the pod's L3 interfaces) falls back to the
+//! built-in chains' ACCEPT policy — except when an interface name cannot be written safely into
+//! a rule (see [`safe_interface_name`]): then that interface cannot be matched, so the dispatch
+//! chain of that direction ends with a REJECT for every interface not dispatched (fail closed).
+//!
+//! # Peers
+//!
+//! Peer addresses go into `hash:net` ipsets, one `-m set --match-set NAME src|dst` per clause,
+//! so the rule count does not grow with the number of peers. A set's name is derived from its
+//! content (`nw4-<fnv64 of the CIDRs>`): a name always means the same addresses, so the sets of
+//! a new ruleset can be created next to the old ones before the restore switches the rules over,
+//! and no packet ever sees an old rule with new set content or the reverse. Each set is still
+//! filled through a temporary (`nwt4-…`) and `swap`ped in, so a live set that somehow differs
+//! (a crash mid-fill, a manual edit) is corrected atomically.
+//!
+//! # Monitor (seed 000)
+//!
+//! A direction with monitored policies evaluates both views with two mark bits: the chain clears
+//! both, enforced allow rules set `allow_mark`, staged allow rules set `staged_mark`; a NEW
+//! connection with allow-but-not-staged is logged (NFLOG, `nw:wd:<key>`), then allow-marked
+//! packets are accepted and the rest rejected — so enforcement is exactly the enforced view.
+//! Directions without monitoring carry no mark rules. `-m limit` rules are per rule, and the
+//! ruleset is per pod netns, so each limit is per pod, direction and family.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use netwarden_engine::{
+    AddrSet, Clause, Direction, DirectionRules, Isolation, PeerMatch, PodRules, PortMatch,
+    PortRange, Protocol,
+};
+
+use crate::logkey::{log_key_for, log_prefix, LogAction, LogKey};
+use crate::options::RenderOptions;
+
+/// The entry chains of seed 004.
+pub const INGRESS_V4: &str = "DANM_INGRESS_V4";
+pub const EGRESS_V4: &str = "DANM_EGRESS_V4";
+pub const INGRESS_V6: &str = "DANM_INGRESS_V6";
+pub const EGRESS_V6: &str = "DANM_EGRESS_V6";
+
+/// Prefixes of the ipsets netwarden owns (live and temporary, both families). Nothing else in a
+/// pod netns is ever destroyed.
+pub const OWNED_SET_PREFIXES: [&str; 4] = ["nw4-", "nw6-", "nwt4-", "nwt6-"];
+
+/// Most ports one `multiport` match takes (a range counts twice).
+const MULTIPORT_MAX: usize = 15;
+
+/// Default `maxelem` of an ipset; larger sets get their size instead.
+const IPSET_MAXELEM: usize = 65536;
+
+/// What one pod netns is programmed with in iptables mode.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IptablesRuleset {
+    /// `ipset restore` script: creates, fills and swaps in every set the rules reference.
+    /// Empty when no set is needed.
+    pub ipset: String,
+    /// `iptables-restore` text: the whole filter table.
+    pub v4: String,
+    /// `ip6tables-restore` text: the whole filter table.
+    pub v6: String,
+}
+
+impl IptablesRuleset {
+    /// The ruleset of a pod nothing isolates: empty filter tables, no sets. Applying it removes
+    /// everything netwarden had programmed (stale sets are destroyed after the restore).
+    pub fn empty() -> Self {
+        IptablesRuleset { ipset: String::new(), v4: empty_filter_table(), v6: empty_filter_table() }
+    }
+
+    /// Names of the live sets the `ipset` script creates (what the rules reference).
+    pub fn set_names(&self) -> BTreeSet<String> {
+        set_names(&self.ipset)
+    }
+}
+
+/// A filter table with the built-in chains accepting and no rule.
+pub fn empty_filter_table() -> String {
+    "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n".to_string()
+}
+
+/// Whether netwarden owns the ipset `name` (by prefix).
+pub fn is_owned_set(name: &str) -> bool {
+    OWNED_SET_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The live set names an `ipset` script from [`render_iptables`] creates.
+pub fn set_names(ipset_script: &str) -> BTreeSet<String> {
+    ipset_script
+        .lines()
+        .filter_map(|l| l.strip_prefix("create "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("nw4-") || n.starts_with("nw6-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether an interface name can be written into a rule as is: what Linux allows in an
+/// interface name (1-15 bytes), restricted to `[A-Za-z0-9_.@-]`. `+` is excluded because
+/// iptables reads a trailing `+` as a wildcard; quotes, `#` and spaces would change the meaning
+/// of the restore text. Names the kernel accepts but this does not are matched by nothing (see
+/// the module doc for the fail-closed fallback).
+pub fn safe_interface_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn entry_chain(self, dir: Direction) -> &'static str {
+        match (self, dir) {
+            (Family::V4, Direction::Ingress) => INGRESS_V4,
+            (Family::V4, Direction::Egress) => EGRESS_V4,
+            (Family::V6, Direction::Ingress) => INGRESS_V6,
+            (Family::V6, Direction::Egress) => EGRESS_V6,
+        }
+    }
+
+    fn port_unreachable(self) -> &'static str {
+        match self {
+            Family::V4 => "icmp-port-unreachable",
+            Family::V6 => "icmp6-port-unreachable",
+        }
+    }
+
+    fn ipset_family(self) -> &'static str {
+        match self {
+            Family::V4 => "inet",
+            Family::V6 => "inet6",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Family::V4 => "4",
+            Family::V6 => "6",
+        }
+    }
+
+    /// The CIDRs of `set` in this family, as text (empty: the set matches nothing here).
+    fn cidrs(self, set: &AddrSet) -> Vec<String> {
+        match self {
+            Family::V4 => set.v4_cidrs().iter().map(ToString::to_string).collect(),
+            Family::V6 => set.v6_cidrs().iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+/// Per-interface chain name: generated, never from an object's name.
+fn sub_chain(dir: Direction, index: usize) -> String {
+    match dir {
+        Direction::Ingress => format!("DANM_IN_{index}"),
+        Direction::Egress => format!("DANM_OUT_{index}"),
+    }
+}
+
+/// 64-bit FNV-1a: stable across Rust releases (unlike `DefaultHasher`), so set names survive an
+/// agent upgrade and a restarted agent converges on the same names.
+fn fnv64(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The sets referenced by a ruleset, by name; the name is a function of family and content.
+#[derive(Default)]
+struct SetRegistry {
+    sets: BTreeMap<String, (Family, Vec<String>)>,
+}
+
+impl SetRegistry {
+    /// The set holding `cidrs` (non-empty), registering it on first use.
+    fn name_for(&mut self, family: Family, cidrs: Vec<String>) -> String {
+        let key = format!("{}|{}", family.tag(), cidrs.join(","));
+        let name = format!("nw{}-{:016x}", family.tag(), fnv64(key.as_bytes()));
+        self.sets.entry(name.clone()).or_insert((family, cidrs));
+        name
+    }
+
+    /// `ipset restore` script: for each set, make sure the live set exists, fill a temporary,
+    /// swap it in and destroy it. `maxelem` depends only on the content, so `create -exist` of
+    /// an existing live set (same name, same content) is always accepted.
+    fn script(&self) -> String {
+        let mut out = String::new();
+        for (name, (family, cidrs)) in &self.sets {
+            let tmp = name.replacen("nw", "nwt", 1);
+            let spec = format!(
+                "hash:net family {} maxelem {}",
+                family.ipset_family(),
+                cidrs.len().max(IPSET_MAXELEM)
+            );
+            let _ = writeln!(out, "create {name} {spec} -exist");
+            let _ = writeln!(out, "create {tmp} {spec} -exist");
+            let _ = writeln!(out, "flush {tmp}");
+            for c in cidrs {
+                let _ = writeln!(out, "add {tmp} {c}");
+            }
+            let _ = writeln!(out, "swap {tmp} {name}");
+            let _ = writeln!(out, "destroy {tmp}");
+        }
+        out
+    }
+}
+
+/// What the allow rules of a chain do.
+#[derive(Clone, Copy)]
+enum AllowAction {
+    Accept,
+    /// Set this mark bit (monitor bookkeeping).
+    Mark(u32),
+}
+
+impl AllowAction {
+    fn target(self) -> String {
+        match self {
+            AllowAction::Accept => "-j ACCEPT".to_string(),
+            AllowAction::Mark(bit) => format!("-j MARK --set-xmark {bit:#x}/{bit:#x}"),
+        }
+    }
+}
+
+/// Port matches of one clause: one string per rule to emit (empty string = every protocol and
+/// port). Several when protocols differ or more than [`MULTIPORT_MAX`] ports are listed.
+fn port_matches(ports: &PortMatch) -> Vec<String> {
+    let ranges = match ports {
+        PortMatch::Any => return vec![String::new()],
+        PortMatch::Only(ranges) => ranges,
+    };
+    let mut by_proto: BTreeMap<Protocol, Option<BTreeSet<(u16, u16)>>> = BTreeMap::new();
+    for PortRange { protocol, ports } in ranges {
+        let entry = by_proto.entry(*protocol).or_insert_with(|| Some(BTreeSet::new()));
+        match (ports, entry.as_mut()) {
+            // Every port of the protocol subsumes any list.
+            (None, _) => *entry = None,
+            (Some(r), Some(list)) => {
+                list.insert(*r);
+            }
+            (Some(_), None) => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (proto, list) in by_proto {
+        let p = proto.lower();
+        let Some(list) = list else {
+            out.push(format!("-p {p}"));
+            continue;
+        };
+        let specs: Vec<(String, usize)> = list
+            .into_iter()
+            .map(|(lo, hi)| if lo == hi { (lo.to_string(), 1) } else { (format!("{lo}:{hi}"), 2) })
+            .collect();
+        if let [(one, _)] = specs.as_slice() {
+            out.push(format!("-p {p} -m {p} --dport {one}"));
+            continue;
+        }
+        let mut chunk: Vec<&str> = Vec::new();
+        let mut weight = 0;
+        for (spec, w) in &specs {
+            if weight + w > MULTIPORT_MAX {
+                out.push(format!("-p {p} -m multiport --dports {}", chunk.join(",")));
+                chunk.clear();
+                weight = 0;
+            }
+            chunk.push(spec);
+            weight += w;
+        }
+        out.push(format!("-p {p} -m multiport --dports {}", chunk.join(",")));
+    }
+    out
+}
+
+/// Renders one family's filter table.
+struct FamilyRenderer<'a> {
+    family: Family,
+    opts: &'a RenderOptions,
+    sets: &'a mut SetRegistry,
+    /// User chains, in declaration order.
+    chains: Vec<String>,
+    /// (chain, rule spec), in evaluation order within each chain.
+    rules: Vec<(String, String)>,
+}
+
+impl FamilyRenderer<'_> {
+    fn rule(&mut self, chain: &str, spec: &str) {
+        self.rules.push((chain.to_string(), spec.to_string()));
+    }
+
+    fn reject(&mut self, chain: &str) {
+        self.rule(chain, "-p tcp -j REJECT --reject-with tcp-reset");
+        let unreachable = format!("-j REJECT --reject-with {}", self.family.port_unreachable());
+        self.rule(chain, &unreachable);
+    }
+
+    fn log(&mut self, chain: &str, mark: Option<(u32, u32)>, action: LogAction, key: Option<u32>) {
+        let Some(key) = key else { return };
+        let o = self.opts;
+        let mark = mark.map(|(v, m)| format!("-m mark --mark {v:#x}/{m:#x} ")).unwrap_or_default();
+        let spec = format!(
+            "{mark}-m conntrack --ctstate NEW -m limit --limit {}/min --limit-burst {} -j NFLOG --nflog-group {} --nflog-prefix \"{}\"",
+            o.log_rate_per_minute,
+            o.log_burst,
+            o.nflog_group,
+            log_prefix(action, LogKey(key)),
+        );
+        self.rule(chain, &spec);
+    }
+
+    /// The rules of `isolation` with `action`; an open view allows everything.
+    fn allow_rules(&mut self, chain: &str, dir: Direction, isolation: &Isolation, action: AllowAction) {
+        let target = action.target();
+        let clauses: Vec<&Clause> = match isolation {
+            Isolation::Open => {
+                self.rule(chain, &target);
+                return;
+            }
+            Isolation::Isolated(rules) => rules.iter().flat_map(|r| &r.clauses).collect(),
+        };
+        let side = match dir {
+            Direction::Ingress => "src",
+            Direction::Egress => "dst",
+        };
+        let mut seen = BTreeSet::new();
+        for clause in clauses {
+            let peer = match &clause.peers {
+                PeerMatch::Any => String::new(),
+                PeerMatch::Addrs(set) => {
+                    let cidrs = self.family.cidrs(set);
+                    if cidrs.is_empty() {
+                        continue; // matches nothing in this family
+                    }
+                    format!("-m set --match-set {} {side} ", self.sets.name_for(self.family, cidrs))
+                }
+            };
+            for ports in port_matches(&clause.ports) {
+                let spec = if ports.is_empty() {
+                    format!("{peer}{target}")
+                } else {
+                    format!("{peer}{ports} {target}")
+                };
+                if seen.insert(spec.clone()) {
+                    self.rule(chain, &spec);
+                }
+            }
+        }
+    }
+
+    /// The per-interface chain of one isolated or monitored direction.
+    fn direction_chain(&mut self, chain: &str, dir: Direction, dr: &DirectionRules, key: Option<u32>) {
+        self.chains.push(chain.to_string());
+        let deny_key = if dr.log_denies && dr.enforced.is_isolated() { key } else { None };
+        if !dr.has_monitor() {
+            self.allow_rules(chain, dir, &dr.enforced, AllowAction::Accept);
+            self.log(chain, None, LogAction::Deny, deny_key);
+            self.reject(chain);
+            return;
+        }
+        let (allow, staged) = (self.opts.allow_mark, self.opts.staged_mark);
+        let both = allow | staged;
+        self.rule(chain, &format!("-j MARK --set-xmark 0x0/{both:#x}"));
+        self.allow_rules(chain, dir, &dr.enforced, AllowAction::Mark(allow));
+        self.allow_rules(chain, dir, &dr.staged, AllowAction::Mark(staged));
+        // Would-deny: the enforced view allows, the staged view does not.
+        self.log(chain, Some((allow, both)), LogAction::WouldDeny, key);
+        self.rule(chain, &format!("-m mark --mark {allow:#x}/{allow:#x} -j ACCEPT"));
+        self.log(chain, None, LogAction::Deny, deny_key);
+        self.reject(chain);
+    }
+
+    fn render(mut self, pod: &PodRules) -> String {
+        let v6 = self.family == Family::V6;
+        let fam = self.family;
+        let (ingress, egress) = (fam.entry_chain(Direction::Ingress), fam.entry_chain(Direction::Egress));
+        self.chains.push(ingress.to_string());
+        self.chains.push(egress.to_string());
+        // Built-in chains: seed 004's "quality of life" rules, then the jump.
+        self.rule("INPUT", "-i lo -j ACCEPT");
+        self.rule("INPUT", "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
+        let nd = ["133", "134", "135", "136"]; // router/neighbour solicitation/advertisement
+        if v6 {
+            for t in nd {
+                self.rule("INPUT", &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"));
+            }
+        }
+        self.rule("INPUT", &format!("-j {ingress}"));
+        self.rule("OUTPUT", "-o lo -j ACCEPT");
+        self.rule("OUTPUT", "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
+        if v6 {
+            for t in nd {
+                self.rule("OUTPUT", &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"));
+            }
+        }
+        if self.opts.allow_dns {
+            self.rule("OUTPUT", "-p udp -m udp --dport 53 -j ACCEPT");
+            self.rule("OUTPUT", "-p tcp -m tcp --dport 53 -j ACCEPT");
+        }
+        self.rule("OUTPUT", &format!("-j {egress}"));
+        // Forwarding through an isolated pod is rejected; monitoring alone never changes what
+        // is enforced, so only the enforced view counts here.
+        let enforced_isolated = pod
+            .interfaces
+            .iter()
+            .any(|i| i.ingress.enforced.is_isolated() || i.egress.enforced.is_isolated());
+        if self.opts.reject_forward && enforced_isolated {
+            self.reject("FORWARD");
+        }
+        for dir in [Direction::Ingress, Direction::Egress] {
+            let entry = fam.entry_chain(dir);
+            let flag = match dir {
+                Direction::Ingress => "-i",
+                Direction::Egress => "-o",
+            };
+            let mut unmatchable_isolated = false;
+            for (index, iface) in pod.interfaces.iter().enumerate() {
+                let dr = iface.direction(dir);
+                let needs_chain = dr.enforced.is_isolated() || dr.has_monitor();
+                if !safe_interface_name(&iface.name) {
+                    unmatchable_isolated |= dr.enforced.is_isolated();
+                    continue;
+                }
+                if !needs_chain {
+                    self.rule(entry, &format!("{flag} {} -j ACCEPT", iface.name));
+                    continue;
+                }
+                let chain = sub_chain(dir, index);
+                self.rule(entry, &format!("{flag} {} -j {chain}", iface.name));
+                let key = log_key_for(pod, &iface.name, dir).map(|k| k.0);
+                self.direction_chain(&chain, dir, dr, key);
+            }
+            if unmatchable_isolated {
+                self.reject(entry);
+            }
+        }
+        let mut out = String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+        for c in &self.chains {
+            let _ = writeln!(out, ":{c} - [0:0]");
+        }
+        // Rules grouped by chain (built-ins first), as iptables-save prints them.
+        let builtins = ["INPUT", "FORWARD", "OUTPUT"].map(String::from);
+        for chain in builtins.iter().chain(&self.chains) {
+            for (_, spec) in self.rules.iter().filter(|(c, _)| c == chain) {
+                let _ = writeln!(out, "-A {chain} {spec}");
+            }
+        }
+        out.push_str("COMMIT\n");
+        out
+    }
+}
+
+/// Renders everything iptables mode programs into the pod's netns. A pod nothing isolates (in
+/// either view) gets [`IptablesRuleset::empty`]. `opts` is assumed valid
+/// ([`RenderOptions::validate`]).
+pub fn render_iptables(rules: &PodRules, opts: &RenderOptions) -> IptablesRuleset {
+    if !rules.is_isolated() {
+        return IptablesRuleset::empty();
+    }
+    let mut sets = SetRegistry::default();
+    let mut family = |family| {
+        FamilyRenderer { family, opts, sets: &mut sets, chains: Vec::new(), rules: Vec::new() }
+            .render(rules)
+    };
+    let v4 = family(Family::V4);
+    let v6 = family(Family::V6);
+    IptablesRuleset { ipset: sets.script(), v4, v6 }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the system tools netwarden and its tests use (Debian), only those missing.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+need=()
+for tool in nft:nftables iptables:iptables ipset:ipset ip:iproute2 protoc:protobuf-compiler conntrack:conntrack nsenter:util-linux; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}"
+fi
