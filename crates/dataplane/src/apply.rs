@@ -77,7 +77,10 @@ impl RenderedRuleset {
     /// For iptables: no text at all.
     pub fn is_removal(&self) -> bool {
         match self.backend {
-            Backend::Nft => self.nft.as_deref().is_none_or(netwarden_render::nft::is_removal),
+            Backend::Nft => self
+                .nft
+                .as_deref()
+                .is_none_or(netwarden_render::nft::is_removal),
             Backend::Iptables => {
                 self.iptables_v4.is_none() && self.iptables_v6.is_none() && self.ipset.is_none()
             }
@@ -109,7 +112,10 @@ pub enum ApplyOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     #[error("{backend} dataplane cannot apply a {got} ruleset")]
-    WrongBackend { backend: &'static str, got: &'static str },
+    WrongBackend {
+        backend: &'static str,
+        got: &'static str,
+    },
     #[error("applying rules in {}: {source}", netns.display())]
     Apply { netns: PathBuf, source: NetnsError },
     #[error("removing rules in {}: {source}", netns.display())]
@@ -141,8 +147,11 @@ pub(crate) fn netns_gone(e: &NetnsError) -> bool {
 pub trait Dataplane: Send {
     /// Replaces everything netwarden owns in `netns` with `ruleset`, atomically per netns.
     /// A removal ruleset removes (see [`RenderedRuleset::is_removal`]).
-    fn apply(&mut self, netns: &Path, ruleset: &RenderedRuleset)
-        -> Result<ApplyOutcome, ApplyError>;
+    fn apply(
+        &mut self,
+        netns: &Path,
+        ruleset: &RenderedRuleset,
+    ) -> Result<ApplyOutcome, ApplyError>;
 
     /// Removes everything netwarden owns in `netns` and nothing else. A netns that no longer
     /// exists has nothing left to remove: that is success.

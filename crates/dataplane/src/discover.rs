@@ -43,7 +43,11 @@ pub enum DiscoverError {
     #[error("cannot parse `ip -j addr show` output: {0}")]
     Json(#[from] serde_json::Error),
     #[error("interface {interface}: bad address {addr}/{prefix_len}")]
-    BadAddress { interface: String, addr: String, prefix_len: u8 },
+    BadAddress {
+        interface: String,
+        addr: String,
+        prefix_len: u8,
+    },
 }
 
 /// The interfaces with an L3 address in the netns at `path`, except `lo`.
@@ -138,23 +142,45 @@ mod tests {
         assert!(eth0.up);
         assert_eq!(
             eth0.addrs,
-            vec!["10.0.0.5/24".parse::<IpNet>().unwrap(), "fd00::5/64".parse().unwrap()]
+            vec![
+                "10.0.0.5/24".parse::<IpNet>().unwrap(),
+                "fd00::5/64".parse().unwrap()
+            ]
         );
-        assert_eq!(eth0.link_local, vec!["fe80::1/64".parse::<IpNet>().unwrap()]);
+        assert_eq!(
+            eth0.link_local,
+            vec!["fe80::1/64".parse::<IpNet>().unwrap()]
+        );
         assert_eq!(
             eth0.ips().collect::<Vec<_>>(),
-            vec!["10.0.0.5".parse::<IpAddr>().unwrap(), "fd00::5".parse().unwrap()]
+            vec![
+                "10.0.0.5".parse::<IpAddr>().unwrap(),
+                "fd00::5".parse().unwrap()
+            ]
         );
         assert!(!got[1].up);
-        assert_eq!(got[1].addrs, vec!["192.168.7.2/28".parse::<IpNet>().unwrap()]);
+        assert_eq!(
+            got[1].addrs,
+            vec!["192.168.7.2/28".parse::<IpNet>().unwrap()]
+        );
     }
 
     #[test]
     fn rejects_garbage() {
-        assert!(matches!(parse_ip_addr_json(b"{"), Err(DiscoverError::Json(_))));
+        assert!(matches!(
+            parse_ip_addr_json(b"{"),
+            Err(DiscoverError::Json(_))
+        ));
         let bad = br#"[{"ifindex":2,"ifname":"x","addr_info":[{"local":"nope","prefixlen":8}]}]"#;
-        assert!(matches!(parse_ip_addr_json(bad), Err(DiscoverError::BadAddress { .. })));
-        let bad = br#"[{"ifindex":2,"ifname":"x","addr_info":[{"local":"10.0.0.1","prefixlen":40}]}]"#;
-        assert!(matches!(parse_ip_addr_json(bad), Err(DiscoverError::BadAddress { .. })));
+        assert!(matches!(
+            parse_ip_addr_json(bad),
+            Err(DiscoverError::BadAddress { .. })
+        ));
+        let bad =
+            br#"[{"ifindex":2,"ifname":"x","addr_info":[{"local":"10.0.0.1","prefixlen":40}]}]"#;
+        assert!(matches!(
+            parse_ip_addr_json(bad),
+            Err(DiscoverError::BadAddress { .. })
+        ));
     }
 }

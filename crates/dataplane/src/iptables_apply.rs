@@ -22,15 +22,13 @@
 //! read back with the same variant that wrote them, and a pod whose own tools use the other
 //! variant would have two filter tables that both apply.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use netwarden_render::iptables::{empty_filter_table, is_owned_set, set_names, IptablesRuleset};
 
+use crate::apply::{netns_gone, ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
 use crate::netns::{self, exec_in, NetnsError};
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +47,24 @@ pub enum IptablesError {
     Version(String),
 }
 
+impl IptablesError {
+    /// The failed command (every stage but [`Version`](Self::Version) is one), whose program
+    /// and arguments name the stage.
+    fn into_netns_error(self) -> NetnsError {
+        match self {
+            IptablesError::Ipset(e)
+            | IptablesError::RestoreV4(e)
+            | IptablesError::RestoreV6(e)
+            | IptablesError::ReadBack(e)
+            | IptablesError::Destroy { source: e, .. } => e,
+            IptablesError::Version(v) => NetnsError::Spawn {
+                program: "iptables".into(),
+                source: std::io::Error::other(v),
+            },
+        }
+    }
+}
+
 /// Which kernel interface the `iptables` binaries drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IptablesVariant {
@@ -65,7 +81,11 @@ pub fn parse_variant(version_output: &str) -> Result<IptablesVariant, IptablesEr
     if !line.starts_with("iptables v") {
         return Err(IptablesError::Version(line.to_string()));
     }
-    Ok(if line.contains("(nf_tables)") { IptablesVariant::NfTables } else { IptablesVariant::Legacy })
+    Ok(if line.contains("(nf_tables)") {
+        IptablesVariant::NfTables
+    } else {
+        IptablesVariant::Legacy
+    })
 }
 
 /// The variant of the `iptables` on `PATH` (the binary does not depend on the netns).
@@ -101,7 +121,10 @@ impl IptablesState {
     /// Whether nothing of netwarden is left: no set of ours and no rule or user chain in
     /// either filter table.
     pub fn is_clean(&self) -> bool {
-        let clean = |t: &str| !t.lines().any(|l| l.starts_with("-A ") || l.starts_with(":DANM"));
+        let clean = |t: &str| {
+            !t.lines()
+                .any(|l| l.starts_with("-A ") || l.starts_with(":DANM"))
+        };
         self.sets.is_empty() && clean(&self.v4) && clean(&self.v6)
     }
 }
@@ -110,15 +133,21 @@ impl IptablesState {
 /// netns whose ruleset did not change since the last successful apply.
 #[derive(Debug, Default)]
 pub struct IptablesDataplane {
-    /// Hash of the last texts applied successfully, per netns path. In memory only: after an
-    /// agent restart everything is re-applied once, which is atomic and idempotent.
-    applied: Mutex<HashMap<PathBuf, u64>>,
+    /// [`RenderedRuleset::content_hash`] of the last ruleset applied successfully, per netns
+    /// path. In memory only: after an agent restart everything is re-applied once, which is
+    /// atomic and idempotent.
+    applied: HashMap<PathBuf, u64>,
 }
 
-fn ruleset_hash(ipset: &str, v4: &str, v6: &str) -> u64 {
-    let mut h = DefaultHasher::new();
-    (ipset, v4, v6).hash(&mut h);
-    h.finish()
+/// The [`RenderedRuleset`] of a rendered [`IptablesRuleset`]: a pod nothing isolates (the empty
+/// ruleset) becomes the removal (no text at all); otherwise both families, and the ipset script
+/// when there are sets.
+pub fn rendered(ruleset: IptablesRuleset) -> RenderedRuleset {
+    if ruleset == IptablesRuleset::empty() {
+        return RenderedRuleset::iptables(None, None, None);
+    }
+    let ipset = (!ruleset.ipset.is_empty()).then_some(ruleset.ipset);
+    RenderedRuleset::iptables(Some(ruleset.v4), Some(ruleset.v6), ipset)
 }
 
 impl IptablesDataplane {
@@ -127,48 +156,41 @@ impl IptablesDataplane {
     }
 
     fn cached(&self, netns: &Path) -> Option<u64> {
-        self.applied.lock().unwrap_or_else(|e| e.into_inner()).get(netns).copied()
+        self.applied.get(netns).copied()
     }
 
-    fn remember(&self, netns: &Path, hash: Option<u64>) {
-        let mut map = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+    fn remember(&mut self, netns: &Path, hash: Option<u64>) {
         match hash {
-            Some(h) => map.insert(netns.to_owned(), h),
-            None => map.remove(netns),
+            Some(h) => self.applied.insert(netns.to_owned(), h),
+            None => self.applied.remove(netns),
         };
     }
 
-    /// Applies `ruleset` (the three texts of [`netwarden_render::iptables::render_iptables`])
-    /// to the netns at `netns`. Empty `v4`/`v6` texts stand for the empty filter table.
+    /// Applies the three texts of [`netwarden_render::iptables::render_iptables`] to the netns
+    /// at `netns`, unless they are what was last applied there. Empty `v4`/`v6` texts stand for
+    /// the empty filter table.
     pub fn apply_texts(
-        &self,
+        &mut self,
         netns: &Path,
         ipset: &str,
         v4: &str,
         v6: &str,
     ) -> Result<IptablesApplyOutcome, IptablesError> {
-        let hash = ruleset_hash(ipset, v4, v6);
+        let hash = RenderedRuleset::iptables(Some(v4.into()), Some(v6.into()), Some(ipset.into()))
+            .content_hash();
         if self.cached(netns) == Some(hash) {
             return Ok(IptablesApplyOutcome::Unchanged);
         }
         // Forget first: if anything below fails, the next sync must re-apply in full.
         self.remember(netns, None);
-        if !ipset.trim().is_empty() {
-            exec_in(netns, "ipset", &["restore"], Some(ipset.as_bytes())).map_err(IptablesError::Ipset)?;
-        }
-        let empty = empty_filter_table();
-        let v4 = if v4.trim().is_empty() { &empty } else { v4 };
-        let v6 = if v6.trim().is_empty() { &empty } else { v6 };
-        exec_in(netns, "iptables-restore", &["-w"], Some(v4.as_bytes())).map_err(IptablesError::RestoreV4)?;
-        exec_in(netns, "ip6tables-restore", &["-w"], Some(v6.as_bytes())).map_err(IptablesError::RestoreV6)?;
-        destroy_stale_sets(netns, &set_names(ipset))?;
+        apply_uncached(netns, ipset, v4, v6)?;
         self.remember(netns, Some(hash));
         Ok(IptablesApplyOutcome::Applied)
     }
 
     /// [`apply_texts`](Self::apply_texts) of a rendered [`IptablesRuleset`].
     pub fn apply_ruleset(
-        &self,
+        &mut self,
         netns: &Path,
         ruleset: &IptablesRuleset,
     ) -> Result<IptablesApplyOutcome, IptablesError> {
@@ -177,21 +199,24 @@ impl IptablesDataplane {
 
     /// Removes everything netwarden programmed: empty filter tables for both families and no
     /// set of ours. A netns that no longer exists has nothing left to clean.
-    pub fn remove_from(&self, netns: &Path) -> Result<(), IptablesError> {
+    pub fn remove_from(&mut self, netns: &Path) -> Result<(), IptablesError> {
         self.remember(netns, None);
         if !netns.exists() {
             return Ok(());
         }
         let empty = empty_filter_table();
-        exec_in(netns, "iptables-restore", &["-w"], Some(empty.as_bytes())).map_err(IptablesError::RestoreV4)?;
-        exec_in(netns, "ip6tables-restore", &["-w"], Some(empty.as_bytes())).map_err(IptablesError::RestoreV6)?;
+        exec_in(netns, "iptables-restore", &["-w"], Some(empty.as_bytes()))
+            .map_err(IptablesError::RestoreV4)?;
+        exec_in(netns, "ip6tables-restore", &["-w"], Some(empty.as_bytes()))
+            .map_err(IptablesError::RestoreV6)?;
         destroy_stale_sets(netns, &BTreeSet::new())
     }
 
     /// What the kernel holds in the netns: both filter tables and the sets of ours.
     pub fn read_state(&self, netns: &Path) -> Result<IptablesState, IptablesError> {
         let save = |program: &str| -> Result<String, IptablesError> {
-            let out = exec_in(netns, program, &["-t", "filter"], None).map_err(IptablesError::ReadBack)?;
+            let out = exec_in(netns, program, &["-t", "filter"], None)
+                .map_err(IptablesError::ReadBack)?;
             Ok(String::from_utf8_lossy(&out.stdout)
                 .lines()
                 .filter(|l| !l.starts_with('#'))
@@ -212,13 +237,122 @@ impl IptablesDataplane {
             let key = |l: &str| {
                 let mut w = l.split_whitespace();
                 let verb = w.next().unwrap_or_default() != "create";
-                (w.next().unwrap_or_default().to_string(), verb, l.to_string())
+                (
+                    w.next().unwrap_or_default().to_string(),
+                    verb,
+                    l.to_string(),
+                )
             };
             key(a).cmp(&key(b))
         });
         let ipset = lines.into_iter().map(|l| l + "\n").collect();
-        Ok(IptablesState { v4, v6, ipset, sets })
+        Ok(IptablesState {
+            v4,
+            v6,
+            ipset,
+            sets,
+        })
     }
+}
+
+impl Dataplane for IptablesDataplane {
+    fn apply(
+        &mut self,
+        netns: &Path,
+        ruleset: &RenderedRuleset,
+    ) -> Result<ApplyOutcome, ApplyError> {
+        if ruleset.backend != Backend::Iptables {
+            return Err(ApplyError::WrongBackend {
+                backend: Backend::Iptables.as_str(),
+                got: ruleset.backend.as_str(),
+            });
+        }
+        let hash = ruleset.content_hash();
+        if ruleset.is_removal() {
+            if self.cached(netns) == Some(hash) {
+                return Ok(ApplyOutcome::Unchanged);
+            }
+            self.remove(netns)?;
+            self.remember(netns, Some(hash));
+            return Ok(ApplyOutcome::Removed);
+        }
+        if self.cached(netns) == Some(hash) {
+            return Ok(ApplyOutcome::Unchanged);
+        }
+        self.remember(netns, None);
+        fn text(t: &Option<String>) -> &str {
+            t.as_deref().unwrap_or_default()
+        }
+        apply_uncached(
+            netns,
+            text(&ruleset.ipset),
+            text(&ruleset.iptables_v4),
+            text(&ruleset.iptables_v6),
+        )
+        .map_err(|e| ApplyError::Apply {
+            netns: netns.to_owned(),
+            source: e.into_netns_error(),
+        })?;
+        self.remember(netns, Some(hash));
+        Ok(ApplyOutcome::Applied)
+    }
+
+    fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
+        match self.remove_from(netns) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let source = e.into_netns_error();
+                if netns_gone(&source) {
+                    Ok(())
+                } else {
+                    Err(ApplyError::Remove {
+                        netns: netns.to_owned(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Both filter tables and our sets, as `### ipset` / `### v4` / `### v6` sections; `None`
+    /// when no rule, user chain or set of ours is left.
+    fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
+        let state = self.read_state(netns).map_err(|e| ApplyError::ReadBack {
+            netns: netns.to_owned(),
+            source: e.into_netns_error(),
+        })?;
+        if state.is_clean() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "### ipset\n{}### v4\n{}### v6\n{}",
+            state.ipset, state.v4, state.v6
+        )))
+    }
+
+    fn forget(&mut self, netns: &Path) {
+        self.remember(netns, None);
+    }
+
+    fn forget_all(&mut self) {
+        self.applied.clear();
+    }
+}
+
+/// Sets, then both tables, then stale sets (see the module doc for why in this order).
+fn apply_uncached(netns: &Path, ipset: &str, v4: &str, v6: &str) -> Result<(), IptablesError> {
+    if !ipset.trim().is_empty() {
+        exec_in(netns, "ipset", &["restore"], Some(ipset.as_bytes()))
+            .map_err(IptablesError::Ipset)?;
+    }
+    let empty = empty_filter_table();
+    let v4 = if v4.trim().is_empty() { &empty } else { v4 };
+    let v6 = if v6.trim().is_empty() { &empty } else { v6 };
+    exec_in(netns, "iptables-restore", &["-w"], Some(v4.as_bytes()))
+        .map_err(IptablesError::RestoreV4)?;
+    exec_in(netns, "ip6tables-restore", &["-w"], Some(v6.as_bytes()))
+        .map_err(IptablesError::RestoreV6)?;
+    destroy_stale_sets(netns, &set_names(ipset))
 }
 
 /// Names of the sets of ours present in the netns.
@@ -252,7 +386,12 @@ fn destroy_stale_sets(netns: &Path, keep: &BTreeSet<String>) -> Result<(), Iptab
                     attempt += 1;
                     std::thread::sleep(Duration::from_millis(25));
                 }
-                Err(source) => return Err(IptablesError::Destroy { name: name.clone(), source }),
+                Err(source) => {
+                    return Err(IptablesError::Destroy {
+                        name: name.clone(),
+                        source,
+                    })
+                }
             }
         }
     }
@@ -265,9 +404,18 @@ mod tests {
 
     #[test]
     fn variant_is_parsed() {
-        assert_eq!(parse_variant("iptables v1.8.9 (nf_tables)\n").unwrap(), IptablesVariant::NfTables);
-        assert_eq!(parse_variant("iptables v1.8.7 (legacy)").unwrap(), IptablesVariant::Legacy);
-        assert_eq!(parse_variant("iptables v1.6.1").unwrap(), IptablesVariant::Legacy);
+        assert_eq!(
+            parse_variant("iptables v1.8.9 (nf_tables)\n").unwrap(),
+            IptablesVariant::NfTables
+        );
+        assert_eq!(
+            parse_variant("iptables v1.8.7 (legacy)").unwrap(),
+            IptablesVariant::Legacy
+        );
+        assert_eq!(
+            parse_variant("iptables v1.6.1").unwrap(),
+            IptablesVariant::Legacy
+        );
         assert!(parse_variant("nft v1.0").is_err());
     }
 
@@ -279,9 +427,15 @@ mod tests {
             ..Default::default()
         };
         assert!(empty.is_clean());
-        let with_rule = IptablesState { v4: format!("{}-A INPUT -j ACCEPT\n", empty.v4), ..empty.clone() };
+        let with_rule = IptablesState {
+            v4: format!("{}-A INPUT -j ACCEPT\n", empty.v4),
+            ..empty.clone()
+        };
         assert!(!with_rule.is_clean());
-        let with_set = IptablesState { sets: BTreeSet::from(["nw4-0".to_string()]), ..empty };
+        let with_set = IptablesState {
+            sets: BTreeSet::from(["nw4-0".to_string()]),
+            ..empty
+        };
         assert!(!with_set.is_clean());
     }
 }

@@ -10,13 +10,13 @@
 
 pub mod apply;
 pub mod discover;
-pub mod iptables_apply;
 pub mod fake;
+pub mod iptables_apply;
 pub mod netns;
 pub mod nft_apply;
 
-pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
-pub use netns::{exec_in, run_in, Netns, NetnsError};
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
+pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
+pub use netns::{exec_in, run_in, Netns, NetnsError};
 pub use nft_apply::NftDataplane;

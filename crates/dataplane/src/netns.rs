@@ -35,7 +35,12 @@ pub enum NetnsError {
     #[error("cannot run {program}: {source}")]
     Spawn { program: String, source: io::Error },
     #[error("{program} {} failed ({status}): {}", args.join(" "), stderr.trim_end())]
-    Command { program: String, args: Vec<String>, status: ExitStatus, stderr: String },
+    Command {
+        program: String,
+        args: Vec<String>,
+        status: ExitStatus,
+        stderr: String,
+    },
     #[error("invalid network namespace name {0:?} (allowed: 1-64 of A-Z a-z 0-9 _ . -, not starting with - or .)")]
     InvalidName(String),
     #[error("cannot list {dir}: {source}")]
@@ -54,9 +59,14 @@ pub struct Netns {
 
 impl Netns {
     pub fn open(path: &Path) -> Result<Netns, NetnsError> {
-        let file =
-            File::open(path).map_err(|source| NetnsError::Open { path: path.to_owned(), source })?;
-        Ok(Netns { path: path.to_owned(), file })
+        let file = File::open(path).map_err(|source| NetnsError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Netns {
+            path: path.to_owned(),
+            file,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -68,8 +78,10 @@ impl Netns {
     /// Only call this on a thread you spawned for the purpose and that ends (or switches again)
     /// when done; see the module doc. Fails with `EINVAL` when the path is not a network namespace.
     pub fn enter_current_thread(&self) -> Result<(), NetnsError> {
-        setns(&self.file, CloneFlags::CLONE_NEWNET)
-            .map_err(|source| NetnsError::Setns { path: self.path.clone(), source })
+        setns(&self.file, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Setns {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// Runs `f` on a new thread that has entered this namespace, and returns its result.
@@ -78,17 +90,19 @@ impl Netns {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let file = self
-            .file
-            .try_clone()
-            .map_err(|source| NetnsError::Open { path: self.path.clone(), source })?;
+        let file = self.file.try_clone().map_err(|source| NetnsError::Open {
+            path: self.path.clone(),
+            source,
+        })?;
         let path = self.path.clone();
         let thread_path = path.clone();
         let handle = std::thread::Builder::new()
             .name("netns".into())
             .spawn(move || {
-                setns(&file, CloneFlags::CLONE_NEWNET)
-                    .map_err(|source| NetnsError::Setns { path: thread_path, source })?;
+                setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Setns {
+                    path: thread_path,
+                    source,
+                })?;
                 Ok(f())
             })
             .map_err(|source| NetnsError::Thread { path, source })?;
@@ -116,7 +130,11 @@ pub fn exec_in(
     args: &[&str],
     stdin: Option<&[u8]>,
 ) -> Result<Output, NetnsError> {
-    check(program, args, exec_in_unchecked(path, program, args, stdin)?)
+    check(
+        program,
+        args,
+        exec_in_unchecked(path, program, args, stdin)?,
+    )
 }
 
 /// Like [`exec_in`] but returns the output whatever the exit status (for commands whose failure
@@ -130,7 +148,9 @@ pub fn exec_in_unchecked(
     let program_owned = program.to_owned();
     let args_owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let stdin_owned = stdin.map(<[u8]>::to_vec);
-    run_in(path, move || spawn_and_wait(&program_owned, &args_owned, stdin_owned.as_deref()))?
+    run_in(path, move || {
+        spawn_and_wait(&program_owned, &args_owned, stdin_owned.as_deref())
+    })?
 }
 
 /// Runs a command in the caller's own namespace (used for `ip netns add/del`, which work from
@@ -158,10 +178,17 @@ fn spawn_and_wait(
     args: &[String],
     stdin: Option<&[u8]>,
 ) -> Result<Output, NetnsError> {
-    let spawn_err = |source| NetnsError::Spawn { program: program.to_owned(), source };
+    let spawn_err = |source| NetnsError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
     let mut child = Command::new(program)
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -192,7 +219,9 @@ fn spawn_and_wait(
 pub fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && !name.starts_with(['-', '.'])
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// `/run/netns/NAME` for a valid name.
@@ -224,11 +253,19 @@ pub fn list_named() -> Result<Vec<String>, NetnsError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(NetnsError::List { dir: dir.to_owned(), source }),
+        Err(source) => {
+            return Err(NetnsError::List {
+                dir: dir.to_owned(),
+                source,
+            })
+        }
     };
     let mut names = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| NetnsError::List { dir: dir.to_owned(), source })?;
+        let entry = entry.map_err(|source| NetnsError::List {
+            dir: dir.to_owned(),
+            source,
+        })?;
         if let Some(name) = entry.file_name().to_str() {
             names.push(name.to_owned());
         }
@@ -250,7 +287,18 @@ mod tests {
     fn names_are_validated() {
         assert!(valid_name("nwlab-0a1b2c-12"));
         assert!(valid_name("a.b_c"));
-        for bad in ["", ".", "..", "-n", ".x", "a/b", "a b", "x;rm", "ü", &"x".repeat(65)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "-n",
+            ".x",
+            "a/b",
+            "a b",
+            "x;rm",
+            "ü",
+            &"x".repeat(65),
+        ] {
             assert!(!valid_name(bad), "{bad:?}");
             assert!(matches!(named_path(bad), Err(NetnsError::InvalidName(_))));
         }

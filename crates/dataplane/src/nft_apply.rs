@@ -31,12 +31,18 @@ impl Default for NftDataplane {
 
 impl NftDataplane {
     pub fn new() -> Self {
-        NftDataplane { last_applied: HashMap::new(), program: "nft".into() }
+        NftDataplane {
+            last_applied: HashMap::new(),
+            program: "nft".into(),
+        }
     }
 
     /// Uses another `nft` binary.
     pub fn with_program(program: impl Into<String>) -> Self {
-        NftDataplane { last_applied: HashMap::new(), program: program.into() }
+        NftDataplane {
+            last_applied: HashMap::new(),
+            program: program.into(),
+        }
     }
 
     /// The netns this dataplane believes are programmed (applied and not forgotten).
@@ -46,14 +52,27 @@ impl NftDataplane {
 
     /// Whether table `inet netwarden` exists in `netns`.
     pub fn table_exists(&self, netns: &Path) -> Result<bool, NetnsError> {
-        let out = exec_in(netns, &self.program, &["list", "tables", TABLE_FAMILY], None)?;
+        let out = exec_in(
+            netns,
+            &self.program,
+            &["list", "tables", TABLE_FAMILY],
+            None,
+        )?;
         let wanted = format!("table {TABLE_FAMILY} {TABLE_NAME}");
-        Ok(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == wanted))
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim() == wanted))
     }
 
     /// Runs `nft -c -f -` (check only, nothing changes) on `text` inside `netns`.
     pub fn check(&self, netns: &Path, text: &str) -> Result<(), NetnsError> {
-        exec_in(netns, &self.program, &["-c", "-f", "-"], Some(text.as_bytes())).map(|_| ())
+        exec_in(
+            netns,
+            &self.program,
+            &["-c", "-f", "-"],
+            Some(text.as_bytes()),
+        )
+        .map(|_| ())
     }
 
     fn run_transaction(&self, netns: &Path, text: &str) -> Result<(), NetnsError> {
@@ -80,7 +99,10 @@ impl Dataplane for NftDataplane {
         ruleset: &RenderedRuleset,
     ) -> Result<ApplyOutcome, ApplyError> {
         if ruleset.backend != Backend::Nft {
-            return Err(ApplyError::WrongBackend { backend: "nft", got: ruleset.backend.as_str() });
+            return Err(ApplyError::WrongBackend {
+                backend: "nft",
+                got: ruleset.backend.as_str(),
+            });
         }
         let hash = ruleset.content_hash();
         if self.last_applied.get(netns) == Some(&hash) {
@@ -90,13 +112,19 @@ impl Dataplane for NftDataplane {
         self.last_applied.remove(netns);
         if ruleset.is_removal() {
             self.remove_inner(netns)
-                .map_err(|source| ApplyError::Remove { netns: netns.to_owned(), source })?;
+                .map_err(|source| ApplyError::Remove {
+                    netns: netns.to_owned(),
+                    source,
+                })?;
             self.last_applied.insert(netns.to_owned(), hash);
             return Ok(ApplyOutcome::Removed);
         }
         let text = ruleset.nft.as_deref().unwrap_or_default();
         self.run_transaction(netns, text)
-            .map_err(|source| ApplyError::Apply { netns: netns.to_owned(), source })?;
+            .map_err(|source| ApplyError::Apply {
+                netns: netns.to_owned(),
+                source,
+            })?;
         self.last_applied.insert(netns.to_owned(), hash);
         Ok(ApplyOutcome::Applied)
     }
@@ -104,16 +132,27 @@ impl Dataplane for NftDataplane {
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
         self.last_applied.remove(netns);
         self.remove_inner(netns)
-            .map_err(|source| ApplyError::Remove { netns: netns.to_owned(), source })
+            .map_err(|source| ApplyError::Remove {
+                netns: netns.to_owned(),
+                source,
+            })
     }
 
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
-        let err = |source| ApplyError::ReadBack { netns: netns.to_owned(), source };
+        let err = |source| ApplyError::ReadBack {
+            netns: netns.to_owned(),
+            source,
+        };
         if !self.table_exists(netns).map_err(err)? {
             return Ok(None);
         }
-        let out = exec_in(netns, &self.program, &["list", "table", TABLE_FAMILY, TABLE_NAME], None)
-            .map_err(err)?;
+        let out = exec_in(
+            netns,
+            &self.program,
+            &["list", "table", TABLE_FAMILY, TABLE_NAME],
+            None,
+        )
+        .map_err(err)?;
         Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
     }
 

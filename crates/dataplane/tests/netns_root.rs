@@ -9,7 +9,10 @@ fn root_or_skip() -> bool {
     if netns::is_root() {
         return true;
     }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "these tests need root in CI");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "these tests need root in CI"
+    );
     eprintln!("skipped: needs root");
     false
 }
@@ -27,7 +30,10 @@ fn unique(tag: &str) -> String {
 }
 
 fn netns_inode(path: &str) -> String {
-    std::fs::read_link(path).unwrap().to_string_lossy().into_owned()
+    std::fs::read_link(path)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[test]
@@ -43,12 +49,36 @@ fn run_and_exec_inside_a_named_netns() {
     let before = netns_inode("/proc/thread-self/ns/net");
     let inside = run_in(&path, || netns_inode("/proc/thread-self/ns/net")).unwrap();
     assert_ne!(before, inside, "the closure ran in the target netns");
-    assert_eq!(before, netns_inode("/proc/thread-self/ns/net"), "caller thread untouched");
+    assert_eq!(
+        before,
+        netns_inode("/proc/thread-self/ns/net"),
+        "caller thread untouched"
+    );
 
     // A child spawned from the switched thread is in the netns: only `lo` exists there.
-    exec_in(&path, "ip", &["link", "add", "name", "dummy7", "type", "veth", "peer", "name", "dummy8"], None).unwrap();
-    exec_in(&path, "ip", &["addr", "add", "10.77.0.1/24", "dev", "dummy7"], None).unwrap();
-    exec_in(&path, "ip", &["addr", "add", "fd77::1/64", "dev", "dummy7", "nodad"], None).unwrap();
+    exec_in(
+        &path,
+        "ip",
+        &[
+            "link", "add", "name", "dummy7", "type", "veth", "peer", "name", "dummy8",
+        ],
+        None,
+    )
+    .unwrap();
+    exec_in(
+        &path,
+        "ip",
+        &["addr", "add", "10.77.0.1/24", "dev", "dummy7"],
+        None,
+    )
+    .unwrap();
+    exec_in(
+        &path,
+        "ip",
+        &["addr", "add", "fd77::1/64", "dev", "dummy7", "nodad"],
+        None,
+    )
+    .unwrap();
     exec_in(&path, "ip", &["link", "set", "dummy7", "up"], None).unwrap();
     exec_in(&path, "ip", &["link", "set", "dummy8", "up"], None).unwrap();
     exec_in(&path, "ip", &["link", "set", "lo", "up"], None).unwrap();
@@ -62,10 +92,19 @@ fn run_and_exec_inside_a_named_netns() {
     assert!(!Path::new("/sys/class/net/dummy7").exists());
 
     // stdin reaches the program and failures carry stderr.
-    let out = exec_in(&path, "ip", &["-batch", "-"], Some(b"link set dummy7 down\n")).unwrap();
+    let out = exec_in(
+        &path,
+        "ip",
+        &["-batch", "-"],
+        Some(b"link set dummy7 down\n"),
+    )
+    .unwrap();
     assert!(out.status.success());
     let err = exec_in(&path, "ip", &["link", "set", "nosuchlink", "up"], None).unwrap_err();
-    assert!(matches!(err, NetnsError::Command { ref stderr, .. } if !stderr.is_empty()), "{err}");
+    assert!(
+        matches!(err, NetnsError::Command { ref stderr, .. } if !stderr.is_empty()),
+        "{err}"
+    );
 
     delete_named(&name).unwrap();
     assert!(!list_named().unwrap().contains(&name));
@@ -74,7 +113,13 @@ fn run_and_exec_inside_a_named_netns() {
 #[test]
 fn invalid_names_never_reach_ip() {
     for bad in ["", "../etc", "a b", "-n"] {
-        assert!(matches!(create_named(bad), Err(NetnsError::InvalidName(_))), "{bad:?}");
-        assert!(matches!(delete_named(bad), Err(NetnsError::InvalidName(_))), "{bad:?}");
+        assert!(
+            matches!(create_named(bad), Err(NetnsError::InvalidName(_))),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(delete_named(bad), Err(NetnsError::InvalidName(_))),
+            "{bad:?}"
+        );
     }
 }

@@ -42,7 +42,11 @@ fn run(pods: usize, policies: usize) {
         }
         let rules = engine.all_pod_rules();
         full.push(start.elapsed());
-        rule_count = rules.values().flat_map(|r| &r.interfaces).map(|i| i.ingress.enforced.rules().len() + i.egress.enforced.rules().len()).sum();
+        rule_count = rules
+            .values()
+            .flat_map(|r| &r.interfaces)
+            .map(|i| i.ingress.enforced.rules().len() + i.egress.enforced.rules().len())
+            .sum();
     }
     full.sort();
     // One pod's labels change → recompute only the dirty pods.

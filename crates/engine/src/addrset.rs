@@ -62,7 +62,7 @@ fn subtract<T: Copy + Ord + num::Step>(set: &[Range<T>], cut: &[Range<T>]) -> Ve
 }
 
 fn contains<T: Copy + Ord>(set: &[Range<T>], x: T) -> bool {
-    match set.binary_search_by(|&(lo, hi)| {
+    set.binary_search_by(|&(lo, hi)| {
         if hi < x {
             std::cmp::Ordering::Less
         } else if lo > x {
@@ -70,10 +70,8 @@ fn contains<T: Copy + Ord>(set: &[Range<T>], x: T) -> bool {
         } else {
             std::cmp::Ordering::Equal
         }
-    }) {
-        Ok(_) => true,
-        Err(_) => false,
-    }
+    })
+    .is_ok()
 }
 
 /// Minimal integer helpers so the range code serves both families.
@@ -122,7 +120,11 @@ fn range_to_prefixes(lo: u128, hi: u128, bits: u32) -> Vec<(u128, u8)> {
     let mut out = Vec::new();
     let mut start = lo;
     loop {
-        let mut k = if start == 0 { bits } else { start.trailing_zeros().min(bits) };
+        let mut k = if start == 0 {
+            bits
+        } else {
+            start.trailing_zeros().min(bits)
+        };
         while k > 0 && block_last(start, k) > hi {
             k -= 1;
         }
@@ -143,7 +145,10 @@ impl AddrSet {
 
     /// Every address of both families (`0.0.0.0/0` and `::/0`).
     pub fn everything() -> Self {
-        Self { v4: vec![(0, u32::MAX)], v6: vec![(0, u128::MAX)] }
+        Self {
+            v4: vec![(0, u32::MAX)],
+            v6: vec![(0, u128::MAX)],
+        }
     }
 
     pub fn from_addrs<I: IntoIterator<Item = IpAddr>>(addrs: I) -> Self {
@@ -189,7 +194,10 @@ impl AddrSet {
     }
 
     pub fn difference(&self, other: &AddrSet) -> AddrSet {
-        AddrSet { v4: subtract(&self.v4, &other.v4), v6: subtract(&self.v6, &other.v6) }
+        AddrSet {
+            v4: subtract(&self.v4, &other.v4),
+            v6: subtract(&self.v6, &other.v6),
+        }
     }
 
     pub fn intersection(&self, other: &AddrSet) -> AddrSet {
@@ -218,12 +226,16 @@ impl AddrSet {
 
     /// IPv4 ranges, inclusive, for interval-set renderers.
     pub fn v4_ranges(&self) -> impl Iterator<Item = (Ipv4Addr, Ipv4Addr)> + '_ {
-        self.v4.iter().map(|&(lo, hi)| (Ipv4Addr::from(lo), Ipv4Addr::from(hi)))
+        self.v4
+            .iter()
+            .map(|&(lo, hi)| (Ipv4Addr::from(lo), Ipv4Addr::from(hi)))
     }
 
     /// IPv6 ranges, inclusive, for interval-set renderers.
     pub fn v6_ranges(&self) -> impl Iterator<Item = (Ipv6Addr, Ipv6Addr)> + '_ {
-        self.v6.iter().map(|&(lo, hi)| (Ipv6Addr::from(lo), Ipv6Addr::from(hi)))
+        self.v6
+            .iter()
+            .map(|&(lo, hi)| (Ipv6Addr::from(lo), Ipv6Addr::from(hi)))
     }
 
     /// The set as the fewest CIDR blocks of IPv4 (for ipset `hash:net`).
@@ -279,15 +291,20 @@ mod tests {
     #[test]
     fn everything_to_cidrs() {
         let set = AddrSet::everything();
-        assert_eq!(set.v4_cidrs(), vec!["0.0.0.0/0".parse::<Ipv4Net>().unwrap()]);
+        assert_eq!(
+            set.v4_cidrs(),
+            vec!["0.0.0.0/0".parse::<Ipv4Net>().unwrap()]
+        );
         assert_eq!(set.v6_cidrs(), vec!["::/0".parse::<Ipv6Net>().unwrap()]);
     }
 
     #[test]
     fn adjacent_addresses_merge() {
-        let set = AddrSet::from_addrs(["10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1"]
-            .iter()
-            .map(|a| a.parse().unwrap()));
+        let set = AddrSet::from_addrs(
+            ["10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1"]
+                .iter()
+                .map(|a| a.parse().unwrap()),
+        );
         assert_eq!(set.range_count(), 2);
         assert_eq!(set.v4_cidrs().len(), 2); // .1/32 + .2/31
     }

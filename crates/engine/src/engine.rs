@@ -25,7 +25,10 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { allow_dns: true, log_all_denies: false }
+        EngineOptions {
+            allow_dns: true,
+            log_all_denies: false,
+        }
     }
 }
 
@@ -57,7 +60,10 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(options: EngineOptions) -> Self {
-        Engine { options, ..Default::default() }
+        Engine {
+            options,
+            ..Default::default()
+        }
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -84,7 +90,10 @@ impl Engine {
         match self.namespaces.get(namespace) {
             Some(ns) => ns.labels.clone(),
             // Kubernetes labels every namespace with its own name.
-            None => Labels::from([("kubernetes.io/metadata.name".to_string(), namespace.to_string())]),
+            None => Labels::from([(
+                "kubernetes.io/metadata.name".to_string(),
+                namespace.to_string(),
+            )]),
         }
     }
 
@@ -109,9 +118,10 @@ impl Engine {
         if old_labels != new_labels {
             // Only a change of membership in a namespaceSelector matters.
             self.invalidate_rules_where(|_, peer| match peer {
-                Peer::Pods { namespace_selector: Some(sel), .. } => {
-                    sel.matches(&old_labels) != sel.matches(&new_labels)
-                }
+                Peer::Pods {
+                    namespace_selector: Some(sel),
+                    ..
+                } => sel.matches(&old_labels) != sel.matches(&new_labels),
                 _ => false,
             });
         }
@@ -121,9 +131,10 @@ impl Engine {
         if let Some(old) = self.namespaces.remove(name) {
             let new_labels = self.namespace_labels(name);
             self.invalidate_rules_where(|_, peer| match peer {
-                Peer::Pods { namespace_selector: Some(sel), .. } => {
-                    sel.matches(&old.labels) != sel.matches(&new_labels)
-                }
+                Peer::Pods {
+                    namespace_selector: Some(sel),
+                    ..
+                } => sel.matches(&old.labels) != sel.matches(&new_labels),
                 _ => false,
             });
         }
@@ -195,7 +206,8 @@ impl Engine {
 
     fn services_changed(&mut self) {
         // Service VIPs are added to egress clauses; recompute every egress rule.
-        self.cache.retain(|(_, direction, _), _| *direction == Direction::Ingress);
+        self.cache
+            .retain(|(_, direction, _), _| *direction == Direction::Ingress);
         let dirty: Vec<PodKey> = self.pods.keys().cloned().collect();
         self.dirty.extend(dirty);
     }
@@ -222,7 +234,10 @@ impl Engine {
         };
         names
             .iter()
-            .filter_map(|name| self.pods.get(&ObjectKey::new(policy.key.namespace.clone(), name.clone())))
+            .filter_map(|name| {
+                self.pods
+                    .get(&ObjectKey::new(policy.key.namespace.clone(), name.clone()))
+            })
             .filter(|pod| selects(policy, pod))
             .map(|pod| pod.key.clone())
             .collect()
@@ -238,7 +253,9 @@ impl Engine {
         let mut invalid: Vec<RuleKey> = Vec::new();
         for policy in self.policies.values() {
             for direction in [Direction::Ingress, Direction::Egress] {
-                let Some(rules) = policy.rules(direction) else { continue };
+                let Some(rules) = policy.rules(direction) else {
+                    continue;
+                };
                 for (index, rule) in rules.iter().enumerate() {
                     if self.rule_depends_on_pod(policy, direction, rule, old, new) {
                         invalid.push((policy.reference(), direction, index));
@@ -278,14 +295,22 @@ impl Engine {
         }
         // Egress named ports resolve on destination pods, whoever they are.
         direction == Direction::Egress
-            && rule.ports.iter().any(|p| matches!(p.port, Some(PortRef::Named(_))))
+            && rule
+                .ports
+                .iter()
+                .any(|p| matches!(p.port, Some(PortRef::Named(_))))
             && (old.is_some_and(|p| !p.container_ports.is_empty())
                 || new.is_some_and(|p| !p.container_ports.is_empty()))
             && old != new
     }
 
     fn peer_selects_pod(&self, policy: &Policy, peer: &Peer, pod: &Pod) -> bool {
-        let Peer::Pods { pod_selector, namespace_selector, .. } = peer else {
+        let Peer::Pods {
+            pod_selector,
+            namespace_selector,
+            ..
+        } = peer
+        else {
             return false;
         };
         if pod.host_network {
@@ -295,7 +320,10 @@ impl Engine {
             Some(sel) => self.namespace_matches(&pod.key.namespace, sel),
             None => pod.key.namespace == policy.key.namespace,
         };
-        namespace_ok && pod_selector.as_ref().is_none_or(|sel| sel.matches(&pod.labels))
+        namespace_ok
+            && pod_selector
+                .as_ref()
+                .is_none_or(|sel| sel.matches(&pod.labels))
     }
 
     /// Drops cached rules with a peer satisfying `affected`, marking their targets dirty.
@@ -303,7 +331,9 @@ impl Engine {
         let mut dirty_policies = Vec::new();
         for policy in self.policies.values() {
             for direction in [Direction::Ingress, Direction::Egress] {
-                let Some(rules) = policy.rules(direction) else { continue };
+                let Some(rules) = policy.rules(direction) else {
+                    continue;
+                };
                 for (index, rule) in rules.iter().enumerate() {
                     if rule.peers.iter().any(|peer| affected(policy, peer)) {
                         self.cache.remove(&(policy.reference(), direction, index));
@@ -324,7 +354,10 @@ impl Engine {
 
     /// Pods selected as peers by a pod-based peer of `policy`.
     fn peer_pods<'a>(&'a self, policy: &'a Policy, peer: &'a Peer) -> Vec<&'a Pod> {
-        let Peer::Pods { namespace_selector, .. } = peer else {
+        let Peer::Pods {
+            namespace_selector, ..
+        } = peer
+        else {
             return Vec::new();
         };
         let namespaces: Vec<&String> = match namespace_selector {
@@ -337,7 +370,9 @@ impl Engine {
         };
         let mut out = Vec::new();
         for ns in namespaces {
-            let Some(names) = self.pods_by_namespace.get(ns) else { continue };
+            let Some(names) = self.pods_by_namespace.get(ns) else {
+                continue;
+            };
             for name in names {
                 if let Some(pod) = self.pods.get(&ObjectKey::new(ns.clone(), name.clone())) {
                     if self.peer_selects_pod(policy, peer, pod) {
@@ -360,7 +395,12 @@ impl Engine {
         }
     }
 
-    fn resolve_rule(&self, policy: &Policy, direction: Direction, rule: &PolicyRule) -> ResolvedRule {
+    fn resolve_rule(
+        &self,
+        policy: &Policy,
+        direction: Direction,
+        rule: &PolicyRule,
+    ) -> ResolvedRule {
         let peers = if rule.peers.is_empty() {
             PeerMatch::Any
         } else {
@@ -374,29 +414,48 @@ impl Engine {
             Direction::Ingress => Vec::new(),
             Direction::Egress => self.egress_clauses(&peers, rule),
         };
-        ResolvedRule { peers, egress_clauses }
+        ResolvedRule {
+            peers,
+            egress_clauses,
+        }
     }
 
     /// Egress clauses: numeric ports apply to every peer; a named port applies to each
     /// destination pod that declares it, on the number that pod gives it.
     fn egress_clauses(&self, peers: &PeerMatch, rule: &PolicyRule) -> Vec<Clause> {
         if rule.ports.is_empty() {
-            return self.with_service_vips(vec![Clause { peers: peers.clone(), ports: PortMatch::Any }]);
+            return self.with_service_vips(vec![Clause {
+                peers: peers.clone(),
+                ports: PortMatch::Any,
+            }]);
         }
         let mut clauses = Vec::new();
         let numeric: Vec<PortRange> = rule.ports.iter().filter_map(numeric_range).collect();
         if !numeric.is_empty() {
-            clauses.push(Clause { peers: peers.clone(), ports: PortMatch::Only(numeric) });
+            clauses.push(Clause {
+                peers: peers.clone(),
+                ports: PortMatch::Only(numeric),
+            });
         }
         // (protocol, number) → destination addresses that give the name that number.
         let mut named: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
         for port in &rule.ports {
-            let Some(PortRef::Named(name)) = &port.port else { continue };
+            let Some(PortRef::Named(name)) = &port.port else {
+                continue;
+            };
             for pod in self.pods.values().filter(|p| !p.host_network) {
-                let Some(number) = pod.named_port(name, port.protocol) else { continue };
-                let range = PortRange { protocol: port.protocol, ports: Some((number, number)) };
+                let Some(number) = pod.named_port(name, port.protocol) else {
+                    continue;
+                };
+                let range = PortRange {
+                    protocol: port.protocol,
+                    ports: Some((number, number)),
+                };
                 let addrs = pod.interfaces.iter().flat_map(|i| i.ips.iter().copied());
-                named.entry(range).or_default().extend(addrs.filter(|a| peers.contains(*a)));
+                named
+                    .entry(range)
+                    .or_default()
+                    .extend(addrs.filter(|a| peers.contains(*a)));
             }
         }
         for (range, addrs) in named {
@@ -428,8 +487,13 @@ impl Engine {
                     target.is_some_and(|t| clauses.iter().any(|c| c.matches(*addr, sp.protocol, t)))
                 });
                 if reachable {
-                    let range = PortRange { protocol: sp.protocol, ports: Some((sp.port, sp.port)) };
-                    vips.entry(range).or_default().extend(service.cluster_ips.iter().copied());
+                    let range = PortRange {
+                        protocol: sp.protocol,
+                        ports: Some((sp.port, sp.port)),
+                    };
+                    vips.entry(range)
+                        .or_default()
+                        .extend(service.cluster_ips.iter().copied());
                 }
             }
         }
@@ -450,9 +514,16 @@ impl Engine {
                 .get(&service.key.namespace)
                 .into_iter()
                 .flatten()
-                .filter_map(|name| self.pods.get(&ObjectKey::new(service.key.namespace.clone(), name.clone())))
+                .filter_map(|name| {
+                    self.pods
+                        .get(&ObjectKey::new(service.key.namespace.clone(), name.clone()))
+                })
                 .filter(|pod| service_selects(service, pod))
-                .flat_map(|pod| pod.primary().into_iter().flat_map(move |i| i.ips.iter().map(move |a| (*a, Some(pod)))))
+                .flat_map(|pod| {
+                    pod.primary()
+                        .into_iter()
+                        .flat_map(move |i| i.ips.iter().map(move |a| (*a, Some(pod))))
+                })
                 .collect(),
             None => service
                 .endpoint_addrs
@@ -463,10 +534,18 @@ impl Engine {
     }
 
     fn pod_by_addr(&self, addr: IpAddr) -> Option<&Pod> {
-        self.pods.values().find(|p| p.interfaces.iter().any(|i| i.ips.contains(&addr)))
+        self.pods
+            .values()
+            .find(|p| p.interfaces.iter().any(|i| i.ips.contains(&addr)))
     }
 
-    fn resolved(&mut self, policy: &Policy, direction: Direction, index: usize, rule: &PolicyRule) -> Arc<ResolvedRule> {
+    fn resolved(
+        &mut self,
+        policy: &Policy,
+        direction: Direction,
+        index: usize,
+        rule: &PolicyRule,
+    ) -> Arc<ResolvedRule> {
         let key = (policy.reference(), direction, index);
         if let Some(hit) = self.cache.get(&key) {
             return hit.clone();
@@ -477,20 +556,41 @@ impl Engine {
     }
 
     /// The allow rule of one policy rule for one target pod.
-    fn allow_rule(&mut self, policy: &Policy, direction: Direction, index: usize, rule: &PolicyRule, target: &Pod) -> AllowRule {
+    fn allow_rule(
+        &mut self,
+        policy: &Policy,
+        direction: Direction,
+        index: usize,
+        rule: &PolicyRule,
+        target: &Pod,
+    ) -> AllowRule {
         let resolved = self.resolved(policy, direction, index, rule);
-        let origin = RuleOrigin { policy: policy.reference(), direction, index, mode: policy.mode };
+        let origin = RuleOrigin {
+            policy: policy.reference(),
+            direction,
+            index,
+            mode: policy.mode,
+        };
         let clauses = match direction {
             Direction::Egress => resolved.egress_clauses.clone(),
             Direction::Ingress => {
                 let ports = if rule.ports.is_empty() {
                     Some(PortMatch::Any)
                 } else {
-                    let ranges: Vec<PortRange> =
-                        rule.ports.iter().filter_map(|p| resolve_on_target(p, target)).collect();
+                    let ranges: Vec<PortRange> = rule
+                        .ports
+                        .iter()
+                        .filter_map(|p| resolve_on_target(p, target))
+                        .collect();
                     (!ranges.is_empty()).then_some(PortMatch::Only(ranges))
                 };
-                ports.map(|ports| Clause { peers: resolved.peers.clone(), ports }).into_iter().collect()
+                ports
+                    .map(|ports| Clause {
+                        peers: resolved.peers.clone(),
+                        ports,
+                    })
+                    .into_iter()
+                    .collect()
             }
         };
         AllowRule { origin, clauses }
@@ -524,7 +624,8 @@ impl Engine {
         let replaced: BTreeSet<String> = replaced.into_iter().map(str::to_string).collect();
         let mut interfaces = Vec::new();
         for iface in &pod.interfaces {
-            let ingress = self.direction_rules(&pod, iface, Direction::Ingress, &policies, &replaced);
+            let ingress =
+                self.direction_rules(&pod, iface, Direction::Ingress, &policies, &replaced);
             let egress = self.direction_rules(&pod, iface, Direction::Egress, &policies, &replaced);
             interfaces.push(InterfaceRules {
                 name: iface.name.clone(),
@@ -534,7 +635,11 @@ impl Engine {
                 egress,
             });
         }
-        Some(PodRules { pod: key.clone(), netns: pod.netns.clone(), interfaces })
+        Some(PodRules {
+            pod: key.clone(),
+            netns: pod.netns.clone(),
+            interfaces,
+        })
     }
 
     fn direction_rules(
@@ -558,7 +663,8 @@ impl Engine {
         let mut any_staged = false;
         for policy in &isolating {
             let reference = policy.reference();
-            let replaced = policy.mode == Mode::Enforce && replaced_names.contains(&policy.key.name);
+            let replaced =
+                policy.mode == Mode::Enforce && replaced_names.contains(&policy.key.name);
             let rules = policy.rules(direction).unwrap_or_default().to_vec();
             let allow: Vec<AllowRule> = rules
                 .iter()
@@ -604,7 +710,9 @@ impl Engine {
     pub fn all_pod_rules(&mut self) -> BTreeMap<PodKey, PodRules> {
         let keys: Vec<PodKey> = self.pods.keys().cloned().collect();
         self.dirty.clear();
-        keys.into_iter().filter_map(|k| self.pod_rules(&k).map(|r| (k, r))).collect()
+        keys.into_iter()
+            .filter_map(|k| self.pod_rules(&k).map(|r| (k, r)))
+            .collect()
     }
 }
 
@@ -617,24 +725,32 @@ pub fn selects(policy: &Policy, pod: &Pod) -> bool {
 
 fn service_selects(service: &Service, pod: &Pod) -> bool {
     service.key.namespace == pod.key.namespace
-        && service
-            .selector
-            .as_ref()
-            .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v)))
+        && service.selector.as_ref().is_some_and(|sel| {
+            !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
+        })
 }
 
 /// The addresses a selected peer pod contributes, by policy kind (SPEC 3, "Per kind").
-fn contributed_addrs<'a>(policy: &'a Policy, peer: &'a Peer, pod: &'a Pod) -> impl Iterator<Item = IpAddr> + 'a {
+fn contributed_addrs<'a>(
+    policy: &'a Policy,
+    peer: &'a Peer,
+    pod: &'a Pod,
+) -> impl Iterator<Item = IpAddr> + 'a {
     let network_selector = match peer {
-        Peer::Pods { network_selector, .. } => network_selector.as_ref(),
+        Peer::Pods {
+            network_selector, ..
+        } => network_selector.as_ref(),
         Peer::IpBlock(_) => None,
     };
     pod.interfaces
         .iter()
         .filter(move |iface| match policy.kind {
             PolicyKind::NetworkPolicy => iface.is_primary(),
-            PolicyKind::DanmNetworkPolicy => network_selector
-                .is_none_or(|entries| entries.iter().any(|e| e.matches(&iface.network, &pod.key.namespace))),
+            PolicyKind::DanmNetworkPolicy => network_selector.is_none_or(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e.matches(&iface.network, &pod.key.namespace))
+            }),
             PolicyKind::MultiNetworkPolicy => policy.covers_interface(iface),
         })
         .flat_map(|iface| iface.ips.iter().copied())
@@ -642,7 +758,10 @@ fn contributed_addrs<'a>(policy: &'a Policy, peer: &'a Peer, pod: &'a Pod) -> im
 
 fn numeric_range(port: &PolicyPort) -> Option<PortRange> {
     match &port.port {
-        None => Some(PortRange { protocol: port.protocol, ports: None }),
+        None => Some(PortRange {
+            protocol: port.protocol,
+            ports: None,
+        }),
         Some(PortRef::Number(n)) => Some(PortRange {
             protocol: port.protocol,
             ports: Some((*n, port.end_port.unwrap_or(*n).max(*n))),
@@ -654,9 +773,10 @@ fn numeric_range(port: &PolicyPort) -> Option<PortRange> {
 /// An ingress port resolved on the target pod itself (the destination of ingress traffic).
 fn resolve_on_target(port: &PolicyPort, target: &Pod) -> Option<PortRange> {
     match &port.port {
-        Some(PortRef::Named(name)) => target
-            .named_port(name, port.protocol)
-            .map(|n| PortRange { protocol: port.protocol, ports: Some((n, n)) }),
+        Some(PortRef::Named(name)) => target.named_port(name, port.protocol).map(|n| PortRange {
+            protocol: port.protocol,
+            ports: Some((n, n)),
+        }),
         _ => numeric_range(port),
     }
 }

@@ -11,7 +11,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     fn below(&mut self, n: usize) -> usize {
@@ -40,17 +43,37 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
     let ns_count = pods.div_ceil(PODS_PER_NAMESPACE).max(1);
     let ns_name = |i: usize| format!("ns{i}");
     let namespaces = (0..ns_count)
-        .map(|i| namespace(&ns_name(i), &[("team", &format!("team{}", i % 10)), ("env", if i % 3 == 0 { "prod" } else { "dev" })]))
+        .map(|i| {
+            namespace(
+                &ns_name(i),
+                &[
+                    ("team", &format!("team{}", i % 10)),
+                    ("env", if i % 3 == 0 { "prod" } else { "dev" }),
+                ],
+            )
+        })
         .collect();
-    let nets: Vec<NetworkId> = (0..5).map(|i| NetworkId::nad("infra", format!("net{i}"))).collect();
+    let nets: Vec<NetworkId> = (0..5)
+        .map(|i| NetworkId::nad("infra", format!("net{i}")))
+        .collect();
     let mut out_pods = Vec::with_capacity(pods);
     for i in 0..pods {
         let ns = ns_name(i / PODS_PER_NAMESPACE);
         let ip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000u32 + i as u32 + 1));
-        let mut interfaces = vec![PodInterface { name: "eth0".into(), network: NetworkId::Primary, ips: vec![ip], prefix_lens: vec![8] }];
+        let mut interfaces = vec![PodInterface {
+            name: "eth0".into(),
+            network: NetworkId::Primary,
+            ips: vec![ip],
+            prefix_lens: vec![8],
+        }];
         if i % 3 == 0 {
             let ip2 = IpAddr::V4(Ipv4Addr::from(0xc0a8_0000u32 + i as u32 + 1));
-            interfaces.push(PodInterface { name: "net1".into(), network: nets[i % nets.len()].clone(), ips: vec![ip2], prefix_lens: vec![16] });
+            interfaces.push(PodInterface {
+                name: "net1".into(),
+                network: nets[i % nets.len()].clone(),
+                ips: vec![ip2],
+                prefix_lens: vec![16],
+            });
         }
         out_pods.push(Pod {
             key: PodKey::new(ns, format!("pod{i}")),
@@ -58,12 +81,23 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
                 ("app", &app_of(i)),
                 ("tier", ["web", "api", "db"][i % 3]),
                 ("zone", ["a", "b", "c", "d"][i % 4]),
-                ("pod-template-hash", &format!("{:x}", i / PODS_PER_APP * 7919)),
+                (
+                    "pod-template-hash",
+                    &format!("{:x}", i / PODS_PER_APP * 7919),
+                ),
             ]),
             host_network: false,
             container_ports: vec![
-                ContainerPort { name: Some("http".into()), port: 8080, protocol: Protocol::Tcp },
-                ContainerPort { name: Some("metrics".into()), port: 9090, protocol: Protocol::Tcp },
+                ContainerPort {
+                    name: Some("http".into()),
+                    port: 8080,
+                    protocol: Protocol::Tcp,
+                },
+                ContainerPort {
+                    name: Some("metrics".into()),
+                    port: 9090,
+                    protocol: Protocol::Tcp,
+                },
             ],
             interfaces,
             netns: None,
@@ -81,21 +115,35 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
             _ => PolicyKind::NetworkPolicy,
         };
         let sel = |pairs: &[(&str, String)]| LabelSelector {
-            match_labels: pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            match_labels: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
             match_expressions: Vec::new(),
         };
-        let mut peers = vec![Peer::Pods { pod_selector: Some(sel(&[("app", app(&mut rng))])), namespace_selector: None, network_selector: None }];
+        let mut peers = vec![Peer::Pods {
+            pod_selector: Some(sel(&[("app", app(&mut rng))])),
+            namespace_selector: None,
+            network_selector: None,
+        }];
         match rng.below(4) {
             0 => peers.push(Peer::Pods {
                 pod_selector: Some(sel(&[("tier", "web".into())])),
                 namespace_selector: Some(sel(&[("team", format!("team{}", rng.below(10)))])),
                 network_selector: None,
             }),
-            1 => peers.push(Peer::IpBlock(IpBlock { cidr: "172.16.0.0/12".parse().expect("cidr"), except: vec!["172.16.5.0/24".parse().expect("cidr")] })),
+            1 => peers.push(Peer::IpBlock(IpBlock {
+                cidr: "172.16.0.0/12".parse().expect("cidr"),
+                except: vec!["172.16.5.0/24".parse().expect("cidr")],
+            })),
             2 => peers.push(Peer::Pods {
                 pod_selector: Some(LabelSelector {
                     match_labels: Default::default(),
-                    match_expressions: vec![Requirement { key: "tier".into(), operator: Operator::In, values: vec!["api".into(), "db".into()] }],
+                    match_expressions: vec![Requirement {
+                        key: "tier".into(),
+                        operator: Operator::In,
+                        values: vec!["api".into(), "db".into()],
+                    }],
                 }),
                 namespace_selector: None,
                 network_selector: None,
@@ -103,20 +151,38 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
             _ => {}
         }
         let ports = vec![
-            PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Named("http".into())), end_port: None },
-            PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(9000)), end_port: Some(9100) },
+            PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(PortRef::Named("http".into())),
+                end_port: None,
+            },
+            PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(PortRef::Number(9000)),
+                end_port: Some(9100),
+            },
         ];
         let ingress = Some(vec![PolicyRule { peers, ports }]);
         let egress = (rng.below(10) < 3).then(|| {
             vec![PolicyRule {
-                peers: vec![Peer::Pods { pod_selector: Some(sel(&[("app", app(&mut rng))])), namespace_selector: None, network_selector: None }],
-                ports: vec![PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(5432)), end_port: None }],
+                peers: vec![Peer::Pods {
+                    pod_selector: Some(sel(&[("app", app(&mut rng))])),
+                    namespace_selector: None,
+                    network_selector: None,
+                }],
+                ports: vec![PolicyPort {
+                    protocol: Protocol::Tcp,
+                    port: Some(PortRef::Number(5432)),
+                    end_port: None,
+                }],
             }]
         });
         let scope = match kind {
             PolicyKind::NetworkPolicy => PolicyScope::Primary,
             PolicyKind::DanmNetworkPolicy => PolicyScope::AllInterfaces,
-            PolicyKind::MultiNetworkPolicy => PolicyScope::Networks(vec![nets[rng.below(nets.len())].clone()]),
+            PolicyKind::MultiNetworkPolicy => {
+                PolicyScope::Networks(vec![nets[rng.below(nets.len())].clone()])
+            }
         };
         out_policies.push(Policy {
             kind,
@@ -125,10 +191,18 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
             ingress,
             egress,
             scope,
-            mode: if i % 7 == 0 { Mode::Monitor } else { Mode::Enforce },
+            mode: if i % 7 == 0 {
+                Mode::Monitor
+            } else {
+                Mode::Enforce
+            },
             replaces: None,
             log_denies: false,
         });
     }
-    Cluster { namespaces, pods: out_pods, policies: out_policies }
+    Cluster {
+        namespaces,
+        pods: out_pods,
+        policies: out_policies,
+    }
 }

@@ -24,7 +24,10 @@ pub struct ObjectKey {
 
 impl ObjectKey {
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), name: name.into() }
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 }
 
@@ -132,7 +135,11 @@ pub enum NetworkId {
     /// The cluster (primary) network: the interface holding `status.podIPs`.
     Primary,
     /// A secondary network. `namespace` is `None` only for `ClusterNetwork`.
-    Named { kind: NetworkType, namespace: Option<String>, name: String },
+    Named {
+        kind: NetworkType,
+        namespace: Option<String>,
+        name: String,
+    },
 }
 
 impl NetworkId {
@@ -158,8 +165,16 @@ impl fmt::Display for NetworkId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NetworkId::Primary => f.write_str("default"),
-            NetworkId::Named { namespace: Some(ns), name, .. } => write!(f, "{ns}/{name}"),
-            NetworkId::Named { namespace: None, name, .. } => f.write_str(name),
+            NetworkId::Named {
+                namespace: Some(ns),
+                name,
+                ..
+            } => write!(f, "{ns}/{name}"),
+            NetworkId::Named {
+                namespace: None,
+                name,
+                ..
+            } => f.write_str(name),
         }
     }
 }
@@ -250,7 +265,9 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: &Labels) -> bool {
-        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|r| {
                 let value = labels.get(&r.key);
                 match r.operator {
@@ -359,7 +376,12 @@ pub struct NetworkSelectorEntry {
 impl NetworkSelectorEntry {
     /// Whether an interface of a pod in `pod_namespace` attached to `network` is selected.
     pub fn matches(&self, network: &NetworkId, pod_namespace: &str) -> bool {
-        let NetworkId::Named { kind, namespace, name } = network else {
+        let NetworkId::Named {
+            kind,
+            namespace,
+            name,
+        } = network
+        else {
             return false;
         };
         if *kind != self.kind || *name != self.name {
@@ -442,7 +464,10 @@ pub struct Policy {
 
 impl Policy {
     pub fn reference(&self) -> PolicyRef {
-        PolicyRef { kind: self.kind, key: self.key.clone() }
+        PolicyRef {
+            kind: self.kind,
+            key: self.key.clone(),
+        }
     }
 
     pub fn rules(&self, direction: Direction) -> Option<&[PolicyRule]> {

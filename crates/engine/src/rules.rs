@@ -126,8 +126,10 @@ impl Isolation {
         match self {
             Isolation::Open => (true, Vec::new()),
             Isolation::Isolated(rules) => {
-                let matched: Vec<&AllowRule> =
-                    rules.iter().filter(|r| r.matches(peer, protocol, port)).collect();
+                let matched: Vec<&AllowRule> = rules
+                    .iter()
+                    .filter(|r| r.matches(peer, protocol, port))
+                    .collect();
                 (!matched.is_empty(), matched)
             }
         }

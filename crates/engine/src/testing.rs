@@ -6,21 +6,32 @@ use std::net::IpAddr;
 use crate::model::*;
 
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 pub fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
-    LabelSelector { match_labels: labels(pairs), match_expressions: Vec::new() }
+    LabelSelector {
+        match_labels: labels(pairs),
+        match_expressions: Vec::new(),
+    }
 }
 
 pub fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
     let mut l = labels(extra);
     l.insert("kubernetes.io/metadata.name".into(), name.into());
-    Namespace { name: name.into(), labels: l }
+    Namespace {
+        name: name.into(),
+        labels: l,
+    }
 }
 
 fn parse_ips(ips: &[&str]) -> Vec<IpAddr> {
-    ips.iter().map(|s| s.parse().expect("test address")).collect()
+    ips.iter()
+        .map(|s| s.parse().expect("test address"))
+        .collect()
 }
 
 /// A pod with a primary interface `eth0` holding `ips`.
@@ -34,7 +45,10 @@ pub fn pod(ns: &str, name: &str, pod_labels: &[(&str, &str)], ips: &[&str]) -> P
         interfaces: vec![PodInterface {
             name: "eth0".into(),
             network: NetworkId::Primary,
-            prefix_lens: ips.iter().map(|ip| if ip.is_ipv4() { 24 } else { 64 }).collect(),
+            prefix_lens: ips
+                .iter()
+                .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
+                .collect(),
             ips,
         }],
         netns: None,
@@ -47,14 +61,21 @@ pub fn with_interface(mut pod: Pod, name: &str, network: NetworkId, ips: &[&str]
     pod.interfaces.push(PodInterface {
         name: name.into(),
         network,
-        prefix_lens: ips.iter().map(|ip| if ip.is_ipv4() { 24 } else { 64 }).collect(),
+        prefix_lens: ips
+            .iter()
+            .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
+            .collect(),
         ips,
     });
     pod
 }
 
 pub fn with_port(mut pod: Pod, name: &str, port: u16, protocol: Protocol) -> Pod {
-    pod.container_ports.push(ContainerPort { name: Some(name.into()), port, protocol });
+    pod.container_ports.push(ContainerPort {
+        name: Some(name.into()),
+        port,
+        protocol,
+    });
     pod
 }
 
@@ -85,27 +106,58 @@ pub fn policy(
     }
 }
 
-pub fn netpol(ns: &str, name: &str, pod_selector: LabelSelector, ingress: Option<Vec<PolicyRule>>, egress: Option<Vec<PolicyRule>>) -> Policy {
-    policy(PolicyKind::NetworkPolicy, ns, name, pod_selector, ingress, egress)
+pub fn netpol(
+    ns: &str,
+    name: &str,
+    pod_selector: LabelSelector,
+    ingress: Option<Vec<PolicyRule>>,
+    egress: Option<Vec<PolicyRule>>,
+) -> Policy {
+    policy(
+        PolicyKind::NetworkPolicy,
+        ns,
+        name,
+        pod_selector,
+        ingress,
+        egress,
+    )
 }
 
-pub fn pods_peer(pod_selector: Option<LabelSelector>, namespace_selector: Option<LabelSelector>) -> Peer {
-    Peer::Pods { pod_selector, namespace_selector, network_selector: None }
+pub fn pods_peer(
+    pod_selector: Option<LabelSelector>,
+    namespace_selector: Option<LabelSelector>,
+) -> Peer {
+    Peer::Pods {
+        pod_selector,
+        namespace_selector,
+        network_selector: None,
+    }
 }
 
 pub fn ip_block(cidr: &str, except: &[&str]) -> Peer {
     Peer::IpBlock(IpBlock {
         cidr: cidr.parse().expect("test cidr"),
-        except: except.iter().map(|e| e.parse().expect("test cidr")).collect(),
+        except: except
+            .iter()
+            .map(|e| e.parse().expect("test cidr"))
+            .collect(),
     })
 }
 
 pub fn tcp(port: u16) -> PolicyPort {
-    PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(port)), end_port: None }
+    PolicyPort {
+        protocol: Protocol::Tcp,
+        port: Some(PortRef::Number(port)),
+        end_port: None,
+    }
 }
 
 pub fn named(protocol: Protocol, name: &str) -> PolicyPort {
-    PolicyPort { protocol, port: Some(PortRef::Named(name.into())), end_port: None }
+    PolicyPort {
+        protocol,
+        port: Some(PortRef::Named(name.into())),
+        end_port: None,
+    }
 }
 
 pub fn rule(peers: Vec<Peer>, ports: Vec<PolicyPort>) -> PolicyRule {

@@ -72,7 +72,11 @@ fn side(
     port: u16,
     always: Option<AlwaysAllowed>,
 ) -> SideVerdict {
-    let isolation = if staged { &rules.staged } else { &rules.enforced };
+    let isolation = if staged {
+        &rules.staged
+    } else {
+        &rules.enforced
+    };
     let (allowed, matched) = isolation.evaluate(peer, protocol, port);
     let policies = if staged {
         let mut p: Vec<PolicyRef> = rules
@@ -132,14 +136,31 @@ pub fn flow_verdict(
         None
     };
     let ingress_always = loopback.then_some(AlwaysAllowed::Loopback);
-    let egress = side_verdicts(Direction::Egress, src, dst.ip, protocol, port, egress_always);
-    let ingress = side_verdicts(Direction::Ingress, dst, src.ip, protocol, port, ingress_always);
+    let egress = side_verdicts(
+        Direction::Egress,
+        src,
+        dst.ip,
+        protocol,
+        port,
+        egress_always,
+    );
+    let ingress = side_verdicts(
+        Direction::Ingress,
+        dst,
+        src.ip,
+        protocol,
+        port,
+        ingress_always,
+    );
     let allowed = egress.enforced.allowed && ingress.enforced.allowed;
     let staged_allowed = egress.staged.allowed && ingress.staged.allowed;
     let mut cause = None;
     let mut monitored_policies = Vec::new();
     if allowed && !staged_allowed {
-        for (sv, end, dir) in [(&egress, src, Direction::Egress), (&ingress, dst, Direction::Ingress)] {
+        for (sv, end, dir) in [
+            (&egress, src, Direction::Egress),
+            (&ingress, dst, Direction::Ingress),
+        ] {
             if !sv.staged.allowed {
                 let rules = end.interface.direction(dir);
                 cause.get_or_insert(rules.staged_cause());
@@ -147,5 +168,12 @@ pub fn flow_verdict(
             }
         }
     }
-    FlowVerdict { allowed, staged_allowed, egress, ingress, cause, monitored_policies }
+    FlowVerdict {
+        allowed,
+        staged_allowed,
+        egress,
+        ingress,
+        cause,
+        monitored_policies,
+    }
 }

@@ -25,15 +25,23 @@ fn arb_selector() -> impl Strategy<Value = LabelSelector> {
         }),
         Just(LabelSelector {
             match_labels: Default::default(),
-            match_expressions: vec![Requirement { key: "tier".into(), operator: Operator::Exists, values: vec![] }],
+            match_expressions: vec![Requirement {
+                key: "tier".into(),
+                operator: Operator::Exists,
+                values: vec![]
+            }],
         }),
     ]
 }
 
 fn arb_peer() -> impl Strategy<Value = Peer> {
     prop_oneof![
-        (proptest::option::of(arb_selector()), proptest::option::of(arb_selector()))
-            .prop_filter("a pod peer has a selector", |(p, n)| p.is_some() || n.is_some())
+        (
+            proptest::option::of(arb_selector()),
+            proptest::option::of(arb_selector())
+        )
+            .prop_filter("a pod peer has a selector", |(p, n)| p.is_some()
+                || n.is_some())
             .prop_map(|(p, n)| pods_peer(p, n)),
         (0..4u8).prop_map(|i| ip_block(&format!("10.0.{i}.0/24"), &[])),
         Just(ip_block("10.0.0.0/16", &["10.0.1.0/24"])),
@@ -44,13 +52,24 @@ fn arb_port() -> impl Strategy<Value = PolicyPort> {
     prop_oneof![
         (80u16..83).prop_map(tcp),
         Just(named(Protocol::Tcp, "http")),
-        Just(PolicyPort { protocol: Protocol::Udp, port: None, end_port: None }),
-        Just(PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(80)), end_port: Some(81) }),
+        Just(PolicyPort {
+            protocol: Protocol::Udp,
+            port: None,
+            end_port: None
+        }),
+        Just(PolicyPort {
+            protocol: Protocol::Tcp,
+            port: Some(PortRef::Number(80)),
+            end_port: Some(81)
+        }),
     ]
 }
 
 fn arb_rule() -> impl Strategy<Value = PolicyRule> {
-    (proptest::collection::vec(arb_peer(), 0..3), proptest::collection::vec(arb_port(), 0..2))
+    (
+        proptest::collection::vec(arb_peer(), 0..3),
+        proptest::collection::vec(arb_port(), 0..2),
+    )
         .prop_map(|(peers, ports)| rule(peers, ports))
 }
 
@@ -59,10 +78,28 @@ fn arb_rules() -> impl Strategy<Value = Option<Vec<PolicyRule>>> {
 }
 
 fn arb_policy(index: usize) -> impl Strategy<Value = Policy> {
-    (0..2usize, arb_selector(), arb_rules(), arb_rules(), 0..3usize, any::<bool>()).prop_map(
-        move |(ns, sel, ingress, egress, kind, monitor)| {
-            let kind = [PolicyKind::NetworkPolicy, PolicyKind::DanmNetworkPolicy, PolicyKind::MultiNetworkPolicy][kind];
-            let mut p = policy(kind, NAMESPACES[ns], &format!("p{index}"), sel, ingress, egress);
+    (
+        0..2usize,
+        arb_selector(),
+        arb_rules(),
+        arb_rules(),
+        0..3usize,
+        any::<bool>(),
+    )
+        .prop_map(move |(ns, sel, ingress, egress, kind, monitor)| {
+            let kind = [
+                PolicyKind::NetworkPolicy,
+                PolicyKind::DanmNetworkPolicy,
+                PolicyKind::MultiNetworkPolicy,
+            ][kind];
+            let mut p = policy(
+                kind,
+                NAMESPACES[ns],
+                &format!("p{index}"),
+                sel,
+                ingress,
+                egress,
+            );
             if kind == PolicyKind::MultiNetworkPolicy {
                 p.scope = PolicyScope::Networks(vec![NetworkId::nad("x", "net1")]);
             }
@@ -70,12 +107,21 @@ fn arb_policy(index: usize) -> impl Strategy<Value = Policy> {
                 p.mode = Mode::Monitor;
             }
             p
-        },
-    )
+        })
 }
 
 fn arb_pods() -> impl Strategy<Value = Vec<Pod>> {
-    proptest::collection::vec((0..2usize, 0..3usize, any::<bool>(), any::<bool>(), 80u16..83), 2..6).prop_map(|specs| {
+    proptest::collection::vec(
+        (
+            0..2usize,
+            0..3usize,
+            any::<bool>(),
+            any::<bool>(),
+            80u16..83,
+        ),
+        2..6,
+    )
+    .prop_map(|specs| {
         specs
             .into_iter()
             .enumerate()
@@ -87,7 +133,12 @@ fn arb_pods() -> impl Strategy<Value = Vec<Pod>> {
                 let ip = format!("10.0.{}.{}", i % 3, i + 1);
                 let mut p = pod(NAMESPACES[ns], &format!("pod{i}"), &l, &[&ip]);
                 if net1 {
-                    p = with_interface(p, "net1", NetworkId::nad("x", "net1"), &[&format!("192.168.0.{}", i + 1)]);
+                    p = with_interface(
+                        p,
+                        "net1",
+                        NetworkId::nad("x", "net1"),
+                        &[&format!("192.168.0.{}", i + 1)],
+                    );
                 }
                 with_port(p, "http", http, Protocol::Tcp)
             })
@@ -108,18 +159,37 @@ fn matrix(engine: &mut Engine) -> Matrix {
     for (fk, fr) in &all {
         for (tk, tr) in &all {
             for fi in &fr.interfaces {
-                let Some(ti) = tr.interfaces.iter().find(|t| t.network == fi.network) else { continue };
+                let Some(ti) = tr.interfaces.iter().find(|t| t.network == fi.network) else {
+                    continue;
+                };
                 for port in [80u16, 81, 82] {
                     for udp in [false, true] {
                         let proto = if udp { Protocol::Udp } else { Protocol::Tcp };
                         let v = flow_verdict(
-                            FlowEnd { pod: fk, interface: fi, ip: fi.ips[0] },
-                            FlowEnd { pod: tk, interface: ti, ip: ti.ips[0] },
+                            FlowEnd {
+                                pod: fk,
+                                interface: fi,
+                                ip: fi.ips[0],
+                            },
+                            FlowEnd {
+                                pod: tk,
+                                interface: ti,
+                                ip: ti.ips[0],
+                            },
                             proto,
                             port,
                             engine.options(),
                         );
-                        out.insert((fk.to_string(), tk.to_string(), fi.network.to_string(), port, udp), (v.allowed, v.staged_allowed));
+                        out.insert(
+                            (
+                                fk.to_string(),
+                                tk.to_string(),
+                                fi.network.to_string(),
+                                port,
+                                udp,
+                            ),
+                            (v.allowed, v.staged_allowed),
+                        );
                     }
                 }
             }

@@ -4,19 +4,47 @@ use netwarden_engine::testing::*;
 use netwarden_engine::*;
 
 /// Allowed (enforced, staged) for `from → to` on `network`, first address of `family_v6`.
-fn verdict(engine: &mut Engine, from: &str, to: &str, network: &NetworkId, port: u16, protocol: Protocol, v6: bool) -> (bool, bool) {
+fn verdict(
+    engine: &mut Engine,
+    from: &str,
+    to: &str,
+    network: &NetworkId,
+    port: u16,
+    protocol: Protocol,
+    v6: bool,
+) -> (bool, bool) {
     let all = engine.all_pod_rules();
     let key = |s: &str| {
         let (ns, name) = s.split_once('/').unwrap();
         PodKey::new(ns, name)
     };
     let (fk, tk) = (key(from), key(to));
-    let src = all[&fk].interfaces.iter().find(|i| &i.network == network).expect("src iface");
-    let dst = all[&tk].interfaces.iter().find(|i| &i.network == network).expect("dst iface");
-    let pick = |ips: &[std::net::IpAddr]| *ips.iter().find(|ip| ip.is_ipv6() == v6).expect("address of family");
+    let src = all[&fk]
+        .interfaces
+        .iter()
+        .find(|i| &i.network == network)
+        .expect("src iface");
+    let dst = all[&tk]
+        .interfaces
+        .iter()
+        .find(|i| &i.network == network)
+        .expect("dst iface");
+    let pick = |ips: &[std::net::IpAddr]| {
+        *ips.iter()
+            .find(|ip| ip.is_ipv6() == v6)
+            .expect("address of family")
+    };
     let v = flow_verdict(
-        FlowEnd { pod: &fk, interface: src, ip: pick(&src.ips) },
-        FlowEnd { pod: &tk, interface: dst, ip: pick(&dst.ips) },
+        FlowEnd {
+            pod: &fk,
+            interface: src,
+            ip: pick(&src.ips),
+        },
+        FlowEnd {
+            pod: &tk,
+            interface: dst,
+            ip: pick(&dst.ips),
+        },
         protocol,
         port,
         engine.options(),
@@ -25,7 +53,16 @@ fn verdict(engine: &mut Engine, from: &str, to: &str, network: &NetworkId, port:
 }
 
 fn allowed(engine: &mut Engine, from: &str, to: &str, port: u16) -> bool {
-    verdict(engine, from, to, &NetworkId::Primary, port, Protocol::Tcp, false).0
+    verdict(
+        engine,
+        from,
+        to,
+        &NetworkId::Primary,
+        port,
+        Protocol::Tcp,
+        false,
+    )
+    .0
 }
 
 fn base() -> Engine {
@@ -51,7 +88,10 @@ fn default_deny_ingress_keeps_loopback() {
     e.set_policy(netpol("x", "deny", selector(&[]), Some(vec![]), None));
     assert!(!allowed(&mut e, "x/a", "x/b", 80));
     assert!(!allowed(&mut e, "y/a", "x/b", 80));
-    assert!(allowed(&mut e, "x/b", "x/b", 80), "a pod always reaches itself");
+    assert!(
+        allowed(&mut e, "x/b", "x/b", 80),
+        "a pod always reaches itself"
+    );
     assert!(allowed(&mut e, "x/b", "y/a", 80), "egress not isolated");
 }
 
@@ -63,7 +103,13 @@ fn pod_and_namespace_selectors_and_vs_or() {
         "x",
         "and",
         selector(&[("pod", "b")]),
-        Some(vec![rule(vec![pods_peer(Some(selector(&[("pod", "a")])), Some(selector(&[("ns", "y")])))], vec![])]),
+        Some(vec![rule(
+            vec![pods_peer(
+                Some(selector(&[("pod", "a")])),
+                Some(selector(&[("ns", "y")])),
+            )],
+            vec![],
+        )]),
         None,
     ));
     assert!(allowed(&mut e, "y/a", "x/b", 80));
@@ -74,7 +120,10 @@ fn pod_and_namespace_selectors_and_vs_or() {
         "and",
         selector(&[("pod", "b")]),
         Some(vec![rule(
-            vec![pods_peer(Some(selector(&[("pod", "a")])), None), pods_peer(None, Some(selector(&[("ns", "y")])))],
+            vec![
+                pods_peer(Some(selector(&[("pod", "a")])), None),
+                pods_peer(None, Some(selector(&[("ns", "y")]))),
+            ],
             vec![],
         )]),
         None,
@@ -88,40 +137,118 @@ fn match_expressions() {
     let mut e = base();
     let sel = LabelSelector {
         match_labels: Default::default(),
-        match_expressions: vec![Requirement { key: "pod".into(), operator: Operator::NotIn, values: vec!["a".into()] }],
+        match_expressions: vec![Requirement {
+            key: "pod".into(),
+            operator: Operator::NotIn,
+            values: vec!["a".into()],
+        }],
     };
-    e.set_policy(netpol("x", "p", selector(&[("pod", "a")]), Some(vec![rule(vec![pods_peer(Some(sel), None)], vec![])]), None));
+    e.set_policy(netpol(
+        "x",
+        "p",
+        selector(&[("pod", "a")]),
+        Some(vec![rule(vec![pods_peer(Some(sel), None)], vec![])]),
+        None,
+    ));
     assert!(allowed(&mut e, "x/b", "x/a", 80));
-    assert!(!allowed(&mut e, "y/a", "x/a", 80), "podSelector alone is the policy's namespace only");
+    assert!(
+        !allowed(&mut e, "y/a", "x/a", 80),
+        "podSelector alone is the policy's namespace only"
+    );
 }
 
 #[test]
 fn ports_and_end_port() {
     let mut e = base();
-    let range = PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(80)), end_port: Some(82) };
-    e.set_policy(netpol("x", "p", selector(&[("pod", "b")]), Some(vec![rule(vec![], vec![range])]), None));
+    let range = PolicyPort {
+        protocol: Protocol::Tcp,
+        port: Some(PortRef::Number(80)),
+        end_port: Some(82),
+    };
+    e.set_policy(netpol(
+        "x",
+        "p",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(vec![], vec![range])]),
+        None,
+    ));
     assert!(allowed(&mut e, "x/a", "x/b", 80));
     assert!(allowed(&mut e, "x/a", "x/b", 82));
     assert!(!allowed(&mut e, "x/a", "x/b", 83));
-    assert!(!verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Udp, false).0, "TCP rule does not allow UDP");
-    assert!(!verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Sctp, false).0, "nor SCTP");
+    assert!(
+        !verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Udp,
+            false
+        )
+        .0,
+        "TCP rule does not allow UDP"
+    );
+    assert!(
+        !verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Sctp,
+            false
+        )
+        .0,
+        "nor SCTP"
+    );
 }
 
 #[test]
 fn named_ports_resolve_per_destination() {
     let mut e = base();
-    e.set_pod(with_port(pod("x", "b", &[("pod", "b")], &["10.0.0.2"]), "http", 8080, Protocol::Tcp));
-    e.set_pod(with_port(pod("y", "a", &[("pod", "a")], &["10.0.1.1"]), "http", 9090, Protocol::Tcp));
+    e.set_pod(with_port(
+        pod("x", "b", &[("pod", "b")], &["10.0.0.2"]),
+        "http",
+        8080,
+        Protocol::Tcp,
+    ));
+    e.set_pod(with_port(
+        pod("y", "a", &[("pod", "a")], &["10.0.1.1"]),
+        "http",
+        9090,
+        Protocol::Tcp,
+    ));
     // Ingress on x/b: named port resolves on x/b itself.
-    e.set_policy(netpol("x", "in", selector(&[("pod", "b")]), Some(vec![rule(vec![], vec![named(Protocol::Tcp, "http")])]), None));
+    e.set_policy(netpol(
+        "x",
+        "in",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(vec![], vec![named(Protocol::Tcp, "http")])]),
+        None,
+    ));
     assert!(allowed(&mut e, "x/a", "x/b", 8080));
     assert!(!allowed(&mut e, "x/a", "x/b", 9090));
     // A named port with the wrong protocol resolves to nothing.
-    e.set_policy(netpol("x", "in", selector(&[("pod", "b")]), Some(vec![rule(vec![], vec![named(Protocol::Udp, "http")])]), None));
+    e.set_policy(netpol(
+        "x",
+        "in",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(vec![], vec![named(Protocol::Udp, "http")])]),
+        None,
+    ));
     assert!(!allowed(&mut e, "x/a", "x/b", 8080));
     // Egress from x/a: resolves on each destination pod.
-    e.remove_policy(&PolicyRef { kind: PolicyKind::NetworkPolicy, key: ObjectKey::new("x", "in") });
-    e.set_policy(netpol("x", "out", selector(&[("pod", "a")]), None, Some(vec![rule(vec![], vec![named(Protocol::Tcp, "http")])])));
+    e.remove_policy(&PolicyRef {
+        kind: PolicyKind::NetworkPolicy,
+        key: ObjectKey::new("x", "in"),
+    });
+    e.set_policy(netpol(
+        "x",
+        "out",
+        selector(&[("pod", "a")]),
+        None,
+        Some(vec![rule(vec![], vec![named(Protocol::Tcp, "http")])]),
+    ));
     assert!(allowed(&mut e, "x/a", "x/b", 8080));
     assert!(!allowed(&mut e, "x/a", "x/b", 9090));
     assert!(allowed(&mut e, "x/a", "y/a", 9090));
@@ -135,37 +262,89 @@ fn ip_block_with_except_matches_pod_addresses() {
         "x",
         "p",
         selector(&[("pod", "b")]),
-        Some(vec![rule(vec![ip_block("10.0.0.0/16", &["10.0.1.0/24"])], vec![])]),
+        Some(vec![rule(
+            vec![ip_block("10.0.0.0/16", &["10.0.1.0/24"])],
+            vec![],
+        )]),
         None,
     ));
     assert!(allowed(&mut e, "x/a", "x/b", 80));
     assert!(!allowed(&mut e, "y/a", "x/b", 80));
     // IPv6 is not in the block.
-    assert!(!verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, true).0);
+    assert!(
+        !verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            true
+        )
+        .0
+    );
 }
 
 #[test]
 fn egress_needs_both_sides() {
     let mut e = base();
-    e.set_policy(netpol("x", "eg", selector(&[("pod", "a")]), None, Some(vec![rule(vec![pods_peer(None, Some(selector(&[("ns", "y")])))], vec![])])));
+    e.set_policy(netpol(
+        "x",
+        "eg",
+        selector(&[("pod", "a")]),
+        None,
+        Some(vec![rule(
+            vec![pods_peer(None, Some(selector(&[("ns", "y")])))],
+            vec![],
+        )]),
+    ));
     assert!(allowed(&mut e, "x/a", "y/a", 80));
     assert!(!allowed(&mut e, "x/a", "x/b", 80));
     e.set_policy(netpol("y", "deny", selector(&[]), Some(vec![]), None));
-    assert!(!allowed(&mut e, "x/a", "y/a", 80), "destination ingress denies");
+    assert!(
+        !allowed(&mut e, "x/a", "y/a", 80),
+        "destination ingress denies"
+    );
     assert!(allowed(&mut e, "x/a", "x/a", 80));
 }
 
 #[test]
 fn dns_egress_always_allowed_from_isolated_pod() {
     let mut e = base();
-    e.set_policy(netpol("x", "eg", selector(&[("pod", "a")]), None, Some(vec![])));
+    e.set_policy(netpol(
+        "x",
+        "eg",
+        selector(&[("pod", "a")]),
+        None,
+        Some(vec![]),
+    ));
     assert!(allowed(&mut e, "x/a", "y/a", 53));
-    assert!(verdict(&mut e, "x/a", "y/a", &NetworkId::Primary, 53, Protocol::Udp, false).0);
+    assert!(
+        verdict(
+            &mut e,
+            "x/a",
+            "y/a",
+            &NetworkId::Primary,
+            53,
+            Protocol::Udp,
+            false
+        )
+        .0
+    );
     assert!(!allowed(&mut e, "x/a", "y/a", 80));
-    let mut strict = Engine::new(EngineOptions { allow_dns: false, ..Default::default() });
+    let mut strict = Engine::new(EngineOptions {
+        allow_dns: false,
+        ..Default::default()
+    });
     strict.set_pod(pod("x", "a", &[("pod", "a")], &["10.0.0.1"]));
     strict.set_pod(pod("x", "b", &[], &["10.0.0.2"]));
-    strict.set_policy(netpol("x", "eg", selector(&[("pod", "a")]), None, Some(vec![])));
+    strict.set_policy(netpol(
+        "x",
+        "eg",
+        selector(&[("pod", "a")]),
+        None,
+        Some(vec![]),
+    ));
     assert!(!allowed(&mut strict, "x/a", "x/b", 53));
 }
 
@@ -175,26 +354,59 @@ fn multinet() -> (Engine, NetworkId, NetworkId) {
     let net2 = NetworkId::nad("x", "net2");
     e.set_namespace(namespace("x", &[]));
     e.set_namespace(namespace("y", &[]));
-    e.set_pod(with_interface(pod("x", "a", &[("app", "a")], &["10.0.0.1"]), "net1", net1.clone(), &["192.168.1.1", "fd01::1"]));
     e.set_pod(with_interface(
-        with_interface(pod("x", "b", &[("app", "b")], &["10.0.0.2"]), "net1", net1.clone(), &["192.168.1.2", "fd01::2"]),
+        pod("x", "a", &[("app", "a")], &["10.0.0.1"]),
+        "net1",
+        net1.clone(),
+        &["192.168.1.1", "fd01::1"],
+    ));
+    e.set_pod(with_interface(
+        with_interface(
+            pod("x", "b", &[("app", "b")], &["10.0.0.2"]),
+            "net1",
+            net1.clone(),
+            &["192.168.1.2", "fd01::2"],
+        ),
         "net2",
         net2.clone(),
         &["192.168.2.2"],
     ));
-    e.set_pod(with_interface(pod("y", "c", &[("app", "c")], &["10.0.1.3"]), "net2", net2.clone(), &["192.168.2.3"]));
+    e.set_pod(with_interface(
+        pod("y", "c", &[("app", "c")], &["10.0.1.3"]),
+        "net2",
+        net2.clone(),
+        &["192.168.2.3"],
+    ));
     (e, net1, net2)
 }
 
 #[test]
 fn multi_network_policy_isolates_only_its_networks() {
     let (mut e, net1, net2) = multinet();
-    let mut p = policy(PolicyKind::MultiNetworkPolicy, "x", "m", selector(&[("app", "b")]), Some(vec![]), None);
+    let mut p = policy(
+        PolicyKind::MultiNetworkPolicy,
+        "x",
+        "m",
+        selector(&[("app", "b")]),
+        Some(vec![]),
+        None,
+    );
     p.scope = PolicyScope::Networks(vec![net1.clone()]);
     e.set_policy(p);
     assert!(!verdict(&mut e, "x/a", "x/b", &net1, 80, Protocol::Tcp, false).0);
     assert!(!verdict(&mut e, "x/a", "x/b", &net1, 80, Protocol::Tcp, true).0);
-    assert!(verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false).0);
+    assert!(
+        verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        )
+        .0
+    );
     assert!(verdict(&mut e, "y/c", "x/b", &net2, 80, Protocol::Tcp, false).0);
 }
 
@@ -206,7 +418,10 @@ fn multi_network_peers_contribute_only_their_policy_for_addresses() {
         "x",
         "m",
         selector(&[("app", "b")]),
-        Some(vec![rule(vec![pods_peer(Some(selector(&[("app", "a")])), None)], vec![])]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("app", "a")])), None)],
+            vec![],
+        )]),
         None,
     );
     p.scope = PolicyScope::Networks(vec![net1.clone()]);
@@ -214,44 +429,90 @@ fn multi_network_peers_contribute_only_their_policy_for_addresses() {
     assert!(verdict(&mut e, "x/a", "x/b", &net1, 80, Protocol::Tcp, false).0);
     let rules = e.pod_rules(&PodKey::new("x", "b")).unwrap();
     let iface = rules.interface("net1").unwrap();
-    let Isolation::Isolated(allow) = &iface.ingress.enforced else { panic!("isolated") };
-    let PeerMatch::Addrs(set) = &allow[0].clauses[0].peers else { panic!("addrs") };
+    let Isolation::Isolated(allow) = &iface.ingress.enforced else {
+        panic!("isolated")
+    };
+    let PeerMatch::Addrs(set) = &allow[0].clauses[0].peers else {
+        panic!("addrs")
+    };
     assert!(set.contains("192.168.1.1".parse().unwrap()));
-    assert!(!set.contains("10.0.0.1".parse().unwrap()), "primary address of the peer is not on net1");
+    assert!(
+        !set.contains("10.0.0.1".parse().unwrap()),
+        "primary address of the peer is not on net1"
+    );
 }
 
 #[test]
 fn danm_policy_isolates_all_interfaces_and_network_selector_narrows_peers() {
     let (mut e, net1, net2) = multinet();
-    e.set_policy(policy(PolicyKind::DanmNetworkPolicy, "x", "d", selector(&[("app", "b")]), Some(vec![]), None));
-    for net in [&NetworkId::Primary, &net1] {
-        assert!(!verdict(&mut e, "x/a", "x/b", net, 80, Protocol::Tcp, false).0);
-    }
-    assert!(!verdict(&mut e, "y/c", "x/b", &net2, 80, Protocol::Tcp, false).0);
-    // networkSelector alone: interfaces on x/net1 of pods in the policy's namespace.
-    let net_sel = vec![NetworkSelectorEntry { kind: NetworkType::NetworkAttachmentDefinition, namespace: Some("x".into()), name: "net1".into() }];
     e.set_policy(policy(
         PolicyKind::DanmNetworkPolicy,
         "x",
         "d",
         selector(&[("app", "b")]),
-        Some(vec![rule(vec![Peer::Pods { pod_selector: None, namespace_selector: None, network_selector: Some(net_sel) }], vec![])]),
+        Some(vec![]),
+        None,
+    ));
+    for net in [&NetworkId::Primary, &net1] {
+        assert!(!verdict(&mut e, "x/a", "x/b", net, 80, Protocol::Tcp, false).0);
+    }
+    assert!(!verdict(&mut e, "y/c", "x/b", &net2, 80, Protocol::Tcp, false).0);
+    // networkSelector alone: interfaces on x/net1 of pods in the policy's namespace.
+    let net_sel = vec![NetworkSelectorEntry {
+        kind: NetworkType::NetworkAttachmentDefinition,
+        namespace: Some("x".into()),
+        name: "net1".into(),
+    }];
+    e.set_policy(policy(
+        PolicyKind::DanmNetworkPolicy,
+        "x",
+        "d",
+        selector(&[("app", "b")]),
+        Some(vec![rule(
+            vec![Peer::Pods {
+                pod_selector: None,
+                namespace_selector: None,
+                network_selector: Some(net_sel),
+            }],
+            vec![],
+        )]),
         None,
     ));
     assert!(verdict(&mut e, "x/a", "x/b", &net1, 80, Protocol::Tcp, false).0);
-    assert!(!verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false).0, "a's primary address is not selected");
+    assert!(
+        !verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        )
+        .0,
+        "a's primary address is not selected"
+    );
 }
 
 #[test]
 fn kinds_stack_additively() {
     let (mut e, net1, _) = multinet();
-    e.set_policy(netpol("x", "np", selector(&[("app", "b")]), Some(vec![]), None));
+    e.set_policy(netpol(
+        "x",
+        "np",
+        selector(&[("app", "b")]),
+        Some(vec![]),
+        None,
+    ));
     let mut m = policy(
         PolicyKind::MultiNetworkPolicy,
         "x",
         "m",
         selector(&[("app", "b")]),
-        Some(vec![rule(vec![pods_peer(Some(selector(&[("app", "a")])), None)], vec![tcp(80)])]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("app", "a")])), None)],
+            vec![tcp(80)],
+        )]),
         None,
     );
     m.scope = PolicyScope::Networks(vec![net1.clone()]);
@@ -261,14 +522,39 @@ fn kinds_stack_additively() {
         "x",
         "d",
         selector(&[("app", "b")]),
-        Some(vec![rule(vec![pods_peer(Some(selector(&[("app", "a")])), None)], vec![tcp(81)])]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("app", "a")])), None)],
+            vec![tcp(81)],
+        )]),
         None,
     ));
     assert!(verdict(&mut e, "x/a", "x/b", &net1, 80, Protocol::Tcp, false).0);
     assert!(verdict(&mut e, "x/a", "x/b", &net1, 81, Protocol::Tcp, false).0);
     assert!(!verdict(&mut e, "x/a", "x/b", &net1, 82, Protocol::Tcp, false).0);
-    assert!(verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 81, Protocol::Tcp, false).0);
-    assert!(!verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false).0);
+    assert!(
+        verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            81,
+            Protocol::Tcp,
+            false
+        )
+        .0
+    );
+    assert!(
+        !verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        )
+        .0
+    );
 }
 
 #[test]
@@ -277,26 +563,108 @@ fn monitor_mode_never_changes_enforcement() {
     let mut m = netpol("x", "mon", selector(&[("pod", "b")]), Some(vec![]), None);
     m.mode = Mode::Monitor;
     e.set_policy(m);
-    let (a, s) = verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false);
+    let (a, s) = verdict(
+        &mut e,
+        "x/a",
+        "x/b",
+        &NetworkId::Primary,
+        80,
+        Protocol::Tcp,
+        false,
+    );
     assert!(a && !s, "monitored deny-all: traffic flows, staged denies");
     // With an enforced allow-from-a beside it: enforcement unchanged, staged = union.
-    e.set_policy(netpol("x", "enf", selector(&[("pod", "b")]), Some(vec![rule(vec![pods_peer(Some(selector(&[("pod", "a")])), None)], vec![])]), None));
-    assert_eq!(verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false), (true, true));
-    assert_eq!(verdict(&mut e, "y/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false), (false, false));
+    e.set_policy(netpol(
+        "x",
+        "enf",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("pod", "a")])), None)],
+            vec![],
+        )]),
+        None,
+    ));
+    assert_eq!(
+        verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        ),
+        (true, true)
+    );
+    assert_eq!(
+        verdict(
+            &mut e,
+            "y/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        ),
+        (false, false)
+    );
 }
 
 #[test]
 fn replaces_removes_the_enforced_policy_from_the_staged_view() {
     let mut e = base();
-    e.set_policy(netpol("x", "old", selector(&[("pod", "b")]), Some(vec![rule(vec![pods_peer(None, Some(selector(&[])))], vec![])]), None));
-    let mut new = netpol("x", "new", selector(&[("pod", "b")]), Some(vec![rule(vec![pods_peer(Some(selector(&[("pod", "a")])), None)], vec![])]), None);
+    e.set_policy(netpol(
+        "x",
+        "old",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(
+            vec![pods_peer(None, Some(selector(&[])))],
+            vec![],
+        )]),
+        None,
+    ));
+    let mut new = netpol(
+        "x",
+        "new",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("pod", "a")])), None)],
+            vec![],
+        )]),
+        None,
+    );
     new.mode = Mode::Monitor;
     new.replaces = Some("old".into());
     e.set_policy(new);
-    assert_eq!(verdict(&mut e, "x/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false), (true, true));
-    assert_eq!(verdict(&mut e, "y/a", "x/b", &NetworkId::Primary, 80, Protocol::Tcp, false), (true, false));
+    assert_eq!(
+        verdict(
+            &mut e,
+            "x/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        ),
+        (true, true)
+    );
+    assert_eq!(
+        verdict(
+            &mut e,
+            "y/a",
+            "x/b",
+            &NetworkId::Primary,
+            80,
+            Protocol::Tcp,
+            false
+        ),
+        (true, false)
+    );
     let rules = e.pod_rules(&PodKey::new("x", "b")).unwrap();
-    assert_eq!(rules.interfaces[0].ingress.staged_cause(), StagedCause::ReplacedAllow);
+    assert_eq!(
+        rules.interfaces[0].ingress.staged_cause(),
+        StagedCause::ReplacedAllow
+    );
 }
 
 #[test]
@@ -305,7 +673,13 @@ fn host_network_pods_are_never_isolated() {
     let mut hn = pod("x", "h", &[("pod", "h")], &["172.16.0.1"]);
     hn.host_network = true;
     e.set_pod(hn);
-    e.set_policy(netpol("x", "deny", selector(&[]), Some(vec![]), Some(vec![])));
+    e.set_policy(netpol(
+        "x",
+        "deny",
+        selector(&[]),
+        Some(vec![]),
+        Some(vec![]),
+    ));
     let rules = e.pod_rules(&PodKey::new("x", "h")).unwrap();
     assert!(!rules.is_isolated());
 }
@@ -313,20 +687,44 @@ fn host_network_pods_are_never_isolated() {
 #[test]
 fn services_vips_follow_allowed_endpoints() {
     let mut e = base();
-    e.set_pod(with_port(pod("y", "a", &[("pod", "a")], &["10.0.1.1"]), "web", 8080, Protocol::Tcp));
+    e.set_pod(with_port(
+        pod("y", "a", &[("pod", "a")], &["10.0.1.1"]),
+        "web",
+        8080,
+        Protocol::Tcp,
+    ));
     e.set_service(Service {
         key: ObjectKey::new("y", "svc"),
         cluster_ips: vec!["10.96.0.10".parse().unwrap()],
         selector: Some(labels(&[("pod", "a")])),
         endpoint_addrs: vec![],
-        ports: vec![ServicePort { protocol: Protocol::Tcp, port: 80, target: PortRef::Named("web".into()) }],
+        ports: vec![ServicePort {
+            protocol: Protocol::Tcp,
+            port: 80,
+            target: PortRef::Named("web".into()),
+        }],
     });
-    e.set_policy(netpol("x", "eg", selector(&[("pod", "a")]), None, Some(vec![rule(vec![pods_peer(None, Some(selector(&[("ns", "y")])))], vec![tcp(8080)])])));
+    e.set_policy(netpol(
+        "x",
+        "eg",
+        selector(&[("pod", "a")]),
+        None,
+        Some(vec![rule(
+            vec![pods_peer(None, Some(selector(&[("ns", "y")])))],
+            vec![tcp(8080)],
+        )]),
+    ));
     let rules = e.pod_rules(&PodKey::new("x", "a")).unwrap();
     let vip: std::net::IpAddr = "10.96.0.10".parse().unwrap();
-    let (ok, _) = rules.interfaces[0].egress.enforced.evaluate(vip, Protocol::Tcp, 80);
+    let (ok, _) = rules.interfaces[0]
+        .egress
+        .enforced
+        .evaluate(vip, Protocol::Tcp, 80);
     assert!(ok, "ClusterIP:80 allowed because endpoint y/a:8080 is");
-    let (ok, _) = rules.interfaces[0].egress.enforced.evaluate(vip, Protocol::Tcp, 81);
+    let (ok, _) = rules.interfaces[0]
+        .egress
+        .enforced
+        .evaluate(vip, Protocol::Tcp, 81);
     assert!(!ok);
 }
 
@@ -334,14 +732,34 @@ fn services_vips_follow_allowed_endpoints() {
 fn incremental_recompute_touches_only_affected_pods() {
     let mut e = base();
     e.set_pod(pod("y", "z", &[("pod", "z")], &["10.0.1.9"]));
-    e.set_policy(netpol("x", "p", selector(&[("pod", "b")]), Some(vec![rule(vec![pods_peer(Some(selector(&[("role", "client")])), Some(selector(&[])))], vec![])]), None));
+    e.set_policy(netpol(
+        "x",
+        "p",
+        selector(&[("pod", "b")]),
+        Some(vec![rule(
+            vec![pods_peer(
+                Some(selector(&[("role", "client")])),
+                Some(selector(&[])),
+            )],
+            vec![],
+        )]),
+        None,
+    ));
     e.all_pod_rules();
     assert!(e.take_dirty().is_empty());
     // A label nobody selects on: only the pod itself.
     e.set_pod(pod("y", "z", &[("pod", "z"), ("tier", "x")], &["10.0.1.9"]));
-    assert_eq!(e.take_dirty().into_iter().collect::<Vec<_>>(), vec![PodKey::new("y", "z")]);
+    assert_eq!(
+        e.take_dirty().into_iter().collect::<Vec<_>>(),
+        vec![PodKey::new("y", "z")]
+    );
     // Becoming a peer: the policy's targets too.
-    e.set_pod(pod("y", "z", &[("pod", "z"), ("role", "client")], &["10.0.1.9"]));
+    e.set_pod(pod(
+        "y",
+        "z",
+        &[("pod", "z"), ("role", "client")],
+        &["10.0.1.9"],
+    ));
     let dirty = e.take_dirty();
     assert!(dirty.contains(&PodKey::new("x", "b")) && dirty.contains(&PodKey::new("y", "z")));
     assert!(!dirty.contains(&PodKey::new("x", "a")));

@@ -3,7 +3,8 @@
 //!
 //! Pods are dual stack on the primary network (10.66.x.y/16, fd66::/64), each listening on
 //! TCP and UDP 80 and 81. For 9 pods it also probes every ordered pair x 2 ports x 2 protocols
-//! (IPv4), and prints the timings; it asserts nothing about them.
+//! (IPv4), and prints the timings; it asserts nothing about them. `NWLAB_PROBE_PODS=N` probes
+//! the first N pods instead of 9.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
@@ -40,16 +41,40 @@ fn main() {
         eprintln!("skipped: needs root");
         return;
     }
-    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![9, 110] } else { sizes };
-    let ports = vec![(80, Protocol::Tcp), (80, Protocol::Udp), (81, Protocol::Tcp), (81, Protocol::Udp)];
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![9, 110]
+    } else {
+        sizes
+    };
+    let ports = vec![
+        (80, Protocol::Tcp),
+        (80, Protocol::Udp),
+        (81, Protocol::Tcp),
+        (81, Protocol::Udp),
+    ];
     for n in sizes {
-        let spec = LabSpec { pods: pods(n), ports: ports.clone() };
+        let spec = LabSpec {
+            pods: pods(n),
+            ports: ports.clone(),
+        };
         let start = Instant::now();
         let lab = Lab::up(&spec).expect("lab up");
-        println!("up: {n} pods, {} listeners: {:?}", n * ports.len(), start.elapsed());
+        println!(
+            "up: {n} pods, {} listeners: {:?}",
+            n * ports.len(),
+            start.elapsed()
+        );
 
-        let probe_pods = &spec.pods[..n.min(9)];
+        // NWLAB_PROBE_PODS=110 probes all pairs of a 110-pod lab (48400 probes).
+        let probe_n = std::env::var("NWLAB_PROBE_PODS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(9);
+        let probe_pods = &spec.pods[..n.min(probe_n)];
         let mut probes = Vec::new();
         for from in probe_pods {
             for to in probe_pods {

@@ -33,12 +33,17 @@ pub struct LabStatePod {
 
 impl LabState {
     pub fn netns_names(&self) -> Vec<String> {
-        std::iter::once(self.fabric.clone()).chain(self.pods.iter().map(|p| p.netns.clone())).collect()
+        std::iter::once(self.fabric.clone())
+            .chain(self.pods.iter().map(|p| p.netns.clone()))
+            .collect()
     }
 }
 
 fn owned_by(instance: &str, name: &str) -> bool {
-    valid_name(name) && name.strip_prefix(instance).is_some_and(|rest| rest.starts_with('-'))
+    valid_name(name)
+        && name
+            .strip_prefix(instance)
+            .is_some_and(|rest| rest.starts_with('-'))
 }
 
 /// Deletes whichever of `names` exist; returns the names that could not be deleted.
@@ -52,9 +57,16 @@ pub(crate) fn delete_netns(names: &[String]) -> Result<(), LabError> {
     // -force: go on after a failed line, so one stuck netns does not keep the others alive.
     let result = exec("ip", &["-force", "-batch", "-"], Some(script.as_bytes()));
     let existing = list_named()?;
-    let left: Vec<String> = names.iter().filter(|n| existing.contains(n)).cloned().collect();
+    let left: Vec<String> = names
+        .iter()
+        .filter(|n| existing.contains(n))
+        .cloned()
+        .collect();
     if !left.is_empty() {
-        return Err(LabError::Leftover { names: left, cause: result.err().map(|e| e.to_string()) });
+        return Err(LabError::Leftover {
+            names: left,
+            cause: result.err().map(|e| e.to_string()),
+        });
     }
     Ok(())
 }
@@ -78,8 +90,10 @@ pub fn cleanup_stale(prefix: &str) -> Result<Vec<String>, LabError> {
     if !valid_prefix(prefix) {
         return Err(LabError::Invalid(format!("bad lab prefix {prefix:?}")));
     }
-    let names: Vec<String> =
-        list_named()?.into_iter().filter(|n| owned_by(prefix, n)).collect();
+    let names: Vec<String> = list_named()?
+        .into_iter()
+        .filter(|n| owned_by(prefix, n))
+        .collect();
     delete_netns(&names)?;
     Ok(names)
 }
@@ -91,11 +105,17 @@ fn registry() -> &'static Mutex<BTreeMap<String, LabState>> {
 }
 
 pub(crate) fn register(state: LabState) {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).insert(state.instance.clone(), state);
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(state.instance.clone(), state);
 }
 
 pub(crate) fn unregister(instance: &str) {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).remove(instance);
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(instance);
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP delete every lab still alive in this process, then exit
@@ -148,9 +168,16 @@ mod tests {
         let state = LabState {
             instance: "nwlab-abc123".into(),
             fabric: "nwlab-abc123-f".into(),
-            pods: vec![LabStatePod { namespace: "n".into(), name: "p".into(), netns: "default".into() }],
+            pods: vec![LabStatePod {
+                namespace: "n".into(),
+                name: "p".into(),
+                netns: "default".into(),
+            }],
         };
-        assert!(matches!(teardown_from_state(&state), Err(LabError::Invalid(_))));
+        assert!(matches!(
+            teardown_from_state(&state),
+            Err(LabError::Invalid(_))
+        ));
         assert!(matches!(cleanup_stale(""), Err(LabError::Invalid(_))));
         assert!(matches!(cleanup_stale("x y"), Err(LabError::Invalid(_))));
     }

@@ -61,7 +61,10 @@ pub struct LabOptions {
 
 impl Default for LabOptions {
     fn default() -> Self {
-        LabOptions { prefix: DEFAULT_PREFIX.to_owned(), probe: ProbeConfig::default() }
+        LabOptions {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            probe: ProbeConfig::default(),
+        }
     }
 }
 
@@ -74,15 +77,27 @@ pub enum LabError {
     #[error("{step}: {source}")]
     Setup { step: String, source: NetnsError },
     #[error("cannot listen on {port}/{protocol} in {netns}: {source}")]
-    Listen { netns: String, port: u16, protocol: Protocol, source: nix::errno::Errno },
+    Listen {
+        netns: String,
+        port: u16,
+        protocol: Protocol,
+        source: nix::errno::Errno,
+    },
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot read /dev/urandom: {0}")]
     Random(std::io::Error),
     #[error("cannot set {key} in {netns}: {source}")]
-    Sysctl { netns: String, key: String, source: std::io::Error },
+    Sysctl {
+        netns: String,
+        key: String,
+        source: std::io::Error,
+    },
     #[error("netns left behind after teardown: {names:?}{}", cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
-    Leftover { names: Vec<String>, cause: Option<String> },
+    Leftover {
+        names: Vec<String>,
+        cause: Option<String>,
+    },
 }
 
 struct LabPod {
@@ -121,8 +136,10 @@ impl Drop for UpGuard {
 
 /// Set in the fabric: no IPv6 on bridges and fabric veth ends (they only switch frames), so
 /// they send no DAD, router solicitations or MLD reports.
-const FABRIC_SYSCTLS: &[(&str, &str)] =
-    &[("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1")];
+const FABRIC_SYSCTLS: &[(&str, &str)] = &[
+    ("net/ipv6/conf/all/disable_ipv6", "1"),
+    ("net/ipv6/conf/default/disable_ipv6", "1"),
+];
 
 /// Set in every pod netns before its interfaces exist (new interfaces copy `default`).
 const POD_SYSCTLS: &[(&str, &str)] = &[
@@ -148,7 +165,10 @@ impl Lab {
     /// Builds the lab. On error everything created so far is removed.
     pub fn up_with(spec: &LabSpec, options: &LabOptions) -> Result<Lab, LabError> {
         if !plan::valid_prefix(&options.prefix) {
-            return Err(LabError::Invalid(format!("bad lab prefix {:?}", options.prefix)));
+            return Err(LabError::Invalid(format!(
+                "bad lab prefix {:?}",
+                options.prefix
+            )));
         }
         let instance = fresh_instance(&options.prefix)?;
         // Validation happens here, before anything exists.
@@ -169,14 +189,22 @@ impl Lab {
         };
         // Registered first so that a signal during `up` removes the partial lab too.
         cleanup::register(state.clone());
-        let mut guard = UpGuard { instance: instance.clone(), names: names.clone(), armed: true };
+        let mut guard = UpGuard {
+            instance: instance.clone(),
+            names: names.clone(),
+            armed: true,
+        };
 
         let setup = |step: &str| {
             let step = step.to_owned();
             move |source| LabError::Setup { step, source }
         };
-        exec("ip", &["-batch", "-"], Some(plan.netns_add_script().as_bytes()))
-            .map_err(setup("creating the lab namespaces"))?;
+        exec(
+            "ip",
+            &["-batch", "-"],
+            Some(plan.netns_add_script().as_bytes()),
+        )
+        .map_err(setup("creating the lab namespaces"))?;
 
         let fabric = Netns::open(&named_path(&plan.fabric)?)?;
         let mut pods = BTreeMap::new();
@@ -185,14 +213,28 @@ impl Lab {
             let path = named_path(&p.netns)?;
             let handle = Arc::new(Netns::open(&path)?);
             handles.push((p.netns.clone(), handle.clone()));
-            pods.insert(p.key.clone(), LabPod { netns: p.netns.clone(), path, handle });
+            pods.insert(
+                p.key.clone(),
+                LabPod {
+                    netns: p.netns.clone(),
+                    path,
+                    handle,
+                },
+            );
         }
 
-        set_sysctls(vec![(plan.fabric.clone(), Arc::new(fabric))], FABRIC_SYSCTLS)?;
+        set_sysctls(
+            vec![(plan.fabric.clone(), Arc::new(fabric))],
+            FABRIC_SYSCTLS,
+        )?;
         set_sysctls(handles.clone(), POD_SYSCTLS)?;
 
-        exec("ip", &["-n", &plan.fabric, "-batch", "-"], Some(plan.fabric_script().as_bytes()))
-            .map_err(setup("creating bridges and veth pairs in the fabric netns"))?;
+        exec(
+            "ip",
+            &["-n", &plan.fabric, "-batch", "-"],
+            Some(plan.fabric_script().as_bytes()),
+        )
+        .map_err(setup("creating bridges and veth pairs in the fabric netns"))?;
         configure_pods(&plan)?;
 
         let listeners = serve::listen_in_pods(handles.clone(), plan.ports.clone())?;
@@ -256,8 +298,11 @@ impl Lab {
 
     /// Runs the probes in parallel; outcomes are in the order of `probes`.
     pub fn probe(&self, probes: &[ProbeSpec]) -> Vec<ProbeOutcome> {
-        let sources: BTreeMap<PodKey, &Netns> =
-            self.pods.iter().map(|(k, p)| (k.clone(), &*p.handle)).collect();
+        let sources: BTreeMap<PodKey, &Netns> = self
+            .pods
+            .iter()
+            .map(|(k, p)| (k.clone(), &*p.handle))
+            .collect();
         probe::run(&sources, probes, &self.probe_config)
     }
 
@@ -302,12 +347,16 @@ fn fresh_instance(prefix: &str) -> Result<String, LabError> {
         let mut bytes = [0u8; 3];
         urandom.read_exact(&mut bytes).map_err(LabError::Random)?;
         let instance = format!("{prefix}-{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2]);
-        let taken = existing.iter().any(|n| n.starts_with(&format!("{instance}-")));
+        let taken = existing
+            .iter()
+            .any(|n| n.starts_with(&format!("{instance}-")));
         if !taken {
             return Ok(instance);
         }
     }
-    Err(LabError::Invalid(format!("no free lab name with prefix {prefix:?}")))
+    Err(LabError::Invalid(format!(
+        "no free lab name with prefix {prefix:?}"
+    )))
 }
 
 /// Writes `/proc/sys/<key>` inside each netns, from one thread that visits them in turn
@@ -339,7 +388,9 @@ fn set_sysctls(
             Ok(())
         })
         .map_err(LabError::Thread)?;
-    handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Runs each pod's `ip -batch` script; a few at a time, since each is a short process.
@@ -355,8 +406,11 @@ fn configure_pods(plan: &plan::Plan) -> Result<(), LabError> {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(pod) = plan.pods.get(i) else { break };
                     let script = plan.pod_script(i);
-                    let result =
-                        exec("ip", &["-n", &pod.netns, "-batch", "-"], Some(script.as_bytes()));
+                    let result = exec(
+                        "ip",
+                        &["-n", &pod.netns, "-batch", "-"],
+                        Some(script.as_bytes()),
+                    );
                     if let Err(source) = result {
                         let step = format!("configuring pod {} in {}", pod.key, pod.netns);
                         first_error

@@ -55,7 +55,9 @@ pub(crate) fn valid_ifname(name: &str) -> bool {
     (1..=15).contains(&name.len())
         && name != "lo"
         && !name.starts_with(['-', '.'])
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// A lab name prefix: `[a-z0-9]` words joined by `-`, 1-32 bytes (it ends up in netns names).
@@ -63,7 +65,9 @@ pub(crate) fn valid_prefix(prefix: &str) -> bool {
     (1..=32).contains(&prefix.len())
         && !prefix.starts_with('-')
         && !prefix.ends_with('-')
-        && prefix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 fn invalid(msg: String) -> LabError {
@@ -77,7 +81,11 @@ pub(crate) fn plan(spec: &LabSpec, instance: &str) -> Result<Plan, LabError> {
         if port == 0 {
             return Err(invalid(format!("port 0/{protocol} cannot be served")));
         }
-        let list = if protocol == Protocol::Sctp { &mut unsupported } else { &mut ports };
+        let list = if protocol == Protocol::Sctp {
+            &mut unsupported
+        } else {
+            &mut ports
+        };
         if !list.contains(&(port, protocol)) {
             list.push((port, protocol));
         }
@@ -146,7 +154,11 @@ pub(crate) fn plan(spec: &LabSpec, instance: &str) -> Result<Plan, LabError> {
             skipped.push(pod.key.clone());
             continue;
         }
-        pods.push(PlannedPod { key: pod.key.clone(), netns: format!("{instance}-{index}"), ifaces });
+        pods.push(PlannedPod {
+            key: pod.key.clone(),
+            netns: format!("{instance}-{index}"),
+            ifaces,
+        });
     }
 
     Ok(Plan {
@@ -163,12 +175,17 @@ pub(crate) fn plan(spec: &LabSpec, instance: &str) -> Result<Plan, LabError> {
 impl Plan {
     /// Every netns this lab creates, the fabric first.
     pub fn netns_names(&self) -> Vec<String> {
-        std::iter::once(self.fabric.clone()).chain(self.pods.iter().map(|p| p.netns.clone())).collect()
+        std::iter::once(self.fabric.clone())
+            .chain(self.pods.iter().map(|p| p.netns.clone()))
+            .collect()
     }
 
     /// For `ip -batch -` in the root netns: creates the namespaces.
     pub fn netns_add_script(&self) -> String {
-        self.netns_names().iter().map(|n| format!("netns add {n}\n")).collect()
+        self.netns_names()
+            .iter()
+            .map(|n| format!("netns add {n}\n"))
+            .collect()
     }
 
     /// For `ip -n FABRIC -batch -`: bridges, and veth pairs created from inside the fabric with
@@ -189,7 +206,11 @@ impl Plan {
                     "link add name {} type veth peer name {} netns {}",
                     iface.fabric_end, iface.name, pod.netns
                 );
-                let _ = writeln!(s, "link set {} master nwbr{} up", iface.fabric_end, iface.network);
+                let _ = writeln!(
+                    s,
+                    "link set {} master nwbr{} up",
+                    iface.fabric_end, iface.network
+                );
             }
         }
         s
@@ -200,7 +221,8 @@ impl Plan {
     pub fn pod_script(&self, index: usize) -> String {
         let pod = &self.pods[index];
         let mut s = String::from("link set lo up\n");
-        for iface in &pod.ifaces {
+        for (i, iface) in pod.ifaces.iter().enumerate() {
+            let _ = writeln!(s, "link set {} address {}", iface.name, lab_mac(index, i));
             for addr in &iface.addrs {
                 // nodad: the address is usable at once instead of after ~1 s of DAD.
                 let nodad = if addr.addr().is_ipv6() { " nodad" } else { "" };
@@ -211,17 +233,70 @@ impl Plan {
         for (dest, dev) in self.peer_routes(index) {
             let _ = writeln!(s, "route replace {dest} dev {dev}");
         }
+        for (addr, mac, dev) in self.peer_neighbours(index) {
+            let _ = writeln!(
+                s,
+                "neigh replace {addr} lladdr {mac} dev {dev} nud permanent"
+            );
+        }
         s
     }
 
+    /// Permanent neighbour entries for every peer address on the pod's networks. The kernel's
+    /// IPv4/IPv6 neighbour tables are shared by every netns of the host and capped
+    /// (`gc_thresh3`, 1024 by default): a lab of 100+ pods resolving each other dynamically
+    /// overflows them, and then new connections silently time out. Permanent entries are not
+    /// garbage-collected nor counted against that cap, and need no ARP/ND round trip.
+    pub fn peer_neighbours(&self, index: usize) -> Vec<(IpAddr, String, String)> {
+        let pod = &self.pods[index];
+        let mut out = Vec::new();
+        for iface in &pod.ifaces {
+            for (q, peer) in self.pods.iter().enumerate() {
+                if q == index {
+                    continue;
+                }
+                for (j, peer_iface) in peer.ifaces.iter().enumerate() {
+                    if peer_iface.network != iface.network {
+                        continue;
+                    }
+                    for addr in &peer_iface.addrs {
+                        let family_shared = iface
+                            .addrs
+                            .iter()
+                            .any(|a| a.addr().is_ipv4() == addr.addr().is_ipv4());
+                        if family_shared {
+                            out.push((addr.addr(), lab_mac(q, j), iface.name.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The MAC of pod `pod`'s interface `iface`: locally administered, unicast, unique in the lab.
+pub(crate) fn lab_mac(pod: usize, iface: usize) -> String {
+    format!(
+        "02:6e:77:{:02x}:{:02x}:{:02x}",
+        (pod >> 8) & 0xff,
+        pod & 0xff,
+        iface & 0xff
+    )
+}
+
+impl Plan {
     /// Routes pod `index` needs to reach every peer on its networks. Peers inside one of the
     /// interface's own subnets are covered by the connected route. Otherwise the peer's subnet
     /// is routed on-link through the interface, or, when that subnet overlaps a subnet the pod
     /// has elsewhere (which the subnet route would hijack), just the peer's host address.
     pub fn peer_routes(&self, index: usize) -> Vec<(IpNet, String)> {
         let pod = &self.pods[index];
-        let all_own: Vec<IpNet> =
-            pod.ifaces.iter().flat_map(|i| i.addrs.iter().map(IpNet::trunc)).collect();
+        let all_own: Vec<IpNet> = pod
+            .ifaces
+            .iter()
+            .flat_map(|i| i.addrs.iter().map(IpNet::trunc))
+            .collect();
         let mut seen = BTreeSet::new();
         let mut routes = Vec::new();
         for iface in &pod.ifaces {
@@ -230,16 +305,21 @@ impl Plan {
                 if q == index {
                     continue;
                 }
-                let peer_addrs =
-                    peer.ifaces.iter().filter(|j| j.network == iface.network).flat_map(|j| &j.addrs);
+                let peer_addrs = peer
+                    .ifaces
+                    .iter()
+                    .filter(|j| j.network == iface.network)
+                    .flat_map(|j| &j.addrs);
                 for addr in peer_addrs {
                     let same_family = |n: &IpNet| n.addr().is_ipv4() == addr.addr().is_ipv4();
-                    if !own.iter().any(same_family) || own.iter().any(|n| n.contains(&addr.addr())) {
+                    if !own.iter().any(same_family) || own.iter().any(|n| n.contains(&addr.addr()))
+                    {
                         continue;
                     }
                     let subnet = addr.trunc();
-                    let overlaps =
-                        all_own.iter().any(|n| n.contains(&subnet.network()) || subnet.contains(&n.network()));
+                    let overlaps = all_own
+                        .iter()
+                        .any(|n| n.contains(&subnet.network()) || subnet.contains(&n.network()));
                     let dest = if overlaps {
                         IpNet::new(addr.addr(), addr.max_prefix_len()).expect("host prefix")
                     } else {
@@ -287,17 +367,34 @@ mod tests {
         let x = NetworkId::nad("x", "net1");
         let spec = LabSpec {
             pods: vec![
-                pod("a", &[("eth0", NetworkId::Primary, &["10.1.0.1/24", "fd01::1/64"]), ("net1", x.clone(), &["10.2.0.1/24"])]),
+                pod(
+                    "a",
+                    &[
+                        ("eth0", NetworkId::Primary, &["10.1.0.1/24", "fd01::1/64"]),
+                        ("net1", x.clone(), &["10.2.0.1/24"]),
+                    ],
+                ),
                 pod("empty", &[]),
-                pod("b", &[("eth0", NetworkId::Primary, &["10.1.0.2/24", "fd01::2/64"])]),
+                pod(
+                    "b",
+                    &[("eth0", NetworkId::Primary, &["10.1.0.2/24", "fd01::2/64"])],
+                ),
             ],
-            ports: vec![(80, Protocol::Tcp), (80, Protocol::Tcp), (53, Protocol::Udp), (9, Protocol::Sctp)],
+            ports: vec![
+                (80, Protocol::Tcp),
+                (80, Protocol::Tcp),
+                (53, Protocol::Udp),
+                (9, Protocol::Sctp),
+            ],
         };
         let plan = plan(&spec, "nwlab-abcdef").unwrap();
         assert_eq!(plan.fabric, "nwlab-abcdef-f");
         assert_eq!(plan.networks, vec![NetworkId::Primary, x]);
         assert_eq!(plan.skipped, vec![PodKey::new("ns", "empty")]);
-        assert_eq!(plan.netns_names(), ["nwlab-abcdef-f", "nwlab-abcdef-0", "nwlab-abcdef-1"]);
+        assert_eq!(
+            plan.netns_names(),
+            ["nwlab-abcdef-f", "nwlab-abcdef-0", "nwlab-abcdef-1"]
+        );
         assert_eq!(plan.ports, vec![(80, Protocol::Tcp), (53, Protocol::Udp)]);
         assert_eq!(plan.unsupported, vec![(9, Protocol::Sctp)]);
         assert_eq!(
@@ -310,8 +407,11 @@ mod tests {
         );
         assert_eq!(
             plan.pod_script(0),
-            "link set lo up\naddr add 10.1.0.1/24 dev eth0\naddr add fd01::1/64 dev eth0 nodad\n\
-             link set eth0 up\naddr add 10.2.0.1/24 dev net1\nlink set net1 up\n"
+            "link set lo up\nlink set eth0 address 02:6e:77:00:00:00\naddr add 10.1.0.1/24 dev eth0\n\
+             addr add fd01::1/64 dev eth0 nodad\nlink set eth0 up\nlink set net1 address 02:6e:77:00:00:01\n\
+             addr add 10.2.0.1/24 dev net1\nlink set net1 up\n\
+             neigh replace 10.1.0.2 lladdr 02:6e:77:00:01:00 dev eth0 nud permanent\n\
+             neigh replace fd01::2 lladdr 02:6e:77:00:01:00 dev eth0 nud permanent\n"
         );
     }
 
@@ -319,9 +419,18 @@ mod tests {
     fn routes_peers_in_other_subnets() {
         let spec = LabSpec {
             pods: vec![
-                pod("a", &[("eth0", NetworkId::Primary, &["10.1.0.1/24", "fd01::1/64"]), ("net1", NetworkId::nad("x", "n"), &["10.9.0.1/24"])]),
+                pod(
+                    "a",
+                    &[
+                        ("eth0", NetworkId::Primary, &["10.1.0.1/24", "fd01::1/64"]),
+                        ("net1", NetworkId::nad("x", "n"), &["10.9.0.1/24"]),
+                    ],
+                ),
                 pod("b", &[("eth0", NetworkId::Primary, &["10.1.0.2/24"])]),
-                pod("c", &[("eth0", NetworkId::Primary, &["10.3.0.3/24", "fd03::3/64"])]),
+                pod(
+                    "c",
+                    &[("eth0", NetworkId::Primary, &["10.3.0.3/24", "fd03::3/64"])],
+                ),
                 pod("d", &[("eth0", NetworkId::Primary, &["10.9.0.4/16"])]),
                 pod("e", &[("eth0", NetworkId::Primary, &["10.3.0.5/24"])]),
             ],
@@ -329,40 +438,89 @@ mod tests {
         };
         let plan = plan(&spec, "t-000000").unwrap();
         let routes = |i| -> Vec<String> {
-            plan.peer_routes(i).iter().map(|(n, d)| format!("{n} {d}")).collect()
+            plan.peer_routes(i)
+                .iter()
+                .map(|(n, d)| format!("{n} {d}"))
+                .collect()
         };
         // a: c's subnet on-link; d's /16 overlaps a's net1 subnet, so only d's host address.
-        assert_eq!(routes(0), ["10.3.0.0/24 eth0", "fd03::/64 eth0", "10.9.0.4/32 eth0"]);
+        assert_eq!(
+            routes(0),
+            ["10.3.0.0/24 eth0", "fd03::/64 eth0", "10.9.0.4/32 eth0"]
+        );
         // b has no IPv6: no IPv6 routes.
         assert_eq!(routes(1), ["10.3.0.0/24 eth0", "10.9.0.0/16 eth0"]);
         // c and e share a subnet: only the others need routes.
-        assert_eq!(routes(2), ["10.1.0.0/24 eth0", "fd01::/64 eth0", "10.9.0.0/16 eth0"]);
-        assert!(plan.pod_script(1).ends_with("route replace 10.9.0.0/16 dev eth0\n"));
+        assert_eq!(
+            routes(2),
+            ["10.1.0.0/24 eth0", "fd01::/64 eth0", "10.9.0.0/16 eth0"]
+        );
+        assert!(plan
+            .pod_script(1)
+            .contains("route replace 10.9.0.0/16 dev eth0\n"));
     }
 
     #[test]
     fn rejects_bad_input() {
         let p = |n: &str| pod("a", &[(n, NetworkId::Primary, &["10.0.0.1/24"])]);
-        for bad in ["lo", "", "eth 0", "-x", "a#b", "waytoolonginterface", "x\"y"] {
-            let spec = LabSpec { pods: vec![p(bad)], ports: vec![] };
-            assert!(matches!(plan(&spec, "t"), Err(LabError::Invalid(_))), "{bad:?}");
+        for bad in [
+            "lo",
+            "",
+            "eth 0",
+            "-x",
+            "a#b",
+            "waytoolonginterface",
+            "x\"y",
+        ] {
+            let spec = LabSpec {
+                pods: vec![p(bad)],
+                ports: vec![],
+            };
+            assert!(
+                matches!(plan(&spec, "t"), Err(LabError::Invalid(_))),
+                "{bad:?}"
+            );
         }
-        let dup_key = LabSpec { pods: vec![p("eth0"), p("eth1")], ports: vec![] };
+        let dup_key = LabSpec {
+            pods: vec![p("eth0"), p("eth1")],
+            ports: vec![],
+        };
         assert!(matches!(plan(&dup_key, "t"), Err(LabError::Invalid(_))));
         let mut b = p("eth0");
         b.key.name = "b".into();
-        let dup_addr = LabSpec { pods: vec![p("eth0"), b], ports: vec![] };
+        let dup_addr = LabSpec {
+            pods: vec![p("eth0"), b],
+            ports: vec![],
+        };
         assert!(matches!(plan(&dup_addr, "t"), Err(LabError::Invalid(_))));
         let two_eth0 = LabSpec {
-            pods: vec![pod("a", &[("eth0", NetworkId::Primary, &["10.0.0.1/24"]), ("eth0", NetworkId::nad("x", "y"), &["10.0.1.1/24"])])],
+            pods: vec![pod(
+                "a",
+                &[
+                    ("eth0", NetworkId::Primary, &["10.0.0.1/24"]),
+                    ("eth0", NetworkId::nad("x", "y"), &["10.0.1.1/24"]),
+                ],
+            )],
             ports: vec![],
         };
         assert!(matches!(plan(&two_eth0, "t"), Err(LabError::Invalid(_))));
-        let port0 = LabSpec { pods: vec![], ports: vec![(0, Protocol::Tcp)] };
+        let port0 = LabSpec {
+            pods: vec![],
+            ports: vec![(0, Protocol::Tcp)],
+        };
         assert!(matches!(plan(&port0, "t"), Err(LabError::Invalid(_))));
         let mut bad_len = p("eth0");
         bad_len.interfaces[0].prefix_lens = vec![33];
-        assert!(matches!(plan(&LabSpec { pods: vec![bad_len], ports: vec![] }, "t"), Err(LabError::Invalid(_))));
+        assert!(matches!(
+            plan(
+                &LabSpec {
+                    pods: vec![bad_len],
+                    ports: vec![]
+                },
+                "t"
+            ),
+            Err(LabError::Invalid(_))
+        ));
     }
 
     #[test]
@@ -371,9 +529,21 @@ mod tests {
         let mut b = pod("b", &[("eth0", NetworkId::Primary, &["10.0.0.2/24"])]);
         a.interfaces[0].prefix_lens.clear();
         b.interfaces[0].prefix_lens.clear();
-        let plan = plan(&LabSpec { pods: vec![a, b], ports: vec![] }, "t").unwrap();
-        assert!(plan.pod_script(0).contains("addr add 10.0.0.1/32 dev eth0\n"));
-        assert_eq!(plan.peer_routes(0), vec![("10.0.0.2/32".parse().unwrap(), "eth0".to_string())]);
+        let plan = plan(
+            &LabSpec {
+                pods: vec![a, b],
+                ports: vec![],
+            },
+            "t",
+        )
+        .unwrap();
+        assert!(plan
+            .pod_script(0)
+            .contains("addr add 10.0.0.1/32 dev eth0\n"));
+        assert_eq!(
+            plan.peer_routes(0),
+            vec![("10.0.0.2/32".parse().unwrap(), "eth0".to_string())]
+        );
     }
 
     #[test]

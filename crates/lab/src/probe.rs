@@ -124,7 +124,9 @@ pub(crate) fn run(
                         let spec = &probes[i];
                         let start = Instant::now();
                         let detail = match sources.get(&spec.from) {
-                            None => ProbeDetail::Error(format!("no lab netns for pod {}", spec.from)),
+                            None => {
+                                ProbeDetail::Error(format!("no lab netns for pod {}", spec.from))
+                            }
                             Some(netns) if current != Some(&spec.from) => {
                                 match netns.enter_current_thread() {
                                     Ok(()) => {
@@ -193,13 +195,24 @@ fn classify(what: &'static str, errno: Errno) -> ProbeDetail {
 }
 
 fn open_socket(spec: &ProbeSpec, kind: SockType) -> Step<OwnedFd> {
-    let family =
-        if spec.dst_ip.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
-    let fd = socket(family, kind, SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC, None)
-        .map_err(|e| ("socket", e))?;
+    let family = if spec.dst_ip.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket(
+        family,
+        kind,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| ("socket", e))?;
     if let Some(src) = spec.src_ip {
-        bind(fd.as_raw_fd(), &SockaddrStorage::from(SocketAddr::new(src, 0)))
-            .map_err(|e| ("bind source address", e))?;
+        bind(
+            fd.as_raw_fd(),
+            &SockaddrStorage::from(SocketAddr::new(src, 0)),
+        )
+        .map_err(|e| ("bind source address", e))?;
     }
     Ok(fd)
 }
@@ -212,8 +225,8 @@ fn wait(fd: &OwnedFd, events: PollFlags, deadline: Instant) -> Step<bool> {
         if left.is_zero() {
             return Ok(false);
         }
-        let timeout = PollTimeout::try_from(left.max(Duration::from_millis(1)))
-            .unwrap_or(PollTimeout::MAX);
+        let timeout =
+            PollTimeout::try_from(left.max(Duration::from_millis(1))).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(fd.as_fd(), events)];
         match poll(&mut fds, timeout) {
             Ok(0) => continue,

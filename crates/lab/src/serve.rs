@@ -39,7 +39,9 @@ impl Listener {
 }
 
 /// Creates one listener per port in the **current thread's** netns.
-pub(crate) fn listen_all(ports: &[(u16, Protocol)]) -> Result<Vec<Listener>, (u16, Protocol, Errno)> {
+pub(crate) fn listen_all(
+    ports: &[(u16, Protocol)],
+) -> Result<Vec<Listener>, (u16, Protocol, Errno)> {
     ports
         .iter()
         .map(|&(port, protocol)| {
@@ -58,12 +60,27 @@ pub(crate) fn listen_all(ports: &[(u16, Protocol)]) -> Result<Vec<Listener>, (u1
 
 fn bind_wildcard(port: u16, protocol: Protocol, v6: bool) -> Result<OwnedFd, Errno> {
     let (family, addr) = if v6 {
-        (AddressFamily::Inet6, SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
+        (
+            AddressFamily::Inet6,
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)),
+        )
     } else {
-        (AddressFamily::Inet, SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)))
+        (
+            AddressFamily::Inet,
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)),
+        )
     };
-    let kind = if protocol == Protocol::Tcp { SockType::Stream } else { SockType::Datagram };
-    let fd = socket(family, kind, SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC, None)?;
+    let kind = if protocol == Protocol::Tcp {
+        SockType::Stream
+    } else {
+        SockType::Datagram
+    };
+    let fd = socket(
+        family,
+        kind,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
     if v6 {
         // Dual stack whatever net.ipv6.bindv6only says in this netns.
         setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
@@ -90,15 +107,21 @@ pub(crate) fn listen_in_pods(
             let mut all = Vec::new();
             for (name, netns) in &pods {
                 netns.enter_current_thread()?;
-                let listeners = listen_all(&ports).map_err(|(port, protocol, errno)| {
-                    LabError::Listen { netns: name.clone(), port, protocol, source: errno }
-                })?;
+                let listeners =
+                    listen_all(&ports).map_err(|(port, protocol, errno)| LabError::Listen {
+                        netns: name.clone(),
+                        port,
+                        protocol,
+                        source: errno,
+                    })?;
                 all.extend(listeners);
             }
             Ok(all)
         })
         .map_err(LabError::Thread)?;
-    handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// The thread answering on every listener until stopped.
@@ -115,7 +138,10 @@ impl Server {
             .name("lab-serve".into())
             .spawn(move || serve(listeners, &flag))
             .map_err(LabError::Thread)?;
-        Ok(Server { stop, thread: Some(thread) })
+        Ok(Server {
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Stops the thread and closes every socket (they hold references on the pod netns, which
@@ -141,8 +167,10 @@ fn serve(listeners: Vec<Listener>, stop: &AtomicBool) {
     let mut buf = vec![0u8; 65536];
     while !stop.load(Ordering::SeqCst) {
         let ready: Vec<usize> = {
-            let mut fds: Vec<PollFd> =
-                listeners.iter().map(|l| PollFd::new(l.fd(), PollFlags::POLLIN)).collect();
+            let mut fds: Vec<PollFd> = listeners
+                .iter()
+                .map(|l| PollFd::new(l.fd(), PollFlags::POLLIN))
+                .collect();
             match poll(&mut fds, STOP_POLL_MS) {
                 Ok(0) | Err(Errno::EINTR) => continue,
                 Ok(_) => {}

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use netwarden_dataplane::netns::{exec_in, is_root, list_named, run_in};
 use netwarden_dataplane::discover;
+use netwarden_dataplane::netns::{exec_in, is_root, list_named, run_in};
 use netwarden_engine::model::{NetworkId, Pod, PodInterface, PodKey, Protocol};
 use netwarden_lab::{
     cleanup_stale, teardown_from_state, Lab, LabError, LabOptions, LabSpec, ProbeDetail, ProbeSpec,
@@ -17,18 +17,28 @@ fn root_or_skip() -> bool {
     if is_root() {
         return true;
     }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "lab tests need root in CI");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "lab tests need root in CI"
+    );
     eprintln!("skipped: needs root");
     false
 }
 
 fn options(prefix: &str) -> LabOptions {
-    LabOptions { prefix: prefix.to_owned(), ..LabOptions::default() }
+    LabOptions {
+        prefix: prefix.to_owned(),
+        ..LabOptions::default()
+    }
 }
 
 fn leftovers(prefix: &str) -> Vec<String> {
     let dash = format!("{prefix}-");
-    list_named().unwrap().into_iter().filter(|n| n.starts_with(&dash)).collect()
+    list_named()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&dash))
+        .collect()
 }
 
 fn iface(name: &str, network: NetworkId, cidrs: &[&str]) -> PodInterface {
@@ -74,7 +84,14 @@ fn three_pods() -> Vec<Pod> {
                 iface("net1", net1(), &["10.20.0.2/24", "fd20::2/64"]),
             ],
         ),
-        pod("c", vec![iface("eth0", NetworkId::Primary, &["10.11.0.3/24", "fd11::3/64"])]),
+        pod(
+            "c",
+            vec![iface(
+                "eth0",
+                NetworkId::Primary,
+                &["10.11.0.3/24", "fd11::3/64"],
+            )],
+        ),
         pod("nothing", vec![]),
     ]
 }
@@ -85,7 +102,9 @@ fn all_probes(pods: &[Pod], ports: &[(u16, Protocol)]) -> Vec<ProbeSpec> {
     for from in pods {
         for to in pods {
             for src_if in &from.interfaces {
-                let Some(dst_if) = to.interface_on(&src_if.network) else { continue };
+                let Some(dst_if) = to.interface_on(&src_if.network) else {
+                    continue;
+                };
                 for src in &src_if.ips {
                     for dst in dst_if.ips.iter().filter(|d| d.is_ipv4() == src.is_ipv4()) {
                         for &(port, protocol) in ports {
@@ -122,10 +141,18 @@ fn dual_stack_two_networks_probes_and_rejects() {
     }
     let prefix = "nwlabt1";
     let pods = three_pods();
-    let ports = vec![(80, Protocol::Tcp), (80, Protocol::Udp), (81, Protocol::Tcp), (81, Protocol::Udp)];
+    let ports = vec![
+        (80, Protocol::Tcp),
+        (80, Protocol::Udp),
+        (81, Protocol::Tcp),
+        (81, Protocol::Udp),
+    ];
     let mut spec_ports = ports.clone();
     spec_ports.push((9, Protocol::Sctp));
-    let spec = LabSpec { pods: pods.clone(), ports: spec_ports };
+    let spec = LabSpec {
+        pods: pods.clone(),
+        ports: spec_ports,
+    };
     let lab = Lab::up_with(&spec, &options(prefix)).unwrap();
     assert_eq!(lab.skipped(), [PodKey::new("t", "nothing")]);
     assert_eq!(lab.unsupported_ports(), [(9, Protocol::Sctp)]);
@@ -149,7 +176,11 @@ fn dual_stack_two_networks_probes_and_rejects() {
         .filter(|o| !o.connected)
         .map(|o| format!("{:?} -> {}", o.spec, o.detail))
         .collect();
-    assert!(failed.is_empty(), "{} probes failed: {failed:#?}", failed.len());
+    assert!(
+        failed.is_empty(),
+        "{} probes failed: {failed:#?}",
+        failed.len()
+    );
 
     // Reject port 80 in b: TCP with a reset, UDP with port unreachable.
     let b_path = lab.pod_netns(&b).unwrap().to_owned();
@@ -196,7 +227,11 @@ fn dual_stack_two_networks_probes_and_rejects() {
             protocol: Protocol::Sctp,
         },
     ]);
-    assert!(odd.iter().all(|o| matches!(o.detail, ProbeDetail::Error(_))), "{odd:?}");
+    assert!(
+        odd.iter()
+            .all(|o| matches!(o.detail, ProbeDetail::Error(_))),
+        "{odd:?}"
+    );
     let json = serde_json::to_value(&odd[0]).unwrap();
     assert_eq!(json["detail"]["result"], "error");
     assert_eq!(json["spec"]["protocol"], "TCP");
@@ -212,20 +247,47 @@ fn failed_up_leaves_nothing() {
     }
     // Refused before anything is created.
     let prefix = "nwlabt2";
-    let bad_name = pod("a", vec![iface("bad name", NetworkId::Primary, &["10.30.0.1/24"])]);
-    let err = Lab::up_with(&LabSpec { pods: vec![bad_name], ports: vec![] }, &options(prefix));
+    let bad_name = pod(
+        "a",
+        vec![iface("bad name", NetworkId::Primary, &["10.30.0.1/24"])],
+    );
+    let err = Lab::up_with(
+        &LabSpec {
+            pods: vec![bad_name],
+            ports: vec![],
+        },
+        &options(prefix),
+    );
     assert!(matches!(err, Err(LabError::Invalid(_))), "{:?}", err.err());
     assert_eq!(leftovers(prefix), Vec::<String>::new());
 
     // Fails in the kernel after namespaces, bridges and veths exist: the second pod adds the
     // same address twice to one interface.
     let mut pods = vec![
-        pod("a", vec![iface("eth0", NetworkId::Primary, &["10.30.0.1/24"])]),
-        pod("b", vec![iface("eth0", NetworkId::Primary, &["10.30.0.2/24", "10.30.0.2/24"])]),
+        pod(
+            "a",
+            vec![iface("eth0", NetworkId::Primary, &["10.30.0.1/24"])],
+        ),
+        pod(
+            "b",
+            vec![iface(
+                "eth0",
+                NetworkId::Primary,
+                &["10.30.0.2/24", "10.30.0.2/24"],
+            )],
+        ),
     ];
-    pods.push(pod("c", vec![iface("eth0", NetworkId::Primary, &["10.30.0.3/24"])]));
-    let spec = LabSpec { pods, ports: vec![(80, Protocol::Tcp)] };
-    let err = Lab::up_with(&spec, &options(prefix)).err().expect("duplicate address must fail");
+    pods.push(pod(
+        "c",
+        vec![iface("eth0", NetworkId::Primary, &["10.30.0.3/24"])],
+    ));
+    let spec = LabSpec {
+        pods,
+        ports: vec![(80, Protocol::Tcp)],
+    };
+    let err = Lab::up_with(&spec, &options(prefix))
+        .err()
+        .expect("duplicate address must fail");
     assert!(matches!(err, LabError::Setup { .. }), "{err}");
     assert!(err.to_string().contains("t/b"), "{err}");
     assert_eq!(leftovers(prefix), Vec::<String>::new());
@@ -233,10 +295,16 @@ fn failed_up_leaves_nothing() {
     // A port already taken cannot be, but a port the lab cannot bind in the pod fails late too:
     // two listeners on one port/protocol are deduplicated, so this one succeeds and is removed.
     let spec = LabSpec {
-        pods: vec![pod("a", vec![iface("eth0", NetworkId::Primary, &["10.30.0.1/24"])])],
+        pods: vec![pod(
+            "a",
+            vec![iface("eth0", NetworkId::Primary, &["10.30.0.1/24"])],
+        )],
         ports: vec![(80, Protocol::Tcp), (80, Protocol::Tcp)],
     };
-    Lab::up_with(&spec, &options(prefix)).unwrap().down().unwrap();
+    Lab::up_with(&spec, &options(prefix))
+        .unwrap()
+        .down()
+        .unwrap();
     assert_eq!(leftovers(prefix), Vec::<String>::new());
 }
 
@@ -248,8 +316,14 @@ fn drop_and_state_and_stale_cleanup() {
     let prefix = "nwlabt3";
     let spec = LabSpec {
         pods: vec![
-            pod("a", vec![iface("eth0", NetworkId::Primary, &["10.40.0.1/24"])]),
-            pod("b", vec![iface("eth0", NetworkId::Primary, &["10.40.0.2/24"])]),
+            pod(
+                "a",
+                vec![iface("eth0", NetworkId::Primary, &["10.40.0.1/24"])],
+            ),
+            pod(
+                "b",
+                vec![iface("eth0", NetworkId::Primary, &["10.40.0.2/24"])],
+            ),
         ],
         ports: vec![(80, Protocol::Tcp), (80, Protocol::Udp)],
     };
@@ -258,7 +332,10 @@ fn drop_and_state_and_stale_cleanup() {
     {
         let lab = Lab::up_with(&spec, &options(prefix)).unwrap();
         assert_eq!(leftovers(prefix).len(), 3);
-        assert!(lab.pod_netns_name(&PodKey::new("t", "a")).unwrap().starts_with("nwlabt3-"));
+        assert!(lab
+            .pod_netns_name(&PodKey::new("t", "a"))
+            .unwrap()
+            .starts_with("nwlabt3-"));
     }
     assert_eq!(leftovers(prefix), Vec::<String>::new());
 
@@ -288,26 +365,56 @@ fn discover_sees_lab_interfaces() {
         return;
     }
     let prefix = "nwlabt4";
-    let lab = Lab::up_with(&LabSpec { pods: three_pods(), ports: vec![] }, &options(prefix)).unwrap();
+    let lab = Lab::up_with(
+        &LabSpec {
+            pods: three_pods(),
+            ports: vec![],
+        },
+        &options(prefix),
+    )
+    .unwrap();
     let a = lab.pod_netns(&PodKey::new("t", "a")).unwrap();
     let found = discover::interfaces(a).unwrap();
     let summary: Vec<(String, Vec<String>, bool)> = found
         .iter()
-        .map(|i| (i.name.clone(), i.addrs.iter().map(|a| a.to_string()).collect(), i.up))
+        .map(|i| {
+            (
+                i.name.clone(),
+                i.addrs.iter().map(|a| a.to_string()).collect(),
+                i.up,
+            )
+        })
         .collect();
     assert_eq!(
         summary,
         vec![
-            ("eth0".to_owned(), vec!["10.10.0.1/24".to_owned(), "fd10::1/64".to_owned()], true),
-            ("net1".to_owned(), vec!["10.20.0.1/24".to_owned(), "fd20::1/64".to_owned()], true),
+            (
+                "eth0".to_owned(),
+                vec!["10.10.0.1/24".to_owned(), "fd10::1/64".to_owned()],
+                true
+            ),
+            (
+                "net1".to_owned(),
+                vec!["10.20.0.1/24".to_owned(), "fd20::1/64".to_owned()],
+                true
+            ),
         ]
     );
     // The kernel's link-local addresses are kept apart, never in `addrs`.
-    assert!(found.iter().all(|i| i.addrs.iter().all(|n| !matches!(n.addr(), IpAddr::V6(v) if v.segments()[0] == 0xfe80))));
+    assert!(found.iter().all(|i| i
+        .addrs
+        .iter()
+        .all(|n| !matches!(n.addr(), IpAddr::V6(v) if v.segments()[0] == 0xfe80))));
     // The route to c's other subnet is on-link via eth0.
-    let routes = run_in(a, || std::fs::read_to_string("/proc/thread-self/net/route").unwrap()).unwrap();
+    let routes = run_in(a, || {
+        std::fs::read_to_string("/proc/thread-self/net/route").unwrap()
+    })
+    .unwrap();
     assert!(routes.contains("eth0\t00000B0A"), "{routes}");
-    assert!(!Path::new("/sys/class/net/v0x0").exists(), "no lab link in the root netns");
+    assert!(
+        !Path::new("/sys/class/net/v0x0").exists(),
+        "no lab link in the root netns"
+    );
     lab.down().unwrap();
     assert_eq!(leftovers(prefix), Vec::<String>::new());
 }

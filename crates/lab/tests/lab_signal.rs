@@ -16,7 +16,11 @@ const PREFIX: &str = "nwlabt5";
 
 fn leftovers() -> Vec<String> {
     let dash = format!("{PREFIX}-");
-    list_named().unwrap().into_iter().filter(|n| n.starts_with(&dash)).collect()
+    list_named()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&dash))
+        .collect()
 }
 
 /// The child's body: only does something when run by `sigint_removes_the_lab`.
@@ -39,8 +43,14 @@ fn signal_child() {
         }],
         netns: None,
     };
-    let spec = LabSpec { pods: vec![pod], ports: vec![(80, Protocol::Tcp)] };
-    let options = LabOptions { prefix: PREFIX.into(), ..LabOptions::default() };
+    let spec = LabSpec {
+        pods: vec![pod],
+        ports: vec![(80, Protocol::Tcp)],
+    };
+    let options = LabOptions {
+        prefix: PREFIX.into(),
+        ..LabOptions::default()
+    };
     let lab = Lab::up_with(&spec, &options).unwrap();
     println!("READY {}", lab.state().instance);
     std::thread::sleep(Duration::from_secs(30));
@@ -50,7 +60,10 @@ fn signal_child() {
 #[test]
 fn sigint_removes_the_lab() {
     if !is_root() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "lab tests need root in CI");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "lab tests need root in CI"
+        );
         eprintln!("skipped: needs root");
         return;
     }
@@ -64,13 +77,19 @@ fn sigint_removes_the_lab() {
         .spawn()
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
-    let ready = stdout.lines().map_while(Result::ok).find(|l| l.starts_with("READY "));
-    let Some(ready) = ready else {
+    // libtest prints "test signal_child ... " before the child's own output, on the same line.
+    let ready = stdout.lines().map_while(Result::ok).find_map(|l| {
+        l.split_once("READY ")
+            .map(|(_, instance)| instance.trim().to_owned())
+    });
+    let Some(instance) = ready else {
         let _ = child.kill();
         panic!("child did not build its lab");
     };
-    let instance = ready.trim_start_matches("READY ").to_owned();
-    assert!(list_named().unwrap().iter().any(|n| n.starts_with(&format!("{instance}-"))));
+    assert!(list_named()
+        .unwrap()
+        .iter()
+        .any(|n| n.starts_with(&format!("{instance}-"))));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 2), "exit status after SIGINT");

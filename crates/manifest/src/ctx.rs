@@ -106,7 +106,10 @@ impl Ctx<'_> {
                 return None;
             }
         }
-        match get(v, key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        match get(v, key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             Some(s) => Some(s),
             None => {
                 self.error(&join(base, key), format!("missing {what}"));
@@ -172,7 +175,10 @@ impl Ctx<'_> {
         for (k, val) in map {
             let f = keyed(&field, k);
             let Value::String(s) = val else {
-                self.error(&f, format!("expected a string value, found {}", type_name(val)));
+                self.error(
+                    &f,
+                    format!("expected a string value, found {}", type_name(val)),
+                );
                 ok = false;
                 continue;
             };
@@ -208,13 +214,19 @@ impl Ctx<'_> {
         match Protocol::parse(s) {
             Some(p) if p.as_str() == s => Some(p),
             Some(p) => {
-                self.warn(&field, format!("protocol {:?} read as {p}", validate::shorten(s)));
+                self.warn(
+                    &field,
+                    format!("protocol {:?} read as {p}", validate::shorten(s)),
+                );
                 Some(p)
             }
             None => {
                 self.error(
                     &field,
-                    format!("unknown protocol \"{}\" (expected TCP, UDP or SCTP)", validate::shorten(s)),
+                    format!(
+                        "unknown protocol \"{}\" (expected TCP, UDP or SCTP)",
+                        validate::shorten(s)
+                    ),
                 );
                 None
             }
@@ -231,7 +243,10 @@ impl Ctx<'_> {
                     None
                 }
                 None => {
-                    self.error(field, format!("port {n} is not an integer in range 1-65535"));
+                    self.error(
+                        field,
+                        format!("port {n} is not an integer in range 1-65535"),
+                    );
                     None
                 }
             },

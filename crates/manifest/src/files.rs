@@ -65,7 +65,10 @@ fn walk(loader: &mut Loader, dir: &Path, out: &mut Vec<PathBuf>, visited: &mut H
     }
     paths.sort();
     for p in paths {
-        if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+        if p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'))
+        {
             continue;
         }
         match std::fs::metadata(&p) {
@@ -115,12 +118,22 @@ fn problem(file: &str, object: String, err: LoadError) -> Problem {
 
 /// Parses one file's text into documents, each with its 1-based index. Empty documents are
 /// skipped (their index is still counted, so `#N` matches what an editor shows).
-pub(crate) fn parse_documents(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<(usize, Value)> {
+pub(crate) fn parse_documents(
+    file: &str,
+    text: &str,
+    problems: &mut Vec<Problem>,
+) -> Vec<(usize, Value)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let first = text.trim_start().chars().next();
     if matches!(first, Some('{' | '[')) {
         match parse_json_stream(text) {
-            Ok(docs) => return docs.into_iter().enumerate().map(|(i, d)| (i + 1, d)).collect(),
+            Ok(docs) => {
+                return docs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, d)| (i + 1, d))
+                    .collect()
+            }
             // JSON is also YAML (flow style): fall back before giving up, but report the JSON
             // error for a .json file since it is the more precise one there.
             Err(json_err) => {
@@ -134,27 +147,41 @@ pub(crate) fn parse_documents(file: &str, text: &str, problems: &mut Vec<Problem
             }
         }
     }
-    match yaml_documents(text) {
-        Ok(docs) => docs,
-        // One broken document must not lose the others: parse document by document.
-        Err(_) => salvage_yaml(file, text, problems),
-    }
+    // Document by document, so that one broken document does not lose the others.
+    salvage_yaml(file, text, problems)
 }
 
 fn parse_json_stream(text: &str) -> Result<Vec<Value>, serde_json::Error> {
-    serde_json::Deserializer::from_str(text).into_iter::<Value>().collect()
+    serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .collect()
 }
 
 fn yaml_options() -> serde_saphyr::Options {
     let mut o = serde_saphyr::Options::default();
     // Problems are one line each; the snippet rendering would break that.
     o.with_snippet = false;
+    // The default budget suits config files; a `kubectl get -A -o yaml` dump of a large
+    // cluster is one List document with millions of nodes. Depth and alias limits (stack and
+    // alias-bomb protection) stay as they are.
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = budget.max_events.max(50_000_000);
+    budget.max_nodes = budget.max_nodes.max(20_000_000);
+    // Manifests hardly use anchors; a small cap makes alias bombs fail fast.
+    budget.max_recorded_anchor_events = budget.max_recorded_anchor_events.min(100_000);
+    budget.max_recorded_anchor_bytes = budget.max_recorded_anchor_bytes.min(8 << 20);
+    o.budget = Some(budget);
     o
 }
 
 fn yaml_error(e: serde_saphyr::Error) -> LoadError {
     let msg = e.to_string();
-    let msg = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    let msg = msg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     LoadError::Yaml(msg)
 }
 
@@ -197,8 +224,7 @@ fn split_documents(text: &str) -> Vec<String> {
     let mut directives = String::new();
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches(['\n', '\r']);
-        let is_marker =
-            bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
+        let is_marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
         if is_marker {
             // A leading run of comments before the first marker is not a document of its own.
             if !chunks.is_empty() || !is_only_comments(&cur) {

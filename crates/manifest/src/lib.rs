@@ -47,6 +47,11 @@ use serde_json::Value;
 
 use crate::ctx::{get, Ctx};
 
+/// Annotation and label keys the loader reads.
+pub use crate::pod::{NETNS, NETWORKS_STATUS_OLD, NETWORK_STATUS};
+pub use crate::policy::{KUBE_ROUTER_MONITOR, KUBE_ROUTER_STAGED, LOG, MODE, POLICY_FOR, REPLACES};
+pub use crate::service::SERVICE_NAME_LABEL;
+
 /// The label Kubernetes puts on every namespace (used by namespaceSelectors on its name).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
@@ -119,7 +124,9 @@ pub struct Inventory {
 impl Inventory {
     /// The problems of severity [`Severity::Error`].
     pub fn errors(&self) -> impl Iterator<Item = &Problem> {
-        self.problems.iter().filter(|p| p.severity == Severity::Error)
+        self.problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
     }
 
     pub fn has_errors(&self) -> bool {
@@ -137,7 +144,9 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { network_policy_enabled: true }
+        Self {
+            network_policy_enabled: true,
+        }
     }
 }
 
@@ -193,6 +202,18 @@ pub struct Loader {
     seen: HashMap<(String, String), String>,
     problems: Vec<Problem>,
 }
+
+/// The kinds read; `<kind>List` (as the API returns lists) is read as a List of them.
+const KINDS: [&str; 8] = [
+    "Namespace",
+    "Pod",
+    "DanmEp",
+    "NetworkPolicy",
+    "DanmNetworkPolicy",
+    "MultiNetworkPolicy",
+    "Service",
+    "EndpointSlice",
+];
 
 /// Lists nest at most this deep (a List of Lists of ...): bounds recursion on hostile input.
 const MAX_LIST_DEPTH: usize = 8;
@@ -275,14 +296,25 @@ impl Loader {
         };
         // "" for the core group and for a missing apiVersion (hand-written input is accepted).
         let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-        let version = api_version.rsplit_once('/').map(|(_, v)| v).unwrap_or(api_version);
+        let version = api_version
+            .rsplit_once('/')
+            .map(|(_, v)| v)
+            .unwrap_or(api_version);
 
-        if kind == "List" || (kind.ends_with("List") && doc.get("items").is_some()) {
+        let typed_list = kind
+            .strip_suffix("List")
+            .is_some_and(|k| KINDS.contains(&k));
+        if kind == "List" || typed_list {
             self.add_list(file, label, doc, kind, api_version, depth);
             return;
         }
         let mut problems = std::mem::take(&mut self.problems);
-        let mut cx = Ctx { file, kind, object: label.to_string(), problems: &mut problems };
+        let mut cx = Ctx {
+            file,
+            kind,
+            object: label.to_string(),
+            problems: &mut problems,
+        };
         match (group, kind) {
             ("", "Namespace") => {
                 if let Some(ns) = read_namespace(&mut cx, doc) {
@@ -336,7 +368,7 @@ impl Loader {
                     }
                 }
             }
-            ("discovery.k8s.io", "EndpointSlice") => {
+            ("discovery.k8s.io" | "", "EndpointSlice") => {
                 if let Some(s) = service::read_slice(&mut cx, doc) {
                     if self.first_definition(&mut cx) {
                         self.slices.push(s);
@@ -410,11 +442,15 @@ impl Loader {
             .filter(|ns| !declared.contains(ns))
             .collect();
         for name in referenced {
-            self.namespaces.push(Namespace { name, labels: BTreeMap::new() });
+            self.namespaces.push(Namespace {
+                name,
+                labels: BTreeMap::new(),
+            });
         }
         for ns in &mut self.namespaces {
             // Kubernetes sets this label itself and overwrites any other value.
-            ns.labels.insert(NAMESPACE_NAME_LABEL.to_string(), ns.name.clone());
+            ns.labels
+                .insert(NAMESPACE_NAME_LABEL.to_string(), ns.name.clone());
         }
         Inventory {
             namespaces: self.namespaces,
@@ -450,14 +486,21 @@ pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Opti
     let meta = match get(doc, "metadata") {
         Some(m @ Value::Object(_)) => m,
         Some(other) => {
-            cx.error("metadata", format!("expected an object, found {}", ctx::type_name(other)));
+            cx.error(
+                "metadata",
+                format!("expected an object, found {}", ctx::type_name(other)),
+            );
             &empty
         }
         None => &empty,
     };
-    let name = cx.required_str(meta, "metadata", "name", "name; object ignored").map(str::to_string);
+    let name = cx
+        .required_str(meta, "metadata", "name", "name; object ignored")
+        .map(str::to_string);
     let namespace = if namespaced {
-        cx.str(meta, "metadata", "namespace").filter(|s| !s.is_empty()).unwrap_or("default")
+        cx.str(meta, "metadata", "namespace")
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default")
     } else {
         ""
     }
@@ -465,13 +508,24 @@ pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Opti
     let mut ok = true;
     if let Some(name) = &name {
         cx.object = if namespaced {
-            format!("{}/{}", validate::shorten(&namespace), validate::shorten(name))
+            format!(
+                "{}/{}",
+                validate::shorten(&namespace),
+                validate::shorten(name)
+            )
         } else {
             validate::shorten(name)
         };
-        let check = if namespaced { validate::dns1123_subdomain(name) } else { validate::dns1123_label(name) };
+        let check = if namespaced {
+            validate::dns1123_subdomain(name)
+        } else {
+            validate::dns1123_label(name)
+        };
         if let Err(e) = check {
-            cx.error("metadata.name", format!("invalid name: {e}; object ignored"));
+            cx.error(
+                "metadata.name",
+                format!("invalid name: {e}; object ignored"),
+            );
             ok = false;
         }
     } else {
@@ -479,7 +533,10 @@ pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Opti
     }
     if namespaced {
         if let Err(e) = validate::dns1123_label(&namespace) {
-            cx.error("metadata.namespace", format!("invalid namespace: {e}; object ignored"));
+            cx.error(
+                "metadata.namespace",
+                format!("invalid namespace: {e}; object ignored"),
+            );
             ok = false;
         }
     }
@@ -488,10 +545,18 @@ pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Opti
     if !ok {
         return None;
     }
-    Some(Meta { namespace, name: name.unwrap_or_default(), labels, annotations })
+    Some(Meta {
+        namespace,
+        name: name.unwrap_or_default(),
+        labels,
+        annotations,
+    })
 }
 
 fn read_namespace(cx: &mut Ctx<'_>, doc: &Value) -> Option<Namespace> {
     let meta = read_meta(cx, doc, false)?;
-    Some(Namespace { name: meta.name, labels: meta.labels })
+    Some(Namespace {
+        name: meta.name,
+        labels: meta.labels,
+    })
 }

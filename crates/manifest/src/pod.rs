@@ -35,10 +35,14 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
     let mut container_ports = Vec::new();
     for list in ["initContainers", "containers"] {
         let base = join("spec", list);
-        let Some(containers) = cx.array(spec, "spec", list) else { continue };
+        let Some(containers) = cx.array(spec, "spec", list) else {
+            continue;
+        };
         for (ci, c) in containers.iter().enumerate() {
             let cbase = index(&base, ci);
-            let Some(ports) = cx.array(c, &cbase, "ports") else { continue };
+            let Some(ports) = cx.array(c, &cbase, "ports") else {
+                continue;
+            };
             for (pi, p) in ports.iter().enumerate() {
                 let pbase = index(&join(&cbase, "ports"), pi);
                 if let Some(cp) = read_container_port(cx, p, &pbase) {
@@ -67,13 +71,19 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         None => vec![primary_from_pod_ips(&pod_ips)],
     };
 
-    let netns = meta.annotations.get(NETNS).and_then(|path| match validate::netns_path(path) {
-        Ok(()) => Some(path.clone()),
-        Err(e) => {
-            cx.error(&keyed("metadata.annotations", NETNS), format!("{e}; ignored"));
-            None
-        }
-    });
+    let netns = meta
+        .annotations
+        .get(NETNS)
+        .and_then(|path| match validate::netns_path(path) {
+            Ok(()) => Some(path.clone()),
+            Err(e) => {
+                cx.error(
+                    &keyed("metadata.annotations", NETNS),
+                    format!("{e}; ignored"),
+                );
+                None
+            }
+        });
 
     let from_danmep = vec![false; interfaces.len()];
     Some(PodRecord {
@@ -95,7 +105,10 @@ fn primary_from_pod_ips(pod_ips: &[IpAddr]) -> PodInterface {
         name: PRIMARY_IFNAME.to_string(),
         network: NetworkId::Primary,
         ips: pod_ips.to_vec(),
-        prefix_lens: pod_ips.iter().map(|ip| crate::ctx::default_prefix(*ip)).collect(),
+        prefix_lens: pod_ips
+            .iter()
+            .map(|ip| crate::ctx::default_prefix(*ip))
+            .collect(),
     }
 }
 
@@ -109,16 +122,24 @@ fn read_container_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<Contai
         }
     };
     let protocol = cx.protocol(p, base, "protocol")?;
-    let name = cx.str(p, base, "name").filter(|n| !n.is_empty()).and_then(|n| {
-        match validate::port_name(n) {
+    let name = cx
+        .str(p, base, "name")
+        .filter(|n| !n.is_empty())
+        .and_then(|n| match validate::port_name(n) {
             Ok(()) => Some(n.to_string()),
             Err(e) => {
-                cx.error(&join(base, "name"), format!("{e}; the port is kept without a name"));
+                cx.error(
+                    &join(base, "name"),
+                    format!("{e}; the port is kept without a name"),
+                );
                 None
             }
-        }
-    });
-    Some(ContainerPort { name, port, protocol })
+        });
+    Some(ContainerPort {
+        name,
+        port,
+        protocol,
+    })
 }
 
 /// `status.podIPs[].ip`, or `status.podIP` when the list is absent (older API servers).
@@ -130,9 +151,10 @@ fn read_pod_ips(cx: &mut Ctx<'_>, status: &Value) -> Vec<IpAddr> {
                     out.push(ip);
                 }
             }
-            Err(_) => {
-                cx.error(field, format!("\"{}\" is not an IP address", validate::shorten(s)))
-            }
+            Err(_) => cx.error(
+                field,
+                format!("\"{}\" is not an IP address", validate::shorten(s)),
+            ),
         }
     }
     let mut out: Vec<IpAddr> = Vec::new();
@@ -158,6 +180,8 @@ struct StatusEntry {
     interface: Option<String>,
     ips: Vec<(IpAddr, u8)>,
     default: bool,
+    /// A field had the wrong type (already reported): the entry is skipped.
+    malformed: bool,
 }
 
 /// Reads the Multus network-status annotation; `None` (reported) when it is not a JSON list,
@@ -172,7 +196,10 @@ fn read_network_status(
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            cx.error(field, format!("malformed JSON ({e}); interfaces taken from status.podIPs"));
+            cx.error(
+                field,
+                format!("malformed JSON ({e}); interfaces taken from status.podIPs"),
+            );
             return None;
         }
     };
@@ -191,11 +218,23 @@ fn read_network_status(
     for (i, e) in list.iter().enumerate() {
         let base = index(field, i);
         if !e.is_object() {
-            cx.error(&base, format!("expected an object, found {}; skipped", crate::ctx::type_name(e)));
+            cx.error(
+                &base,
+                format!(
+                    "expected an object, found {}; skipped",
+                    crate::ctx::type_name(e)
+                ),
+            );
             continue;
         }
+        let malformed = ["name", "interface"]
+            .iter()
+            .any(|k| get(e, k).is_some_and(|v| !v.is_string()));
         let name = cx.str(e, &base, "name").map(str::to_string);
-        let interface = cx.str(e, &base, "interface").filter(|s| !s.is_empty()).map(str::to_string);
+        let interface = cx
+            .str(e, &base, "interface")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
         let default = cx.bool(e, &base, "default").unwrap_or(false);
         let mut ips = Vec::new();
         if let Some(list) = cx.array(e, &base, "ips") {
@@ -206,11 +245,23 @@ fn read_network_status(
                         Ok(a) => ips.push(a),
                         Err(err) => cx.error(&f, err),
                     },
-                    other => cx.error(&f, format!("expected a string, found {}", crate::ctx::type_name(other))),
+                    other => cx.error(
+                        &f,
+                        format!("expected a string, found {}", crate::ctx::type_name(other)),
+                    ),
                 }
             }
         }
-        entries.push((i, StatusEntry { name, interface, ips, default }));
+        entries.push((
+            i,
+            StatusEntry {
+                name,
+                interface,
+                ips,
+                default,
+                malformed,
+            },
+        ));
     }
 
     // The primary interface: the `default` entry; else the one holding a pod IP; else the one
@@ -219,28 +270,50 @@ fn read_network_status(
         .iter()
         .position(|(_, e)| e.default)
         .or_else(|| {
-            entries.iter().position(|(_, e)| e.ips.iter().any(|(ip, _)| pod_ips.contains(ip)))
+            entries
+                .iter()
+                .position(|(_, e)| e.ips.iter().any(|(ip, _)| pod_ips.contains(ip)))
         })
         .or_else(|| {
-            entries.iter().position(|(_, e)| {
-                e.interface.as_deref().is_none_or(|i| i == PRIMARY_IFNAME)
-            })
+            entries
+                .iter()
+                .position(|(_, e)| e.interface.as_deref().is_none_or(|i| i == PRIMARY_IFNAME))
         });
 
     let mut out: Vec<PodInterface> = Vec::new();
     for (pos, (i, e)) in entries.into_iter().enumerate() {
         let base = index(field, i);
         let is_primary = primary == Some(pos);
+        if e.malformed {
+            continue;
+        }
+        let mut ips: Vec<(IpAddr, u8)> = e.ips;
+        if is_primary && ips.is_empty() {
+            ips = pod_ips
+                .iter()
+                .map(|ip| (*ip, crate::ctx::default_prefix(*ip)))
+                .collect();
+        }
+        if ips.is_empty() {
+            // No L3 address: not an interface netwarden can filter on (SPEC 2).
+            continue;
+        }
         let ifname = match (e.interface, is_primary) {
             (Some(n), _) => n,
             (None, true) => PRIMARY_IFNAME.to_string(),
             (None, false) => {
-                cx.error(&join(&base, "interface"), "missing interface name; entry skipped");
+                cx.error(
+                    &join(&base, "interface"),
+                    "missing interface name; entry skipped",
+                );
                 continue;
             }
         };
         if let Err(err) = validate::ifname(&ifname) {
-            cx.error(&join(&base, "interface"), format!("{err}; interface dropped"));
+            cx.error(
+                &join(&base, "interface"),
+                format!("{err}; interface dropped"),
+            );
             continue;
         }
         if out.iter().any(|o| o.name == ifname) {
@@ -248,14 +321,6 @@ fn read_network_status(
                 &join(&base, "interface"),
                 format!("interface {ifname} listed twice; the later entry is skipped"),
             );
-            continue;
-        }
-        let mut ips: Vec<(IpAddr, u8)> = e.ips;
-        if is_primary && ips.is_empty() {
-            ips = pod_ips.iter().map(|ip| (*ip, crate::ctx::default_prefix(*ip))).collect();
-        }
-        if ips.is_empty() {
-            // No L3 address: not an interface netwarden can filter on (SPEC 2).
             continue;
         }
         let network = if is_primary {
@@ -282,7 +347,10 @@ fn read_network_status(
     }
     if primary.is_none() && !pod_ips.is_empty() {
         if out.iter().any(|o| o.name == PRIMARY_IFNAME) {
-            cx.warn(field, "no entry holds status.podIPs and eth0 is taken; no primary interface");
+            cx.warn(
+                field,
+                "no entry holds status.podIPs and eth0 is taken; no primary interface",
+            );
         } else {
             out.insert(0, primary_from_pod_ips(pod_ips));
         }
@@ -321,7 +389,13 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
     let spec = match get(doc, "spec") {
         Some(s) if s.is_object() => s,
         Some(other) => {
-            cx.error("spec", format!("expected an object, found {}; ignored", crate::ctx::type_name(other)));
+            cx.error(
+                "spec",
+                format!(
+                    "expected an object, found {}; ignored",
+                    crate::ctx::type_name(other)
+                ),
+            );
             return None;
         }
         None => {
@@ -330,7 +404,9 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
         }
     };
     let mut ok = true;
-    let pod = cx.required_str(spec, "spec", "Pod", "pod name").map(str::to_string);
+    let pod = cx
+        .required_str(spec, "spec", "Pod", "pod name")
+        .map(str::to_string);
     match &pod {
         Some(p) => {
             if let Err(e) = validate::dns1123_subdomain(p) {
@@ -382,7 +458,9 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
         },
     };
     let iface = get(spec, "Interface").unwrap_or(&empty);
-    let ifname = cx.required_str(iface, "spec.Interface", "Name", "interface name").map(str::to_string);
+    let ifname = cx
+        .required_str(iface, "spec.Interface", "Name", "interface name")
+        .map(str::to_string);
     match &ifname {
         Some(n) => {
             if let Err(e) = validate::ifname(n) {
@@ -394,7 +472,9 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
     }
     let mut ips = Vec::new();
     for key in ["Address", "AddressIPv6"] {
-        let Some(a) = cx.str(iface, "spec.Interface", key) else { continue };
+        let Some(a) = cx.str(iface, "spec.Interface", key) else {
+            continue;
+        };
         // DANM writes the allocation scheme here until (or instead of) an address.
         if a.is_empty() || a == "dynamic" || a == "none" {
             continue;
@@ -404,15 +484,16 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
             Err(e) => cx.error(&join("spec.Interface", key), e),
         }
     }
-    let netns = cx.str(spec, "spec", "netns").filter(|s| !s.is_empty()).and_then(|p| {
-        match validate::netns_path(p) {
+    let netns = cx
+        .str(spec, "spec", "netns")
+        .filter(|s| !s.is_empty())
+        .and_then(|p| match validate::netns_path(p) {
             Ok(()) => Some(p.to_string()),
             Err(e) => {
                 cx.error("spec.netns", format!("{e}; ignored"));
                 None
             }
-        }
-    });
+        });
     if !ok {
         return None;
     }
@@ -440,7 +521,11 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
 /// `status.podIPs`, the interface stays `Primary` (DANM can own the cluster network too); its
 /// addresses (with their real prefix lengths) come from the DanmEp. Otherwise the DanmEp's
 /// record replaces whatever was guessed for that interface name.
-pub(crate) fn attach_danmeps(pods: &mut [PodRecord], eps: &[DanmEpRecord], problems: &mut Vec<Problem>) {
+pub(crate) fn attach_danmeps(
+    pods: &mut [PodRecord],
+    eps: &[DanmEpRecord],
+    problems: &mut Vec<Problem>,
+) {
     let mut report = |ep: &DanmEpRecord, field: &str, reason: String, severity: Severity| {
         problems.push(Problem {
             file: ep.file.clone(),

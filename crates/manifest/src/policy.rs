@@ -8,8 +8,7 @@
 use ipnet::IpNet;
 use netwarden_engine::{
     IpBlock, LabelSelector, Mode, NetworkId, NetworkSelectorEntry, NetworkType, ObjectKey,
-    Operator, Peer, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope, PortRef,
-    Requirement,
+    Operator, Peer, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope, PortRef, Requirement,
 };
 use serde_json::Value;
 
@@ -35,7 +34,13 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
     let spec = match get(doc, "spec") {
         Some(s @ Value::Object(_)) => s,
         Some(other) => {
-            cx.error("spec", format!("expected an object, found {}; policy ignored", type_name(other)));
+            cx.error(
+                "spec",
+                format!(
+                    "expected an object, found {}; policy ignored",
+                    type_name(other)
+                ),
+            );
             return None;
         }
         None => &empty,
@@ -46,7 +51,10 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
         Some(v) => read_selector(cx, v, "spec.podSelector"),
     };
     if pod_selector.is_none() {
-        cx.warn("spec.podSelector", "policy ignored: its podSelector is invalid");
+        cx.warn(
+            "spec.podSelector",
+            "policy ignored: its podSelector is invalid",
+        );
     }
 
     let (isolates_ingress, isolates_egress) = read_policy_types(cx, spec);
@@ -68,7 +76,10 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
         match validate::dns1123_subdomain(r) {
             Ok(()) => {
                 if mode == Mode::Enforce {
-                    cx.warn(&field, "only a monitored policy can preview replacing another; ignored here");
+                    cx.warn(
+                        &field,
+                        "only a monitored policy can preview replacing another; ignored here",
+                    );
                 }
                 Some(r.clone())
             }
@@ -84,7 +95,10 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
         Some(other) => {
             cx.error(
                 &keyed("metadata.annotations", LOG),
-                format!("expected \"true\" or \"false\", found \"{}\"; not logging", validate::shorten(other)),
+                format!(
+                    "expected \"true\" or \"false\", found \"{}\"; not logging",
+                    validate::shorten(other)
+                ),
             );
             false
         }
@@ -114,7 +128,10 @@ fn read_policy_types(cx: &mut Ctx<'_>, spec: &Value) -> (bool, bool) {
         Some(other) => {
             cx.error(
                 "spec.policyTypes",
-                format!("expected a list, found {}; defaults apply", type_name(other)),
+                format!(
+                    "expected a list, found {}; defaults apply",
+                    type_name(other)
+                ),
             );
             return default;
         }
@@ -126,7 +143,10 @@ fn read_policy_types(cx: &mut Ctx<'_>, spec: &Value) -> (bool, bool) {
             Some("Egress") => (egress, any) = (true, true),
             _ => cx.error(
                 &index("spec.policyTypes", i),
-                format!("expected \"Ingress\" or \"Egress\", found {}; ignored", show(t)),
+                format!(
+                    "expected \"Ingress\" or \"Egress\", found {}; ignored",
+                    show(t)
+                ),
             ),
         }
     }
@@ -147,7 +167,9 @@ fn read_rules(
     ns: &str,
 ) -> Vec<PolicyRule> {
     let base = join("spec", dir);
-    let Some(rules) = cx.array(spec, "spec", dir) else { return Vec::new() };
+    let Some(rules) = cx.array(spec, "spec", dir) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         let rbase = index(&base, i);
@@ -155,7 +177,13 @@ fn read_rules(
             Value::Null => &Value::Object(Default::default()),
             Value::Object(_) => rule,
             other => {
-                cx.error(&rbase, format!("expected an object, found {}; rule dropped", type_name(other)));
+                cx.error(
+                    &rbase,
+                    format!(
+                        "expected an object, found {}; rule dropped",
+                        type_name(other)
+                    ),
+                );
                 continue;
             }
         };
@@ -163,9 +191,8 @@ fn read_rules(
             read_peer(cx, v, f, kind, ns)
         });
         let ports = read_list(cx, rule, &rbase, "ports", "ports", read_port);
-        match (peers, ports) {
-            (Some(peers), Some(ports)) => out.push(PolicyRule { peers, ports }),
-            _ => {}
+        if let (Some(peers), Some(ports)) = (peers, ports) {
+            out.push(PolicyRule { peers, ports });
         }
     }
     out
@@ -186,12 +213,18 @@ fn read_list<T>(
         None => return Some(Vec::new()),
         Some(Value::Array(list)) => list,
         Some(other) => {
-            cx.error(&field, format!("expected a list, found {}; rule dropped", type_name(other)));
+            cx.error(
+                &field,
+                format!("expected a list, found {}; rule dropped", type_name(other)),
+            );
             return None;
         }
     };
-    let out: Vec<T> =
-        list.iter().enumerate().filter_map(|(i, v)| read(cx, v, &index(&field, i))).collect();
+    let out: Vec<T> = list
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| read(cx, v, &index(&field, i)))
+        .collect();
     if !list.is_empty() && out.is_empty() {
         cx.warn(
             rbase,
@@ -202,15 +235,12 @@ fn read_list<T>(
     Some(out)
 }
 
-fn read_peer(
-    cx: &mut Ctx<'_>,
-    v: &Value,
-    field: &str,
-    kind: PolicyKind,
-    ns: &str,
-) -> Option<Peer> {
+fn read_peer(cx: &mut Ctx<'_>, v: &Value, field: &str, kind: PolicyKind, ns: &str) -> Option<Peer> {
     if !v.is_object() {
-        cx.error(field, format!("expected an object, found {}; peer dropped", type_name(v)));
+        cx.error(
+            field,
+            format!("expected an object, found {}; peer dropped", type_name(v)),
+        );
         return None;
     }
     let pod_sel = get(v, "podSelector");
@@ -228,7 +258,10 @@ fn read_peer(
     }
     if let Some(block) = ip_block {
         if pod_sel.is_some() || ns_sel.is_some() || net_sel.is_some() {
-            cx.error(field, "ipBlock cannot be combined with selectors in one peer; peer dropped");
+            cx.error(
+                field,
+                "ipBlock cannot be combined with selectors in one peer; peer dropped",
+            );
             return None;
         }
         return read_ip_block(cx, block, &join(field, "ipBlock")).map(Peer::IpBlock);
@@ -241,11 +274,12 @@ fn read_peer(
         return None;
     }
     let mut ok = true;
-    let mut selector = |cx: &mut Ctx<'_>, sel: Option<&Value>, key: &str| -> Option<LabelSelector> {
-        let s = read_selector(cx, sel?, &join(field, key));
-        ok &= s.is_some();
-        s
-    };
+    let mut selector =
+        |cx: &mut Ctx<'_>, sel: Option<&Value>, key: &str| -> Option<LabelSelector> {
+            let s = read_selector(cx, sel?, &join(field, key));
+            ok &= s.is_some();
+            s
+        };
     let pod_selector = selector(cx, pod_sel, "podSelector");
     let namespace_selector = selector(cx, ns_sel, "namespaceSelector");
     let network_selector = match net_sel {
@@ -260,7 +294,11 @@ fn read_peer(
         cx.warn(field, "peer dropped: it has an invalid selector");
         return None;
     }
-    Some(Peer::Pods { pod_selector, namespace_selector, network_selector })
+    Some(Peer::Pods {
+        pod_selector,
+        namespace_selector,
+        network_selector,
+    })
 }
 
 fn read_network_selector(
@@ -282,7 +320,10 @@ fn read_network_selector(
     for (i, e) in list.iter().enumerate() {
         let ebase = index(field, i);
         if !e.is_object() {
-            cx.error(&ebase, format!("expected an object, found {}", type_name(e)));
+            cx.error(
+                &ebase,
+                format!("expected an object, found {}", type_name(e)),
+            );
             ok = false;
             continue;
         }
@@ -324,7 +365,11 @@ fn read_network_selector(
             // DANM networks live in the namespace of the pod that uses them (or nowhere, for
             // ClusterNetwork): a namespace in the name means nothing here.
             validate::dns1123_subdomain(name)
-                .map(|()| NetworkSelectorEntry { kind, namespace: None, name: name.to_string() })
+                .map(|()| NetworkSelectorEntry {
+                    kind,
+                    namespace: None,
+                    name: name.to_string(),
+                })
                 .map_err(|e| format!("network name: {e}"))
         };
         match entry {
@@ -342,7 +387,10 @@ fn read_network_selector(
 /// would widen it.
 fn read_ip_block(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<IpBlock> {
     if !v.is_object() {
-        cx.error(field, format!("expected an object, found {}; peer dropped", type_name(v)));
+        cx.error(
+            field,
+            format!("expected an object, found {}; peer dropped", type_name(v)),
+        );
         return None;
     }
     let cidr_field = join(field, "cidr");
@@ -359,7 +407,13 @@ fn read_ip_block(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<IpBlock> {
         for (i, e) in list.iter().enumerate() {
             let efield = index(&join(field, "except"), i);
             let Value::String(s) = e else {
-                cx.error(&efield, format!("expected a CIDR string, found {}; peer dropped", type_name(e)));
+                cx.error(
+                    &efield,
+                    format!(
+                        "expected a CIDR string, found {}; peer dropped",
+                        type_name(e)
+                    ),
+                );
                 ok = false;
                 continue;
             };
@@ -369,10 +423,18 @@ fn read_ip_block(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<IpBlock> {
             };
             let same_family = net.addr().is_ipv4() == cidr.addr().is_ipv4();
             if !same_family {
-                cx.error(&efield, format!("except {net} is not of the same IP family as cidr {cidr}; peer dropped"));
+                cx.error(
+                    &efield,
+                    format!(
+                        "except {net} is not of the same IP family as cidr {cidr}; peer dropped"
+                    ),
+                );
                 ok = false;
             } else if !cidr.contains(&net) || net.prefix_len() <= cidr.prefix_len() {
-                cx.error(&efield, format!("except {net} is not strictly inside cidr {cidr}; peer dropped"));
+                cx.error(
+                    &efield,
+                    format!("except {net} is not strictly inside cidr {cidr}; peer dropped"),
+                );
                 ok = false;
             } else {
                 except.push(net);
@@ -395,7 +457,10 @@ fn parse_cidr(cx: &mut Ctx<'_>, field: &str, s: &str) -> Option<IpNet> {
             Some(masked)
         }
         Err(_) => {
-            cx.error(field, format!("invalid CIDR \"{}\"; peer dropped", validate::shorten(s)));
+            cx.error(
+                field,
+                format!("invalid CIDR \"{}\"; peer dropped", validate::shorten(s)),
+            );
             None
         }
     }
@@ -403,7 +468,10 @@ fn parse_cidr(cx: &mut Ctx<'_>, field: &str, s: &str) -> Option<IpNet> {
 
 fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
     if !v.is_object() {
-        cx.error(field, format!("expected an object, found {}; port dropped", type_name(v)));
+        cx.error(
+            field,
+            format!("expected an object, found {}; port dropped", type_name(v)),
+        );
         return None;
     }
     let protocol = cx.protocol(v, field, "protocol");
@@ -417,7 +485,10 @@ fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
                 Err(())
             }
         },
-        Some(n) => cx.port_number(&port_field, n).map(|p| Some(PortRef::Number(p))).ok_or(()),
+        Some(n) => cx
+            .port_number(&port_field, n)
+            .map(|p| Some(PortRef::Number(p)))
+            .ok_or(()),
     };
     let end_field = join(field, "endPort");
     let end_port = match get(v, "endPort") {
@@ -426,7 +497,10 @@ fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
             let end = match e.as_i64() {
                 Some(n) if e.is_i64() || e.is_u64() => Ok(n),
                 _ => {
-                    cx.error(&end_field, format!("expected a port number, found {}", show(e)));
+                    cx.error(
+                        &end_field,
+                        format!("expected a port number, found {}", show(e)),
+                    );
                     Err(())
                 }
             };
@@ -457,7 +531,11 @@ fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
         }
     };
     match (protocol, port, end_port) {
-        (Some(protocol), Ok(port), Ok(end_port)) => Some(PolicyPort { protocol, port, end_port }),
+        (Some(protocol), Ok(port), Ok(end_port)) => Some(PolicyPort {
+            protocol,
+            port,
+            end_port,
+        }),
         _ => {
             cx.warn(field, "port dropped: it is invalid");
             None
@@ -483,7 +561,10 @@ pub(crate) fn read_selector(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<
     } else if get(v, "matchExpressions").is_some() {
         ok = false;
     }
-    ok.then_some(LabelSelector { match_labels, match_expressions })
+    ok.then_some(LabelSelector {
+        match_labels,
+        match_expressions,
+    })
 }
 
 fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirement> {
@@ -559,7 +640,11 @@ fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirem
         _ => {}
     }
     match (ok, key, operator) {
-        (true, Some(key), Some(operator)) => Some(Requirement { key: key.to_string(), operator, values }),
+        (true, Some(key), Some(operator)) => Some(Requirement {
+            key: key.to_string(),
+            operator,
+            values,
+        }),
         _ => None,
     }
 }
@@ -568,7 +653,10 @@ fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirem
 fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> Vec<NetworkId> {
     let field = keyed("metadata.annotations", POLICY_FOR);
     let Some(text) = annotation.filter(|t| !t.trim().is_empty()) else {
-        cx.warn(&field, "missing: a MultiNetworkPolicy without policy-for applies nowhere");
+        cx.warn(
+            &field,
+            "missing: a MultiNetworkPolicy without policy-for applies nowhere",
+        );
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -583,7 +671,10 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
                     out.push(id);
                 }
             }
-            Err(e) => cx.error(&field, format!("\"{}\": {e}; entry ignored", validate::shorten(part))),
+            Err(e) => cx.error(
+                &field,
+                format!("\"{}\": {e}; entry ignored", validate::shorten(part)),
+            ),
         }
     }
     out
@@ -598,7 +689,9 @@ fn read_mode(cx: &mut Ctx<'_>, annotations: &std::collections::BTreeMap<String, 
         (KUBE_ROUTER_MONITOR, "true", "false"),
         (KUBE_ROUTER_STAGED, "true", "false"),
     ] {
-        let Some(value) = annotations.get(key) else { continue };
+        let Some(value) = annotations.get(key) else {
+            continue;
+        };
         if value == monitor {
             votes.push((key, Mode::Monitor));
         } else if value == enforce {
@@ -614,8 +707,16 @@ fn read_mode(cx: &mut Ctx<'_>, annotations: &std::collections::BTreeMap<String, 
             bad = true;
         }
     }
-    let monitor = votes.iter().filter(|(_, m)| *m == Mode::Monitor).map(|(k, _)| *k).collect::<Vec<_>>();
-    let enforce = votes.iter().filter(|(_, m)| *m == Mode::Enforce).map(|(k, _)| *k).collect::<Vec<_>>();
+    let monitor = votes
+        .iter()
+        .filter(|(_, m)| *m == Mode::Monitor)
+        .map(|(k, _)| *k)
+        .collect::<Vec<_>>();
+    let enforce = votes
+        .iter()
+        .filter(|(_, m)| *m == Mode::Enforce)
+        .map(|(k, _)| *k)
+        .collect::<Vec<_>>();
     if !monitor.is_empty() && !enforce.is_empty() {
         cx.error(
             "metadata.annotations",

@@ -26,7 +26,10 @@ pub(crate) fn read_service(cx: &mut Ctx<'_>, doc: &Value) -> Option<Service> {
         match s.parse::<IpAddr>() {
             Ok(ip) if !cluster_ips.contains(&ip) => cluster_ips.push(ip),
             Ok(_) => {}
-            Err(_) => cx.error(field, format!("\"{}\" is not an IP address", validate::shorten(s))),
+            Err(_) => cx.error(
+                field,
+                format!("\"{}\" is not an IP address", validate::shorten(s)),
+            ),
         }
     };
     if let Some(list) = cx.array(spec, "spec", "clusterIPs") {
@@ -65,7 +68,10 @@ pub(crate) fn read_service(cx: &mut Ctx<'_>, doc: &Value) -> Option<Service> {
 
 fn read_service_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<ServicePort> {
     if !p.is_object() {
-        cx.error(base, format!("expected an object, found {}; port ignored", type_name(p)));
+        cx.error(
+            base,
+            format!("expected an object, found {}; port ignored", type_name(p)),
+        );
         return None;
     }
     let protocol = cx.protocol(p, base, "protocol");
@@ -93,7 +99,11 @@ fn read_service_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<ServiceP
         },
         Some(v) => cx.port_number(&target_field, v).map(PortRef::Number),
     };
-    Some(ServicePort { protocol: protocol?, port: port?, target: target? })
+    Some(ServicePort {
+        protocol: protocol?,
+        port: port?,
+        target: target?,
+    })
 }
 
 /// An EndpointSlice reduced to its Service and addresses.
@@ -110,7 +120,10 @@ pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
     let meta = read_meta(cx, doc, true)?;
     let label_field = format!("metadata.labels[\"{SERVICE_NAME_LABEL}\"]");
     let Some(service) = meta.labels.get(SERVICE_NAME_LABEL).cloned() else {
-        cx.warn(&label_field, "missing: the slice belongs to no Service; ignored");
+        cx.warn(
+            &label_field,
+            "missing: the slice belongs to no Service; ignored",
+        );
         return None;
     };
     // FQDN slices carry names, not addresses.
@@ -126,7 +139,9 @@ pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
             if cx.bool(cond, &join(&base, "conditions"), "ready") == Some(false) {
                 continue;
             }
-            let Some(list) = cx.array(ep, &base, "addresses") else { continue };
+            let Some(list) = cx.array(ep, &base, "addresses") else {
+                continue;
+            };
             for (j, a) in list.iter().enumerate() {
                 let f = index(&join(&base, "addresses"), j);
                 match a.as_str().map(|s| s.parse::<IpAddr>()) {
@@ -150,7 +165,11 @@ pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
 }
 
 /// Second pass: endpoint addresses to their Services (sorted, deduplicated).
-pub(crate) fn attach_slices(services: &mut [Service], slices: &[SliceRecord], problems: &mut Vec<Problem>) {
+pub(crate) fn attach_slices(
+    services: &mut [Service],
+    slices: &[SliceRecord],
+    problems: &mut Vec<Problem>,
+) {
     for slice in slices {
         match services
             .iter_mut()

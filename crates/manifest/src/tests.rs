@@ -3,8 +3,8 @@
 use std::net::IpAddr;
 
 use netwarden_engine::{
-    IpBlock, LabelSelector, Labels, Mode, NetworkId, NetworkSelectorEntry, NetworkType, Operator, Peer,
-    Policy, PolicyKind, PolicyPort, PolicyScope, PortRef, Protocol,
+    IpBlock, LabelSelector, Labels, Mode, NetworkId, NetworkSelectorEntry, NetworkType, Operator,
+    Peer, Policy, PolicyKind, PolicyPort, PolicyScope, PortRef, Protocol,
 };
 
 use crate::*;
@@ -18,11 +18,13 @@ fn ip(s: &str) -> IpAddr {
 }
 
 /// (kind, object, field) of every error, for exact comparisons.
-fn errors(inv: &Inventory) -> Vec<(String, String, String)> {
-    inv.errors().map(|p| (p.kind.clone(), p.object.clone(), p.field.clone())).collect()
+fn errors(inv: &Inventory) -> Vec<Where> {
+    inv.errors()
+        .map(|p| (p.kind.clone(), p.object.clone(), p.field.clone()))
+        .collect()
 }
 
-fn warnings(inv: &Inventory) -> Vec<(String, String, String)> {
+fn warnings(inv: &Inventory) -> Vec<Where> {
     inv.problems
         .iter()
         .filter(|p| p.severity == Severity::Warning)
@@ -30,16 +32,25 @@ fn warnings(inv: &Inventory) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn e(kind: &str, object: &str, field: &str) -> (String, String, String) {
+/// (kind, object, field) of a problem.
+type Where = (String, String, String);
+
+fn e(kind: &str, object: &str, field: &str) -> Where {
     (kind.into(), object.into(), field.into())
 }
 
 fn policy<'a>(inv: &'a Inventory, name: &str) -> &'a Policy {
-    inv.policies.iter().find(|p| p.key.name == name).unwrap_or_else(|| panic!("no policy {name}"))
+    inv.policies
+        .iter()
+        .find(|p| p.key.name == name)
+        .unwrap_or_else(|| panic!("no policy {name}"))
 }
 
 fn pod<'a>(inv: &'a Inventory, name: &str) -> &'a netwarden_engine::Pod {
-    inv.pods.iter().find(|p| p.key.name == name).unwrap_or_else(|| panic!("no pod {name}"))
+    inv.pods
+        .iter()
+        .find(|p| p.key.name == name)
+        .unwrap_or_else(|| panic!("no pod {name}"))
 }
 
 const GOOD_POD: &str = r#"
@@ -89,7 +100,11 @@ spec: {podSelector: {}}
     assert_eq!(inv.problems, vec![]);
     assert_eq!(inv.pods.len(), 2);
     assert_eq!(pod(&inv, "p2").key.namespace, "default");
-    assert_eq!(pod(&inv, "p2").interfaces, vec![], "a pod without IPs has no interfaces");
+    assert_eq!(
+        pod(&inv, "p2").interfaces,
+        vec![],
+        "a pod without IPs has no interfaces"
+    );
     assert_eq!(pod(&inv, "p1").primary().unwrap().ips, vec![ip("10.0.0.1")]);
     assert_eq!(inv.policies.len(), 1);
     // ns1 declared; "default" implicit.
@@ -124,7 +139,11 @@ fn json_object_list_and_stream() {
 
     let broken = parse_str("d.json", r#"{"kind": "Pod", "#, &LoadOptions::default());
     assert_eq!(broken.problems.len(), 1);
-    assert!(broken.problems[0].reason.starts_with("invalid JSON"), "{}", broken.problems[0]);
+    assert!(
+        broken.problems[0].reason.starts_with("invalid JSON"),
+        "{}",
+        broken.problems[0]
+    );
 }
 
 #[test]
@@ -143,9 +162,49 @@ kind: Pod
 metadata: {name: c}
 "#,
     );
-    assert_eq!(inv.pods.iter().map(|p| p.key.name.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(
+        inv.pods
+            .iter()
+            .map(|p| p.key.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "c"]
+    );
     assert_eq!(errors(&inv), vec![e("", "#2", "")]);
     assert!(inv.problems[0].reason.starts_with("invalid YAML"));
+}
+
+#[test]
+fn hostile_yaml_is_refused_not_fatal() {
+    let deep = format!(
+        "kind: Pod\nmetadata: {{name: a, labels: {}x{}}}\n",
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    let bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n";
+    let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    for (label, text) in [
+        ("deep.yaml", deep.as_str()),
+        ("bomb.yaml", bomb),
+        ("deep.json", deep_json.as_str()),
+    ] {
+        let inv = parse_str(label, &format!("{text}{GOOD_POD}"), &LoadOptions::default());
+        assert!(inv.has_errors(), "{label}");
+        let inv = parse_str(label, text, &LoadOptions::default());
+        assert!(inv.pods.is_empty() && inv.has_errors(), "{label}");
+    }
+}
+
+#[test]
+fn a_large_list_loads() {
+    let items: Vec<String> = (0..5000)
+        .map(|i| format!("- {{apiVersion: v1, kind: Pod, metadata: {{name: p{i}, labels: {{app: a, i: \"{i}\"}}}}, status: {{podIPs: [{{ip: 10.1.{}.{}}}]}}}}", i / 250, i % 250))
+        .collect();
+    let inv = load(&format!(
+        "apiVersion: v1\nkind: List\nitems:\n{}\n",
+        items.join("\n")
+    ));
+    assert_eq!(inv.problems, vec![]);
+    assert_eq!(inv.pods.len(), 5000);
 }
 
 #[test]
@@ -163,7 +222,10 @@ apiVersion: example.com/v1
 kind: Whatever
 "#,
     );
-    assert_eq!(errors(&inv), vec![e("", "#1", "kind"), e("", "#2", "kind"), e("", "#3", "")]);
+    assert_eq!(
+        errors(&inv),
+        vec![e("", "#1", "kind"), e("", "#2", "kind"), e("", "#3", "")]
+    );
 }
 
 #[test]
@@ -196,14 +258,24 @@ metadata: {name: p, namespace: c}
 "#,
     );
     assert_eq!(inv.problems, vec![]);
-    let got: Vec<_> = inv.namespaces.iter().map(|n| (n.name.as_str(), n.labels.clone())).collect();
+    let got: Vec<_> = inv
+        .namespaces
+        .iter()
+        .map(|n| (n.name.as_str(), n.labels.clone()))
+        .collect();
     let labels = |pairs: &[(&str, &str)]| {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Labels>()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Labels>()
     };
     assert_eq!(
         got,
         vec![
-            ("a", labels(&[("kubernetes.io/metadata.name", "a"), ("x", "z")])),
+            (
+                "a",
+                labels(&[("kubernetes.io/metadata.name", "a"), ("x", "z")])
+            ),
             ("b", labels(&[("kubernetes.io/metadata.name", "b")])),
             ("c", labels(&[("kubernetes.io/metadata.name", "c")])),
         ]
@@ -275,7 +347,7 @@ fn spec7_invalid_objects() {
         )
     };
     // (case, document, expected error (kind, object, field), reason fragment)
-    let cases: Vec<(&str, String, (String, String, String), &str)> = vec![
+    let cases: Vec<(&str, String, Where, &str)> = vec![
         (
             "bad CIDR",
             np("p", "  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/33}\n    - podSelector: {}"),
@@ -350,10 +422,18 @@ fn spec7_invalid_objects() {
         let inv = load(&format!("{doc}{GOOD_POD}"));
         assert_eq!(errors(&inv), vec![want], "{case}: {:#?}", inv.problems);
         let p = inv.errors().next().unwrap();
-        assert!(p.reason.contains(reason), "{case}: reason {:?} lacks {reason:?}", p.reason);
-        assert!(inv.pods.iter().any(|p| p.key.name == "good"), "{case}: the good pod still loads");
+        assert!(
+            p.reason.contains(reason),
+            "{case}: reason {:?} lacks {reason:?}",
+            p.reason
+        );
+        assert!(
+            inv.pods.iter().any(|p| p.key.name == "good"),
+            "{case}: the good pod still loads"
+        );
         // The object survives with its valid parts (policies) or at all (pods).
-        let loaded = inv.policies.iter().any(|p| p.key.name == "p") || inv.pods.iter().any(|p| p.key.name == "p");
+        let loaded = inv.policies.iter().any(|p| p.key.name == "p")
+            || inv.pods.iter().any(|p| p.key.name == "p");
         assert!(loaded, "{case}: the object keeps its valid parts");
     }
 }
@@ -380,7 +460,11 @@ spec:
     assert_eq!(rules[0].peers.len(), 1);
     assert_eq!(
         rules[0].ports,
-        vec![PolicyPort { protocol: Protocol::Udp, port: Some(PortRef::Number(53)), end_port: None }]
+        vec![PolicyPort {
+            protocol: Protocol::Udp,
+            port: Some(PortRef::Number(53)),
+            end_port: None
+        }]
     );
 }
 
@@ -406,20 +490,40 @@ spec:
     );
     let p = policy(&inv, "p");
     let ingress = p.ingress.as_ref().unwrap();
-    assert_eq!(ingress.len(), 1, "only the valid rule is left; the others never mean 'all'");
-    assert!(matches!(&ingress[0].peers[0], Peer::Pods { pod_selector: Some(s), .. } if s.match_labels["app"] == "ok"));
-    assert_eq!(p.egress, Some(vec![]), "egress isolated with no rule left: deny");
+    assert_eq!(
+        ingress.len(),
+        1,
+        "only the valid rule is left; the others never mean 'all'"
+    );
+    assert!(
+        matches!(&ingress[0].peers[0], Peer::Pods { pod_selector: Some(s), .. } if s.match_labels["app"] == "ok")
+    );
+    assert_eq!(
+        p.egress,
+        Some(vec![]),
+        "egress isolated with no rule left: deny"
+    );
     assert_eq!(
         errors(&inv),
         vec![
-            e("NetworkPolicy", "ns1/p", "spec.ingress[0].from[0].ipBlock.cidr"),
+            e(
+                "NetworkPolicy",
+                "ns1/p",
+                "spec.ingress[0].from[0].ipBlock.cidr"
+            ),
             e("NetworkPolicy", "ns1/p", "spec.ingress[1].ports[0].port"),
             e("NetworkPolicy", "ns1/p", "spec.egress[0].to"),
         ]
     );
     let w = warnings(&inv);
-    assert!(w.contains(&e("NetworkPolicy", "ns1/p", "spec.ingress[0]")), "{w:?}");
-    assert!(w.contains(&e("NetworkPolicy", "ns1/p", "spec.ingress[1]")), "{w:?}");
+    assert!(
+        w.contains(&e("NetworkPolicy", "ns1/p", "spec.ingress[0]")),
+        "{w:?}"
+    );
+    assert!(
+        w.contains(&e("NetworkPolicy", "ns1/p", "spec.ingress[1]")),
+        "{w:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -432,7 +536,12 @@ fn policy_types_defaulting() {
         ("{}", true, false, 0),
         ("{egress: []}", true, false, 0),
         ("{egress: [{}]}", true, true, 0),
-        ("{ingress: [{}], egress: [{}], policyTypes: [Egress]}", false, true, 0),
+        (
+            "{ingress: [{}], egress: [{}], policyTypes: [Egress]}",
+            false,
+            true,
+            0,
+        ),
         ("{policyTypes: [Ingress, Egress]}", true, true, 0),
         ("{policyTypes: []}", true, false, 0),
         ("{policyTypes: [Ingress, Sideways]}", true, false, 1),
@@ -444,12 +553,18 @@ fn policy_types_defaulting() {
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p}}\nspec: {spec}\n"
         ));
         let p = policy(&inv, "p");
-        assert_eq!((p.ingress.is_some(), p.egress.is_some()), (ing, eg), "{spec}");
+        assert_eq!(
+            (p.ingress.is_some(), p.egress.is_some()),
+            (ing, eg),
+            "{spec}"
+        );
         assert_eq!(inv.errors().count(), nerr, "{spec}: {:?}", inv.problems);
     }
     // Rules of a direction that is not isolated are ignored; an isolated one without rules
     // denies everything.
-    let inv = load("kind: NetworkPolicy\nmetadata: {name: p}\nspec: {policyTypes: [Egress], ingress: [{}]}\n");
+    let inv = load(
+        "kind: NetworkPolicy\nmetadata: {name: p}\nspec: {policyTypes: [Egress], ingress: [{}]}\n",
+    );
     let p = policy(&inv, "p");
     assert_eq!((p.ingress.clone(), p.egress.clone()), (None, Some(vec![])));
 }
@@ -487,13 +602,27 @@ spec:
     assert_eq!(p.mode, Mode::Enforce);
     assert_eq!(p.pod_selector.match_labels["app"], "web");
     assert_eq!(p.pod_selector.match_expressions[0].operator, Operator::In);
-    assert_eq!(p.pod_selector.match_expressions[0].values, ["front", "edge"]);
-    assert_eq!(p.pod_selector.match_expressions[1].operator, Operator::DoesNotExist);
+    assert_eq!(
+        p.pod_selector.match_expressions[0].values,
+        ["front", "edge"]
+    );
+    assert_eq!(
+        p.pod_selector.match_expressions[1].operator,
+        Operator::DoesNotExist
+    );
     let rules = p.ingress.as_ref().unwrap();
     assert_eq!(rules.len(), 2);
-    assert_eq!(rules[1], Default::default(), "an empty rule allows everything");
+    assert_eq!(
+        rules[1],
+        Default::default(),
+        "an empty rule allows everything"
+    );
     match &rules[0].peers[0] {
-        Peer::Pods { pod_selector: Some(ps), namespace_selector: Some(ns), network_selector: None } => {
+        Peer::Pods {
+            pod_selector: Some(ps),
+            namespace_selector: Some(ns),
+            network_selector: None,
+        } => {
             assert_eq!(ns.match_labels["team"], "a");
             assert_eq!(ps.match_expressions[0].operator, Operator::NotIn);
         }
@@ -509,10 +638,26 @@ spec:
     assert_eq!(
         rules[0].ports,
         vec![
-            PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(80)), end_port: None },
-            PolicyPort { protocol: Protocol::Udp, port: Some(PortRef::Named("dns".into())), end_port: None },
-            PolicyPort { protocol: Protocol::Sctp, port: None, end_port: None },
-            PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(8000)), end_port: Some(8080) },
+            PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(PortRef::Number(80)),
+                end_port: None
+            },
+            PolicyPort {
+                protocol: Protocol::Udp,
+                port: Some(PortRef::Named("dns".into())),
+                end_port: None
+            },
+            PolicyPort {
+                protocol: Protocol::Sctp,
+                port: None,
+                end_port: None
+            },
+            PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(PortRef::Number(8000)),
+                end_port: Some(8080)
+            },
         ]
     );
     assert_eq!(p.egress, None);
@@ -523,13 +668,38 @@ fn ip_block_checks() {
     // (ipBlock, error fields (relative to the ipBlock), warnings, loaded block)
     let cases: Vec<(&str, Vec<&str>, usize, Option<&str>)> = vec![
         ("{cidr: 10.0.0.1/24}", vec![], 1, Some("10.0.0.0/24")),
-        ("{cidr: 10.0.0.0/24, except: [10.0.1.0/28]}", vec!["except[0]"], 0, None),
-        ("{cidr: 10.0.0.0/24, except: [10.0.0.0/24]}", vec!["except[0]"], 0, None),
-        ("{cidr: 10.0.0.0/24, except: ['fd00::/64']}", vec!["except[0]"], 0, None),
-        ("{cidr: 10.0.0.0/24, except: [bogus]}", vec!["except[0]"], 0, None),
+        (
+            "{cidr: 10.0.0.0/24, except: [10.0.1.0/28]}",
+            vec!["except[0]"],
+            0,
+            None,
+        ),
+        (
+            "{cidr: 10.0.0.0/24, except: [10.0.0.0/24]}",
+            vec!["except[0]"],
+            0,
+            None,
+        ),
+        (
+            "{cidr: 10.0.0.0/24, except: ['fd00::/64']}",
+            vec!["except[0]"],
+            0,
+            None,
+        ),
+        (
+            "{cidr: 10.0.0.0/24, except: [bogus]}",
+            vec!["except[0]"],
+            0,
+            None,
+        ),
         ("{cidr: 10.0.0.5}", vec!["cidr"], 0, None),
         ("{except: [10.0.0.0/25]}", vec!["cidr"], 0, None),
-        ("{cidr: 'fd00::/48', except: ['fd00::/64']}", vec![], 0, Some("fd00::/48")),
+        (
+            "{cidr: 'fd00::/48', except: ['fd00::/64']}",
+            vec![],
+            0,
+            Some("fd00::/48"),
+        ),
     ];
     for (block, errs, nwarn, want) in cases {
         let inv = load(&format!(
@@ -537,7 +707,13 @@ fn ip_block_checks() {
         ));
         let want_errs: Vec<_> = errs
             .iter()
-            .map(|f| e("NetworkPolicy", "default/p", &format!("spec.ingress[0].from[0].ipBlock.{f}")))
+            .map(|f| {
+                e(
+                    "NetworkPolicy",
+                    "default/p",
+                    &format!("spec.ingress[0].from[0].ipBlock.{f}"),
+                )
+            })
             .collect();
         assert_eq!(errors(&inv), want_errs, "{block}");
         let got_warn = warnings(&inv).len();
@@ -546,9 +722,16 @@ fn ip_block_checks() {
         match want {
             Some(cidr) => {
                 assert_eq!(peers.len(), 2, "{block}");
-                assert!(matches!(&peers[0], Peer::IpBlock(b) if b.cidr.to_string() == cidr), "{block}");
+                assert!(
+                    matches!(&peers[0], Peer::IpBlock(b) if b.cidr.to_string() == cidr),
+                    "{block}"
+                );
             }
-            None => assert_eq!(peers.len(), 1, "{block}: the invalid block is dropped, never widened"),
+            None => assert_eq!(
+                peers.len(),
+                1,
+                "{block}: the invalid block is dropped, never widened"
+            ),
         }
     }
 }
@@ -573,24 +756,52 @@ spec:
         vec![
             e("NetworkPolicy", "default/p", "spec.ingress[0].from[0]"),
             e("NetworkPolicy", "default/p", "spec.ingress[0].from[1]"),
-            e("NetworkPolicy", "default/p", "spec.ingress[0].from[2].networkSelector"),
+            e(
+                "NetworkPolicy",
+                "default/p",
+                "spec.ingress[0].from[2].networkSelector"
+            ),
         ]
     );
-    assert_eq!(policy(&inv, "p").ingress.as_ref().unwrap()[0].peers.len(), 1);
+    assert_eq!(
+        policy(&inv, "p").ingress.as_ref().unwrap()[0].peers.len(),
+        1
+    );
 }
 
 #[test]
 fn selector_checks() {
     // (selector, error field suffixes)
     let cases: Vec<(&str, Vec<&str>)> = vec![
-        ("{matchExpressions: [{key: a, operator: In}]}", vec!["matchExpressions[0].values"]),
-        ("{matchExpressions: [{key: a, operator: NotIn, values: []}]}", vec!["matchExpressions[0].values"]),
-        ("{matchExpressions: [{key: a, operator: Exists, values: [x]}]}", vec!["matchExpressions[0].values"]),
-        ("{matchExpressions: [{key: 'a b', operator: Exists}]}", vec!["matchExpressions[0].key"]),
-        ("{matchExpressions: [{operator: Exists}]}", vec!["matchExpressions[0].key"]),
-        ("{matchExpressions: [{key: a, operator: In, values: ['-x']}]}", vec!["matchExpressions[0].values[0]"]),
+        (
+            "{matchExpressions: [{key: a, operator: In}]}",
+            vec!["matchExpressions[0].values"],
+        ),
+        (
+            "{matchExpressions: [{key: a, operator: NotIn, values: []}]}",
+            vec!["matchExpressions[0].values"],
+        ),
+        (
+            "{matchExpressions: [{key: a, operator: Exists, values: [x]}]}",
+            vec!["matchExpressions[0].values"],
+        ),
+        (
+            "{matchExpressions: [{key: 'a b', operator: Exists}]}",
+            vec!["matchExpressions[0].key"],
+        ),
+        (
+            "{matchExpressions: [{operator: Exists}]}",
+            vec!["matchExpressions[0].key"],
+        ),
+        (
+            "{matchExpressions: [{key: a, operator: In, values: ['-x']}]}",
+            vec!["matchExpressions[0].values[0]"],
+        ),
         ("{matchLabels: {a: 1}}", vec!["matchLabels[\"a\"]"]),
-        ("{matchLabels: {'x/y/z': b}}", vec!["matchLabels[\"x/y/z\"]"]),
+        (
+            "{matchLabels: {'x/y/z': b}}",
+            vec!["matchLabels[\"x/y/z\"]"],
+        ),
         ("[a]", vec![""]),
     ];
     for (sel, fields) in cases {
@@ -601,13 +812,29 @@ fn selector_checks() {
         let base = "spec.ingress[0].from[0].namespaceSelector";
         let want: Vec<_> = fields
             .iter()
-            .map(|f| e("NetworkPolicy", "default/p", &if f.is_empty() { base.to_string() } else { format!("{base}.{f}") }))
+            .map(|f| {
+                e(
+                    "NetworkPolicy",
+                    "default/p",
+                    &if f.is_empty() {
+                        base.to_string()
+                    } else {
+                        format!("{base}.{f}")
+                    },
+                )
+            })
             .collect();
         assert_eq!(errors(&inv), want, "{sel}");
-        assert_eq!(policy(&inv, "p").ingress.as_ref().unwrap()[0].peers.len(), 1, "{sel}");
+        assert_eq!(
+            policy(&inv, "p").ingress.as_ref().unwrap()[0].peers.len(),
+            1,
+            "{sel}"
+        );
 
         // As the policy's podSelector: the whole policy is dropped.
-        let inv = load(&format!("kind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  podSelector: {sel}\n{GOOD_POD}"));
+        let inv = load(&format!(
+            "kind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  podSelector: {sel}\n{GOOD_POD}"
+        ));
         assert!(inv.policies.is_empty(), "{sel}");
         assert_eq!(inv.errors().count(), fields.len(), "{sel}");
         assert!(warnings(&inv).contains(&e("NetworkPolicy", "default/p", "spec.podSelector")));
@@ -629,12 +856,20 @@ fn ports_checks() {
         (
             "{port: 80, endPort: 80}",
             "",
-            Some(PolicyPort { protocol: Protocol::Tcp, port: Some(PortRef::Number(80)), end_port: Some(80) }),
+            Some(PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(PortRef::Number(80)),
+                end_port: Some(80),
+            }),
         ),
         (
             "{protocol: udp, port: 65535}",
             "",
-            Some(PolicyPort { protocol: Protocol::Udp, port: Some(PortRef::Number(65535)), end_port: None }),
+            Some(PolicyPort {
+                protocol: Protocol::Udp,
+                port: Some(PortRef::Number(65535)),
+                end_port: None,
+            }),
         ),
     ];
     for (port, field, want) in cases {
@@ -644,7 +879,11 @@ fn ports_checks() {
         let want_errs: Vec<_> = if field.is_empty() {
             vec![]
         } else {
-            vec![e("NetworkPolicy", "default/p", &format!("spec.ingress[0].ports[0].{field}"))]
+            vec![e(
+                "NetworkPolicy",
+                "default/p",
+                &format!("spec.ingress[0].ports[0].{field}"),
+            )]
         };
         assert_eq!(errors(&inv), want_errs, "{port}: {:?}", inv.problems);
         let ports = &policy(&inv, "p").ingress.as_ref().unwrap()[0].ports;
@@ -680,12 +919,19 @@ spec:
     assert_eq!(p.kind, PolicyKind::DanmNetworkPolicy);
     assert_eq!(p.scope, PolicyScope::AllInterfaces);
     let rules = p.ingress.as_ref().unwrap();
-    assert_eq!(rules.len(), 1, "the rule whose only peer was invalid is dropped");
+    assert_eq!(
+        rules.len(),
+        1,
+        "the rule whose only peer was invalid is dropped"
+    );
     let nets: Vec<_> = rules[0]
         .peers
         .iter()
         .map(|peer| match peer {
-            Peer::Pods { network_selector: Some(n), .. } => n.clone(),
+            Peer::Pods {
+                network_selector: Some(n),
+                ..
+            } => n.clone(),
             other => panic!("{other:?}"),
         })
         .collect();
@@ -698,19 +944,38 @@ spec:
         nets,
         vec![
             vec![entry(NetworkType::DanmNet, None, "internal")],
-            vec![entry(NetworkType::ClusterNetwork, None, "core"), entry(NetworkType::TenantNetwork, None, "t")],
+            vec![
+                entry(NetworkType::ClusterNetwork, None, "core"),
+                entry(NetworkType::TenantNetwork, None, "t")
+            ],
             vec![
                 entry(NetworkType::NetworkAttachmentDefinition, Some("tel"), "m1"),
-                entry(NetworkType::NetworkAttachmentDefinition, Some("other"), "m2"),
+                entry(
+                    NetworkType::NetworkAttachmentDefinition,
+                    Some("other"),
+                    "m2"
+                ),
             ],
         ]
     );
     assert_eq!(
         errors(&inv),
         vec![
-            e("DanmNetworkPolicy", "tel/d", "spec.ingress[0].from[3].networkSelector[0].type"),
-            e("DanmNetworkPolicy", "tel/d", "spec.ingress[0].from[4].networkSelector[0].name"),
-            e("DanmNetworkPolicy", "tel/d", "spec.ingress[1].from[0].networkSelector[0].type"),
+            e(
+                "DanmNetworkPolicy",
+                "tel/d",
+                "spec.ingress[0].from[3].networkSelector[0].type"
+            ),
+            e(
+                "DanmNetworkPolicy",
+                "tel/d",
+                "spec.ingress[0].from[4].networkSelector[0].name"
+            ),
+            e(
+                "DanmNetworkPolicy",
+                "tel/d",
+                "spec.ingress[1].from[0].networkSelector[0].type"
+            ),
         ]
     );
 }
@@ -722,7 +987,10 @@ fn multi_network_policy_policy_for() {
         (Some("net1"), vec![NetworkId::nad("ns1", "net1")], 0, 0),
         (
             Some(" net1 , other/net2,net1,"),
-            vec![NetworkId::nad("ns1", "net1"), NetworkId::nad("other", "net2")],
+            vec![
+                NetworkId::nad("ns1", "net1"),
+                NetworkId::nad("other", "net2"),
+            ],
             0,
             0,
         ),
@@ -755,17 +1023,47 @@ fn monitor_mode_annotations() {
         ("{}", Mode::Enforce, 0),
         ("{netwarden.io/mode: monitor}", Mode::Monitor, 0),
         ("{netwarden.io/mode: enforce}", Mode::Enforce, 0),
-        ("{kube-router.io/network-policy.monitor: 'true'}", Mode::Monitor, 0),
-        ("{kube-router.io/network-policy.staged: 'true'}", Mode::Monitor, 0),
-        ("{kube-router.io/network-policy.staged: 'false'}", Mode::Enforce, 0),
-        ("{netwarden.io/mode: monitor, kube-router.io/network-policy.staged: 'true'}", Mode::Monitor, 0),
+        (
+            "{kube-router.io/network-policy.monitor: 'true'}",
+            Mode::Monitor,
+            0,
+        ),
+        (
+            "{kube-router.io/network-policy.staged: 'true'}",
+            Mode::Monitor,
+            0,
+        ),
+        (
+            "{kube-router.io/network-policy.staged: 'false'}",
+            Mode::Enforce,
+            0,
+        ),
+        (
+            "{netwarden.io/mode: monitor, kube-router.io/network-policy.staged: 'true'}",
+            Mode::Monitor,
+            0,
+        ),
         ("{netwarden.io/mode: Monitor}", Mode::Enforce, 1),
-        ("{kube-router.io/network-policy.monitor: 'yes'}", Mode::Enforce, 1),
-        ("{netwarden.io/mode: monitor, kube-router.io/network-policy.monitor: 'maybe'}", Mode::Enforce, 1),
-        ("{netwarden.io/mode: monitor, kube-router.io/network-policy.staged: 'false'}", Mode::Enforce, 1),
+        (
+            "{kube-router.io/network-policy.monitor: 'yes'}",
+            Mode::Enforce,
+            1,
+        ),
+        (
+            "{netwarden.io/mode: monitor, kube-router.io/network-policy.monitor: 'maybe'}",
+            Mode::Enforce,
+            1,
+        ),
+        (
+            "{netwarden.io/mode: monitor, kube-router.io/network-policy.staged: 'false'}",
+            Mode::Enforce,
+            1,
+        ),
     ];
     for (ann, mode, nerr) in cases {
-        let inv = load(&format!("kind: NetworkPolicy\nmetadata: {{name: p, annotations: {ann}}}\n"));
+        let inv = load(&format!(
+            "kind: NetworkPolicy\nmetadata: {{name: p, annotations: {ann}}}\n"
+        ));
         assert_eq!(policy(&inv, "p").mode, mode, "{ann}");
         assert_eq!(inv.errors().count(), nerr, "{ann}: {:?}", inv.problems);
     }
@@ -792,27 +1090,55 @@ metadata:
 "#,
     );
     let a = policy(&inv, "a");
-    assert_eq!((a.replaces.as_deref(), a.log_denies), (Some("old-policy"), true));
+    assert_eq!(
+        (a.replaces.as_deref(), a.log_denies),
+        (Some("old-policy"), true)
+    );
     let b = policy(&inv, "b");
     assert_eq!((b.replaces.as_deref(), b.log_denies), (None, false));
     assert_eq!(
         errors(&inv),
         vec![
-            e("NetworkPolicy", "default/b", "metadata.annotations[\"netwarden.io/replaces\"]"),
-            e("NetworkPolicy", "default/b", "metadata.annotations[\"netwarden.io/log\"]"),
+            e(
+                "NetworkPolicy",
+                "default/b",
+                "metadata.annotations[\"netwarden.io/replaces\"]"
+            ),
+            e(
+                "NetworkPolicy",
+                "default/b",
+                "metadata.annotations[\"netwarden.io/log\"]"
+            ),
         ]
     );
     // An enforced policy with `replaces`: kept, with a warning that it has no effect.
-    assert_eq!(warnings(&inv), vec![e("NetworkPolicy", "default/c", "metadata.annotations[\"netwarden.io/replaces\"]")]);
+    assert_eq!(
+        warnings(&inv),
+        vec![e(
+            "NetworkPolicy",
+            "default/c",
+            "metadata.annotations[\"netwarden.io/replaces\"]"
+        )]
+    );
 }
 
 #[test]
 fn network_policies_can_be_switched_off() {
     let text = "kind: NetworkPolicy\nmetadata: {name: a}\n---\nkind: MultiNetworkPolicy\nmetadata: {name: a, annotations: {k8s.v1.cni.cncf.io/policy-for: net}}\n---\nkind: NetworkPolicy\nmetadata: {name: bad, annotations: {netwarden.io/log: x}}\n";
-    let inv = parse_str("t.yaml", text, &LoadOptions { network_policy_enabled: false });
+    let inv = parse_str(
+        "t.yaml",
+        text,
+        &LoadOptions {
+            network_policy_enabled: false,
+        },
+    );
     assert_eq!(inv.policies.len(), 1);
     assert_eq!(inv.policies[0].kind, PolicyKind::MultiNetworkPolicy);
-    assert_eq!(inv.errors().count(), 1, "switched-off policies are still checked");
+    assert_eq!(
+        inv.errors().count(),
+        1,
+        "switched-off policies are still checked"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -853,7 +1179,11 @@ status: {podIP: 192.168.1.10}
     let web = pod(&inv, "web");
     assert_eq!(web.labels["app"], "web");
     assert_eq!(web.netns.as_deref(), Some("/var/run/netns/web"));
-    let ports: Vec<_> = web.container_ports.iter().map(|p| (p.name.as_deref(), p.port, p.protocol)).collect();
+    let ports: Vec<_> = web
+        .container_ports
+        .iter()
+        .map(|p| (p.name.as_deref(), p.port, p.protocol))
+        .collect();
     assert_eq!(
         ports,
         vec![
@@ -876,13 +1206,27 @@ status: {podIP: 192.168.1.10}
     assert_eq!(
         errors(&inv),
         vec![
-            e("Pod", "shop/web", "spec.containers[0].ports[2].containerPort"),
+            e(
+                "Pod",
+                "shop/web",
+                "spec.containers[0].ports[2].containerPort"
+            ),
             e("Pod", "shop/web", "spec.containers[0].ports[3].name"),
-            e("Pod", "default/host", "metadata.annotations[\"netwarden.io/netns\"]"),
+            e(
+                "Pod",
+                "default/host",
+                "metadata.annotations[\"netwarden.io/netns\"]"
+            ),
         ]
     );
-    assert_eq!(warnings(&inv), vec![e("Pod", "default/host", "spec.hostNetwork")]);
-    assert!(inv.problems.iter().any(|p| p.reason.contains("never isolated")));
+    assert_eq!(
+        warnings(&inv),
+        vec![e("Pod", "default/host", "spec.hostNetwork")]
+    );
+    assert!(inv
+        .problems
+        .iter()
+        .any(|p| p.reason.contains("never isolated")));
 }
 
 fn pod_with_status(status_json: &str, pod_ips: &[&str]) -> Inventory {
@@ -895,7 +1239,11 @@ fn pod_with_status(status_json: &str, pod_ips: &[&str]) -> Inventory {
 
 /// (name, network, ips) of each interface.
 fn ifaces(inv: &Inventory) -> Vec<(String, NetworkId, Vec<IpAddr>)> {
-    inv.pods[0].interfaces.iter().map(|i| (i.name.clone(), i.network.clone(), i.ips.clone())).collect()
+    inv.pods[0]
+        .interfaces
+        .iter()
+        .map(|i| (i.name.clone(), i.network.clone(), i.ips.clone()))
+        .collect()
 }
 
 #[test]
@@ -903,33 +1251,46 @@ fn network_status_primary_detection() {
     let p = NetworkId::Primary;
     let nad = |ns: &str, n: &str| NetworkId::nad(ns, n);
     // (annotation, podIPs, interfaces, errors)
-    let cases: Vec<(&str, Vec<&str>, Vec<(&str, NetworkId, Vec<&str>)>, usize)> = vec![
+    type Iface = (&'static str, NetworkId, Vec<&'static str>);
+    let cases: Vec<(&str, Vec<&str>, Vec<Iface>, usize)> = vec![
         // `default: true` wins, whatever the order.
         (
             r#"[{"name":"macvlan","interface":"net1","ips":["192.168.1.5"]},{"name":"kindnet","interface":"eth0","ips":["10.0.0.5"],"default":true}]"#,
             vec!["10.0.0.5"],
-            vec![("net1", nad("ns1", "macvlan"), vec!["192.168.1.5"]), ("eth0", p.clone(), vec!["10.0.0.5"])],
+            vec![
+                ("net1", nad("ns1", "macvlan"), vec!["192.168.1.5"]),
+                ("eth0", p.clone(), vec!["10.0.0.5"]),
+            ],
             0,
         ),
         // No default: the interface holding podIPs (even when not named eth0).
         (
             r#"[{"name":"cbr","interface":"ens3","ips":["10.0.0.5"]},{"name":"other/sriov","interface":"net1","ips":["fd00::5/120"]}]"#,
             vec!["10.0.0.5"],
-            vec![("ens3", p.clone(), vec!["10.0.0.5"]), ("net1", nad("other", "sriov"), vec!["fd00::5"])],
+            vec![
+                ("ens3", p.clone(), vec!["10.0.0.5"]),
+                ("net1", nad("other", "sriov"), vec!["fd00::5"]),
+            ],
             0,
         ),
         // Neither: the entry without an interface name.
         (
             r#"[{"name":"cluster","ips":["10.9.0.5"]},{"name":"m","interface":"net1","ips":["192.168.1.5"]}]"#,
             vec![],
-            vec![("eth0", p.clone(), vec!["10.9.0.5"]), ("net1", nad("ns1", "m"), vec!["192.168.1.5"])],
+            vec![
+                ("eth0", p.clone(), vec!["10.9.0.5"]),
+                ("net1", nad("ns1", "m"), vec!["192.168.1.5"]),
+            ],
             0,
         ),
         // Only secondaries listed: the primary comes from podIPs.
         (
             r#"[{"name":"m","interface":"net1","ips":["192.168.1.5"]}]"#,
             vec!["10.0.0.5"],
-            vec![("eth0", p.clone(), vec!["10.0.0.5"]), ("net1", nad("ns1", "m"), vec!["192.168.1.5"])],
+            vec![
+                ("eth0", p.clone(), vec!["10.0.0.5"]),
+                ("net1", nad("ns1", "m"), vec!["192.168.1.5"]),
+            ],
             0,
         ),
         // Default entry without ips: it holds podIPs. Entries without ips are skipped.
@@ -944,17 +1305,31 @@ fn network_status_primary_detection() {
         (
             r#"[{"name":"c","interface":"eth0","ips":["10.0.0.5"],"default":true},{"name":"a","ips":["1.1.1.1"]},{"name":"b","interface":"net1;reboot","ips":["1.1.1.2"]},{"name":"Bad!","interface":"net2","ips":["1.1.1.3"]},{"name":"d","interface":"net3","ips":["nope","1.1.1.4"]},{"name":"e","interface":"net3","ips":["1.1.1.5"]}]"#,
             vec!["10.0.0.5"],
-            vec![("eth0", p.clone(), vec!["10.0.0.5"]), ("net3", nad("ns1", "d"), vec!["1.1.1.4"])],
+            vec![
+                ("eth0", p.clone(), vec!["10.0.0.5"]),
+                ("net3", nad("ns1", "d"), vec!["1.1.1.4"]),
+            ],
             5,
         ),
         // Not a list: reported, podIPs used.
-        (r#"{"name":"x"}"#, vec!["10.0.0.5"], vec![("eth0", p.clone(), vec!["10.0.0.5"])], 1),
+        (
+            r#"{"name":"x"}"#,
+            vec!["10.0.0.5"],
+            vec![("eth0", p.clone(), vec!["10.0.0.5"])],
+            1,
+        ),
     ];
     for (status, pod_ips, want, nerr) in cases {
         let inv = pod_with_status(status, &pod_ips);
         let want: Vec<_> = want
             .into_iter()
-            .map(|(n, net, ips)| (n.to_string(), net, ips.into_iter().map(ip).collect::<Vec<_>>()))
+            .map(|(n, net, ips)| {
+                (
+                    n.to_string(),
+                    net,
+                    ips.into_iter().map(ip).collect::<Vec<_>>(),
+                )
+            })
             .collect();
         assert_eq!(ifaces(&inv), want, "{status}");
         assert_eq!(inv.errors().count(), nerr, "{status}: {:#?}", inv.problems);
@@ -979,18 +1354,35 @@ metadata:
     k8s.v1.cni.cncf.io/networks-status: '[{"name":"c","ips":["10.0.0.1"]},{"name":"m","interface":"a very long name!","ips":["1.2.3.4"]}]'
 "#,
     );
-    assert_eq!(ifaces(&inv), vec![("eth0".into(), NetworkId::Primary, vec![ip("10.0.0.1")])]);
+    assert_eq!(
+        ifaces(&inv),
+        vec![("eth0".into(), NetworkId::Primary, vec![ip("10.0.0.1")])]
+    );
     assert_eq!(
         errors(&inv),
-        vec![e("Pod", "default/p", "metadata.annotations[\"k8s.v1.cni.cncf.io/networks-status\"][1].interface")]
+        vec![e(
+            "Pod",
+            "default/p",
+            "metadata.annotations[\"k8s.v1.cni.cncf.io/networks-status\"][1].interface"
+        )]
     );
 }
 
 // ---------------------------------------------------------------------------------------
 // DanmEp
 
-fn danmep(name: &str, pod: &str, network: &str, api_type: Option<&str>, iface: &str, v4: &str, v6: &str) -> String {
-    let api = api_type.map(|t| format!("  apiType: {t}\n")).unwrap_or_default();
+fn danmep(
+    name: &str,
+    pod: &str,
+    network: &str,
+    api_type: Option<&str>,
+    iface: &str,
+    v4: &str,
+    v6: &str,
+) -> String {
+    let api = api_type
+        .map(|t| format!("  apiType: {t}\n"))
+        .unwrap_or_default();
     format!(
         "---\napiVersion: danm.k8s.io/v1\nkind: DanmEp\nmetadata: {{name: {name}, namespace: tel}}\nspec:\n  Pod: {pod}\n  NetworkName: {network}\n{api}  netns: /proc/42/ns/net\n  Interface: {{Name: {iface}, Address: \"{v4}\", AddressIPv6: \"{v6}\", MacAddress: aa:bb:cc:dd:ee:ff}}\n"
     )
@@ -1009,17 +1401,38 @@ fn danmep_pairing() {
     let cases: Vec<(String, Want, usize, usize)> = vec![
         // A secondary on a DanmNet (default apiType): namespaced in the pod's namespace.
         (
-            danmep("ep1", "p", "internal", None, "ext0", "192.168.5.5/26", "dynamic"),
+            danmep(
+                "ep1",
+                "p",
+                "internal",
+                None,
+                "ext0",
+                "192.168.5.5/26",
+                "dynamic",
+            ),
             vec![
                 ("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24]),
-                ("ext0", danm(NetworkType::DanmNet, Some("tel"), "internal"), vec!["192.168.5.5"], vec![26]),
+                (
+                    "ext0",
+                    danm(NetworkType::DanmNet, Some("tel"), "internal"),
+                    vec!["192.168.5.5"],
+                    vec![26],
+                ),
             ],
             0,
             0,
         ),
         // ClusterNetwork has no namespace; both families.
         (
-            danmep("ep1", "p", "core", Some("ClusterNetwork"), "core1", "172.16.0.2/16", "fd00:1::2/64"),
+            danmep(
+                "ep1",
+                "p",
+                "core",
+                Some("ClusterNetwork"),
+                "core1",
+                "172.16.0.2/16",
+                "fd00:1::2/64",
+            ),
             vec![
                 ("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24]),
                 (
@@ -1034,7 +1447,15 @@ fn danmep_pairing() {
         ),
         // The primary's own DanmEp (shares the pod IP): stays Primary, gains the real prefix.
         (
-            danmep("ep1", "p", "default", Some("TenantNetwork"), "eth0", "10.0.0.5/20", "none"),
+            danmep(
+                "ep1",
+                "p",
+                "default",
+                Some("TenantNetwork"),
+                "eth0",
+                "10.0.0.5/20",
+                "none",
+            ),
             vec![("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![20])],
             0,
             0,
@@ -1042,7 +1463,12 @@ fn danmep_pairing() {
         // Same name, no shared address: the DanmEp's record replaces the guess.
         (
             danmep("ep1", "p", "internal", None, "eth0", "192.168.9.9/24", ""),
-            vec![("eth0", danm(NetworkType::DanmNet, Some("tel"), "internal"), vec!["192.168.9.9"], vec![24])],
+            vec![(
+                "eth0",
+                danm(NetworkType::DanmNet, Some("tel"), "internal"),
+                vec!["192.168.9.9"],
+                vec![24],
+            )],
             0,
             0,
         ),
@@ -1060,7 +1486,12 @@ fn danmep_pairing() {
             ),
             vec![
                 ("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24]),
-                ("x5", danm(NetworkType::DanmNet, Some("tel"), "net-n"), vec!["1.1.1.5"], vec![24]),
+                (
+                    "x5",
+                    danm(NetworkType::DanmNet, Some("tel"), "net-n"),
+                    vec!["1.1.1.5"],
+                    vec![24],
+                ),
             ],
             3,
             1,
@@ -1071,11 +1502,25 @@ fn danmep_pairing() {
         let got: Vec<_> = inv.pods[0]
             .interfaces
             .iter()
-            .map(|i| (i.name.clone(), i.network.clone(), i.ips.clone(), i.prefix_lens.clone()))
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    i.network.clone(),
+                    i.ips.clone(),
+                    i.prefix_lens.clone(),
+                )
+            })
             .collect();
         let want: Vec<_> = want
             .into_iter()
-            .map(|(n, net, ips, pl)| (n.to_string(), net, ips.into_iter().map(ip).collect::<Vec<_>>(), pl))
+            .map(|(n, net, ips, pl)| {
+                (
+                    n.to_string(),
+                    net,
+                    ips.into_iter().map(ip).collect::<Vec<_>>(),
+                    pl,
+                )
+            })
             .collect();
         assert_eq!(got, want, "{eps}");
         assert_eq!(inv.errors().count(), nerr, "{eps}: {:#?}", inv.problems);
@@ -1106,7 +1551,11 @@ spec: {}
         ifaces(&inv),
         vec![(
             "net1".into(),
-            NetworkId::Named { kind: NetworkType::DanmNet, namespace: Some("default".into()), name: "legacy".into() },
+            NetworkId::Named {
+                kind: NetworkType::DanmNet,
+                namespace: Some("default".into()),
+                name: "legacy".into()
+            },
             vec![ip("10.5.0.1")]
         )]
     );
@@ -1175,7 +1624,11 @@ endpoints: []
     let web = &inv.services[0];
     assert_eq!(web.cluster_ips, vec![ip("10.96.0.10"), ip("fd00:96::10")]);
     assert_eq!(web.selector.as_ref().unwrap()["app"], "web");
-    let ports: Vec<_> = web.ports.iter().map(|p| (p.protocol, p.port, p.target.clone())).collect();
+    let ports: Vec<_> = web
+        .ports
+        .iter()
+        .map(|p| (p.protocol, p.port, p.target.clone()))
+        .collect();
     assert_eq!(
         ports,
         vec![
@@ -1187,7 +1640,10 @@ endpoints: []
     );
     let ext = &inv.services[1];
     assert_eq!(ext.selector, None);
-    assert_eq!(ext.endpoint_addrs, vec![ip("192.168.0.2"), ip("192.168.0.7")]);
+    assert_eq!(
+        ext.endpoint_addrs,
+        vec![ip("192.168.0.2"), ip("192.168.0.7")]
+    );
     assert_eq!(inv.services[2].cluster_ips, Vec::<IpAddr>::new());
     assert_eq!(
         errors(&inv),
@@ -1196,7 +1652,14 @@ endpoints: []
             e("EndpointSlice", "shop/ext-2", "endpoints[0].addresses[1]"),
         ]
     );
-    assert_eq!(warnings(&inv), vec![e("EndpointSlice", "shop/orphan-1", "metadata.labels[\"kubernetes.io/service-name\"]")]);
+    assert_eq!(
+        warnings(&inv),
+        vec![e(
+            "EndpointSlice",
+            "shop/orphan-1",
+            "metadata.labels[\"kubernetes.io/service-name\"]"
+        )]
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1229,7 +1692,11 @@ fn load_paths_walks_directories_in_order() {
     let pod = |n: &str| format!("kind: Pod\nmetadata: {{name: {n}}}\n");
     std::fs::write(d.join("b.yaml"), pod("b")).unwrap();
     std::fs::write(d.join("a.yml"), pod("a")).unwrap();
-    std::fs::write(d.join("sub/deeper/c.json"), r#"{"kind":"Pod","metadata":{"name":"c"}}"#).unwrap();
+    std::fs::write(
+        d.join("sub/deeper/c.json"),
+        r#"{"kind":"Pod","metadata":{"name":"c"}}"#,
+    )
+    .unwrap();
     std::fs::write(d.join("notes.txt"), pod("ignored")).unwrap();
     std::fs::write(d.join(".hidden/h.yaml"), pod("hidden")).unwrap();
     std::fs::write(d.join("dup.yaml"), pod("a")).unwrap();
@@ -1238,13 +1705,24 @@ fn load_paths_walks_directories_in_order() {
     let explicit = d.join("notes.txt");
     let missing = d.join("missing.yaml");
 
-    let inv = load_paths(&[d.clone(), explicit, missing.clone()], &LoadOptions::default());
+    let inv = load_paths(
+        &[d.clone(), explicit, missing.clone()],
+        &LoadOptions::default(),
+    );
     let names: Vec<_> = inv.pods.iter().map(|p| p.key.name.as_str()).collect();
     assert_eq!(names, ["a", "b", "c", "ignored"]);
-    let dup = inv.problems.iter().find(|p| p.field == "metadata.name").expect("duplicate reported");
+    let dup = inv
+        .problems
+        .iter()
+        .find(|p| p.field == "metadata.name")
+        .expect("duplicate reported");
     assert!(dup.file.ends_with("dup.yaml"), "{dup}");
     assert!(dup.reason.contains("a.yml"), "{dup}");
-    let io = inv.problems.iter().find(|p| p.file == missing.display().to_string()).expect("IO problem");
+    let io = inv
+        .problems
+        .iter()
+        .find(|p| p.file == missing.display().to_string())
+        .expect("IO problem");
     assert!(io.reason.starts_with("cannot read"), "{io}");
     assert_eq!(inv.problems.len(), 2, "{:#?}", inv.problems);
 }
@@ -1259,8 +1737,17 @@ fn problem_display() {
         reason: "invalid CIDR".into(),
         severity: Severity::Error,
     };
-    assert_eq!(p.to_string(), "a.yaml: NetworkPolicy ns/p: spec.ingress[0].from[1].ipBlock.cidr: invalid CIDR");
-    let q = Problem { kind: String::new(), object: String::new(), field: String::new(), severity: Severity::Warning, ..p };
+    assert_eq!(
+        p.to_string(),
+        "a.yaml: NetworkPolicy ns/p: spec.ingress[0].from[1].ipBlock.cidr: invalid CIDR"
+    );
+    let q = Problem {
+        kind: String::new(),
+        object: String::new(),
+        field: String::new(),
+        severity: Severity::Warning,
+        ..p
+    };
     assert_eq!(q.to_string(), "a.yaml: warning: invalid CIDR");
 }
 
@@ -1271,7 +1758,11 @@ fn selectors_match_after_loading() {
         "kind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {matchExpressions: [{key: env, operator: NotIn, values: [prod]}]}}\n",
     );
     let sel: &LabelSelector = &policy(&inv, "p").pod_selector;
-    let labels = |v: &str| [("env".to_string(), v.to_string())].into_iter().collect::<Labels>();
+    let labels = |v: &str| {
+        [("env".to_string(), v.to_string())]
+            .into_iter()
+            .collect::<Labels>()
+    };
     assert!(sel.matches(&labels("dev")));
     assert!(!sel.matches(&labels("prod")));
     assert!(sel.matches(&Labels::new()));
@@ -1288,21 +1779,89 @@ mod props {
 
     /// Keys the loader looks at, so random documents reach deep into it.
     const KEYS: &[&str] = &[
-        "kind", "apiVersion", "metadata", "name", "namespace", "labels", "annotations", "spec",
-        "status", "podIPs", "ip", "podIP", "containers", "ports", "containerPort", "protocol",
-        "port", "endPort", "podSelector", "namespaceSelector", "ipBlock", "cidr", "except",
-        "ingress", "egress", "from", "to", "policyTypes", "matchLabels", "matchExpressions",
-        "key", "operator", "values", "networkSelector", "type", "items", "Pod", "Interface",
-        "Name", "Address", "NetworkName", "apiType", "selector", "clusterIPs", "targetPort",
-        "endpoints", "addresses", "hostNetwork", "k8s.v1.cni.cncf.io/network-status",
-        "k8s.v1.cni.cncf.io/policy-for", "netwarden.io/mode",
+        "kind",
+        "apiVersion",
+        "metadata",
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "spec",
+        "status",
+        "podIPs",
+        "ip",
+        "podIP",
+        "containers",
+        "ports",
+        "containerPort",
+        "protocol",
+        "port",
+        "endPort",
+        "podSelector",
+        "namespaceSelector",
+        "ipBlock",
+        "cidr",
+        "except",
+        "ingress",
+        "egress",
+        "from",
+        "to",
+        "policyTypes",
+        "matchLabels",
+        "matchExpressions",
+        "key",
+        "operator",
+        "values",
+        "networkSelector",
+        "type",
+        "items",
+        "Pod",
+        "Interface",
+        "Name",
+        "Address",
+        "NetworkName",
+        "apiType",
+        "selector",
+        "clusterIPs",
+        "targetPort",
+        "endpoints",
+        "addresses",
+        "hostNetwork",
+        "k8s.v1.cni.cncf.io/network-status",
+        "k8s.v1.cni.cncf.io/policy-for",
+        "netwarden.io/mode",
     ];
     const STRINGS: &[&str] = &[
-        "Pod", "NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy", "DanmEp", "Service",
-        "EndpointSlice", "Namespace", "List", "v1", "networking.k8s.io/v1", "danm.k8s.io/v1",
-        "k8s.cni.cncf.io/v1beta1", "discovery.k8s.io/v1", "a", "ns", "10.0.0.1", "10.0.0.0/8",
-        "fd00::/64", "TCP", "In", "Exists", "Ingress", "Egress", "eth0", "monitor",
-        "[{\"name\":\"x\",\"interface\":\"net1\",\"ips\":[\"1.2.3.4\"]}]", "", "x/y", "ClusterNetwork",
+        "Pod",
+        "NetworkPolicy",
+        "DanmNetworkPolicy",
+        "MultiNetworkPolicy",
+        "DanmEp",
+        "Service",
+        "EndpointSlice",
+        "Namespace",
+        "List",
+        "v1",
+        "networking.k8s.io/v1",
+        "danm.k8s.io/v1",
+        "k8s.cni.cncf.io/v1beta1",
+        "discovery.k8s.io/v1",
+        "a",
+        "ns",
+        "10.0.0.1",
+        "10.0.0.0/8",
+        "fd00::/64",
+        "TCP",
+        "In",
+        "Exists",
+        "Ingress",
+        "Egress",
+        "eth0",
+        "monitor",
+        "[{\"name\":\"x\",\"interface\":\"net1\",\"ips\":[\"1.2.3.4\"]}]",
+        "",
+        "x/y",
+        "ClusterNetwork",
     ];
 
     fn value() -> impl Strategy<Value = Value> {

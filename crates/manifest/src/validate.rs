@@ -48,7 +48,10 @@ pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
         return Err(format!("must be at most 253 characters (is {})", s.len()));
     }
     let b = s.as_bytes();
-    if !b.iter().all(|&c| is_lower_alnum(c) || c == b'-' || c == b'.') {
+    if !b
+        .iter()
+        .all(|&c| is_lower_alnum(c) || c == b'-' || c == b'.')
+    {
         return Err(format!(
             "{s:?} must consist of lower-case letters, digits, '-' and '.' (RFC 1123 subdomain)"
         ));
@@ -61,7 +64,9 @@ pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
             || !is_lower_alnum(part.as_bytes()[0])
             || !is_lower_alnum(part.as_bytes()[part.len() - 1])
     }) {
-        return Err(format!("{s:?}: every dot-separated part must start and end with a letter or digit"));
+        return Err(format!(
+            "{s:?}: every dot-separated part must start and end with a letter or digit"
+        ));
     }
     Ok(())
 }
@@ -74,15 +79,23 @@ fn qualified_name_part(s: &str, what: &str) -> Result<(), String> {
         return Err(format!("{what} must not be empty"));
     }
     if b.len() > 63 {
-        return Err(format!("{what} must be at most 63 characters (is {})", b.len()));
+        return Err(format!(
+            "{what} must be at most 63 characters (is {})",
+            b.len()
+        ));
     }
-    if !b.iter().all(|&c| is_alnum(c) || matches!(c, b'-' | b'_' | b'.')) {
+    if !b
+        .iter()
+        .all(|&c| is_alnum(c) || matches!(c, b'-' | b'_' | b'.'))
+    {
         return Err(format!(
             "{what} {s:?} may contain only letters, digits, '-', '_' and '.'"
         ));
     }
     if !is_alnum(b[0]) || !is_alnum(b[b.len() - 1]) {
-        return Err(format!("{what} {s:?} must start and end with a letter or digit"));
+        return Err(format!(
+            "{what} {s:?} must start and end with a letter or digit"
+        ));
     }
     Ok(())
 }
@@ -119,7 +132,10 @@ pub fn ifname(s: &str) -> Result<(), String> {
             s.escape_debug().to_string()
         ));
     }
-    if !s.bytes().all(|c| is_alnum(c) || matches!(c, b'_' | b'.' | b'-')) {
+    if !s
+        .bytes()
+        .all(|c| is_alnum(c) || matches!(c, b'_' | b'.' | b'-'))
+    {
         return Err(format!(
             "interface name {:?} may contain only letters, digits, '_', '.' and '-'",
             s.escape_debug().to_string()
@@ -163,7 +179,10 @@ pub fn port_name(s: &str) -> Result<(), String> {
 /// It is opened by the agent (never passed to a shell), but it still appears in logs.
 pub fn netns_path(s: &str) -> Result<(), String> {
     if !s.starts_with('/') {
-        return Err(format!("netns path {:?} must be absolute", s.escape_debug().to_string()));
+        return Err(format!(
+            "netns path {:?} must be absolute",
+            s.escape_debug().to_string()
+        ));
     }
     if s.len() > 4096 {
         return Err("netns path is too long".into());
@@ -197,7 +216,17 @@ mod tests {
         for ok in ["app", "a", "app.kubernetes.io/name", "x_y.z-1", "k8s.io/A"] {
             assert_eq!(label_key(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "-a", "a-", "a b", "/a", "a/", "Foo.io/a", "a/b/c", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a b",
+            "/a",
+            "a/",
+            "Foo.io/a",
+            "a/b/c",
+            &"x".repeat(64),
+        ] {
             assert!(label_key(bad).is_err(), "{bad:?}");
         }
         for ok in ["", "v1", "a.b_c-d", &"x".repeat(63)] {
@@ -225,7 +254,17 @@ mod tests {
         for ok in ["eth0", "net1", "vlan.100", "a_b-c", "123456789012345"] {
             assert_eq!(ifname(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "1234567890123456", "a/b", "a b", "a\"b", "a;b", ".", "..", "ä"] {
+        for bad in [
+            "",
+            "1234567890123456",
+            "a/b",
+            "a b",
+            "a\"b",
+            "a;b",
+            ".",
+            "..",
+            "ä",
+        ] {
             assert!(ifname(bad).is_err(), "{bad:?}");
         }
     }

@@ -1,2 +1,1 @@
-//! Collector benchmark (being written).
 fn main() {}

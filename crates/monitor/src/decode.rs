@@ -152,7 +152,12 @@ fn decode_ipv4(p: &[u8]) -> Option<PacketInfo> {
     // A non-first fragment carries no transport header; options may also be cut off by the
     // copy range, in which case `get` below yields no ports.
     let l4 = if frag_offset == 0 { p.get(ihl..) } else { None };
-    Some(with_transport(IpAddr::V4(src), IpAddr::V4(dst), protocol, l4))
+    Some(with_transport(
+        IpAddr::V4(src),
+        IpAddr::V4(dst),
+        protocol,
+        l4,
+    ))
 }
 
 fn decode_ipv6(p: &[u8]) -> Option<PacketInfo> {
@@ -202,11 +207,23 @@ fn decode_ipv6(p: &[u8]) -> Option<PacketInfo> {
     }
     let protocol = L4Protocol::from_number(next);
     let l4 = if l4_present { p.get(offset..) } else { None };
-    Some(with_transport(IpAddr::V6(src), IpAddr::V6(dst), protocol, l4))
+    Some(with_transport(
+        IpAddr::V6(src),
+        IpAddr::V6(dst),
+        protocol,
+        l4,
+    ))
 }
 
 fn with_transport(src: IpAddr, dst: IpAddr, protocol: L4Protocol, l4: Option<&[u8]>) -> PacketInfo {
-    let mut info = PacketInfo { src, dst, protocol, sport: None, dport: None, icmp: None };
+    let mut info = PacketInfo {
+        src,
+        dst,
+        protocol,
+        sport: None,
+        dport: None,
+        icmp: None,
+    };
     let Some(l4) = l4 else { return info };
     if protocol.has_ports() {
         if let Some(h) = l4.get(0..4) {
@@ -296,18 +313,27 @@ mod tests {
             }
         );
         let p = decode_packet(&ipv4(A4, B4, 17, &udp(5353, 53)), None).unwrap();
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Udp, Some(5353), Some(53)));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Udp, Some(5353), Some(53))
+        );
         // SCTP common header: ports, verification tag, checksum.
         let sctp = [0x0b, 0xb8, 0x0e, 0xd8, 1, 2, 3, 4, 0, 0, 0, 0];
         let p = decode_packet(&ipv4(A4, B4, 132, &sctp), None).unwrap();
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Sctp, Some(3000), Some(3800)));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Sctp, Some(3000), Some(3800))
+        );
         assert_eq!(p.protocol.name(), "SCTP");
     }
 
     #[test]
     fn ipv4_icmp_and_other() {
         let p = decode_packet(&ipv4(A4, B4, 1, &[8, 0, 0, 0, 0, 1, 0, 1]), None).unwrap();
-        assert_eq!((p.protocol, p.icmp, p.sport), (L4Protocol::Icmp, Some((8, 0)), None));
+        assert_eq!(
+            (p.protocol, p.icmp, p.sport),
+            (L4Protocol::Icmp, Some((8, 0)), None)
+        );
         let p = decode_packet(&ipv4(A4, B4, 47, &[0; 8]), None).unwrap();
         assert_eq!(p.protocol, L4Protocol::Other(47));
         assert_eq!(p.protocol.name(), "47");
@@ -330,7 +356,10 @@ mod tests {
         pkt[6] = 0x00;
         pkt[7] = 0x10; // offset 16 * 8 bytes
         let p = decode_packet(&pkt, None).unwrap();
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Udp, None, None));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Udp, None, None)
+        );
     }
 
     #[test]
@@ -338,9 +367,15 @@ mod tests {
         let p = decode_packet(&ipv6(a6(), b6(), 6, &tcp(50000, 8080)), Some(Family::Ipv6)).unwrap();
         assert_eq!(p.src, IpAddr::V6(a6()));
         assert_eq!(p.dst, IpAddr::V6(b6()));
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Tcp, Some(50000), Some(8080)));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Tcp, Some(50000), Some(8080))
+        );
         let p = decode_packet(&ipv6(a6(), b6(), 17, &udp(1000, 9)), None).unwrap();
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Udp, Some(1000), Some(9)));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Udp, Some(1000), Some(9))
+        );
         let p = decode_packet(&ipv6(a6(), b6(), 58, &[128, 0, 0, 0]), None).unwrap();
         assert_eq!((p.protocol, p.icmp), (L4Protocol::Icmpv6, Some((128, 0))));
         assert_eq!(p.protocol.name(), "ICMPv6");
@@ -354,7 +389,10 @@ mod tests {
         rest.extend_from_slice(&[17, 0, 0x00, 0x01, 0, 0, 0, 7]); // offset 0, M flag
         rest.extend_from_slice(&udp(4444, 5555));
         let p = decode_packet(&ipv6(a6(), b6(), IPV6_HOP_BY_HOP, &rest), None).unwrap();
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Udp, Some(4444), Some(5555)));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Udp, Some(4444), Some(5555))
+        );
 
         // Non-first fragment: protocol known, no ports.
         let mut rest = vec![6, 0, 0x00, 0x08, 0, 0, 0, 7];
@@ -363,7 +401,9 @@ mod tests {
         assert_eq!((p.protocol, p.sport), (L4Protocol::Tcp, None));
 
         // AH: length in 4-byte units minus 2.
-        let mut rest = vec![6, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut rest = vec![
+            6, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
         rest.extend_from_slice(&tcp(7, 8));
         let p = decode_packet(&ipv6(a6(), b6(), IPV6_AH, &rest), None).unwrap();
         assert_eq!((p.sport, p.dport), (Some(7), Some(8)));
@@ -412,7 +452,10 @@ mod tests {
         assert_eq!(decode_packet(&v6[..42], None).unwrap().sport, None);
         // Extension header cut off.
         let p = decode_packet(&ipv6(a6(), b6(), IPV6_ROUTING, &[6]), None).unwrap();
-        assert_eq!((p.protocol, p.sport), (L4Protocol::Other(IPV6_ROUTING), None));
+        assert_eq!(
+            (p.protocol, p.sport),
+            (L4Protocol::Other(IPV6_ROUTING), None)
+        );
     }
 
     #[test]

@@ -32,7 +32,11 @@ pub struct PodContext {
 
 impl PodContext {
     pub fn new(node: impl Into<String>, rules: &PodRules) -> PodContext {
-        PodContext { pod: rules.pod.clone(), node: node.into(), log_keys: log_keys(rules) }
+        PodContext {
+            pod: rules.pod.clone(),
+            node: node.into(),
+            log_keys: log_keys(rules),
+        }
     }
 }
 
@@ -113,7 +117,9 @@ fn de_direction<'de, D: Deserializer<'de>>(d: D) -> Result<Direction, D::Error> 
     match <std::borrow::Cow<'de, str>>::deserialize(d)?.as_ref() {
         "ingress" => Ok(Direction::Ingress),
         "egress" => Ok(Direction::Egress),
-        other => Err(serde::de::Error::custom(format!("unknown direction {other:?}"))),
+        other => Err(serde::de::Error::custom(format!(
+            "unknown direction {other:?}"
+        ))),
     }
 }
 
@@ -159,7 +165,10 @@ pub fn build_event(
     let prefix = record.prefix.as_deref().ok_or(Unrecognized::NoPrefix)?;
     let (action, key) =
         parse_log_prefix(prefix).ok_or_else(|| Unrecognized::ForeignPrefix(prefix.to_owned()))?;
-    let info = ctx.log_keys.get(&key.0).ok_or(Unrecognized::UnknownKey(key.0))?;
+    let info = ctx
+        .log_keys
+        .get(&key.0)
+        .ok_or(Unrecognized::UnknownKey(key.0))?;
     let packet = record.packet.as_ref().ok_or(Unrecognized::NoPacket)?;
     let peer_addr = match info.direction {
         Direction::Ingress => packet.src,
@@ -180,8 +189,16 @@ pub fn build_event(
         sport: packet.sport,
         dport: packet.dport,
         protocol: packet.protocol.name().into_owned(),
-        policies: info.monitored_policies.iter().map(ToString::to_string).collect(),
-        enforced_policies: info.enforced_policies.iter().map(ToString::to_string).collect(),
+        policies: info
+            .monitored_policies
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        enforced_policies: info
+            .enforced_policies
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         cause: Some(match action {
             EventAction::WouldDeny => info.cause.into(),
             EventAction::Deny => Cause::Denied,
@@ -206,9 +223,9 @@ pub struct JsonLinesSink {
 impl JsonLinesSink {
     pub fn new(stdout: bool, file: Option<&Path>) -> io::Result<JsonLinesSink> {
         let file = match file {
-            Some(path) => {
-                Some(Mutex::new(OpenOptions::new().create(true).append(true).open(path)?))
-            }
+            Some(path) => Some(Mutex::new(
+                OpenOptions::new().create(true).append(true).open(path)?,
+            )),
             None => None,
         };
         Ok(JsonLinesSink { stdout, file })
@@ -245,7 +262,10 @@ impl MemorySink {
 
     /// A copy of the events so far.
     pub fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Takes the events so far, leaving the sink empty.
@@ -256,7 +276,10 @@ impl MemorySink {
 
 impl EventSink for MemorySink {
     fn emit(&self, event: &Event) -> io::Result<()> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(event.clone());
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.clone());
         Ok(())
     }
 }
@@ -296,7 +319,10 @@ pub fn read_events(reader: impl BufRead) -> io::Result<(Vec<Event>, Vec<BadLine>
         }
         match serde_json::from_str::<Event>(&line) {
             Ok(e) => events.push(e),
-            Err(e) => bad.push(BadLine { line: i + 1, reason: e.to_string() }),
+            Err(e) => bad.push(BadLine {
+                line: i + 1,
+                reason: e.to_string(),
+            }),
         }
     }
     Ok((events, bad))
@@ -312,7 +338,10 @@ pub(crate) mod tests {
     use netwarden_render::{log_key_for, log_prefix, LogKey};
 
     pub fn policy(ns: &str, name: &str) -> PolicyRef {
-        PolicyRef { kind: PolicyKind::NetworkPolicy, key: ObjectKey::new(ns, name) }
+        PolicyRef {
+            kind: PolicyKind::NetworkPolicy,
+            key: ObjectKey::new(ns, name),
+        }
     }
 
     /// A pod with eth0 (primary, ingress monitored by `shop/new-web`, enforced `shop/old`)
@@ -382,7 +411,12 @@ pub(crate) mod tests {
         let r = rules();
         let ctx = PodContext::new("node-a", &r);
         let key = log_key_for(&r, "eth0", Direction::Ingress).unwrap();
-        let rec = record(&log_prefix(LogAction::WouldDeny, key), "10.0.0.9", "10.0.0.2", 8080);
+        let rec = record(
+            &log_prefix(LogAction::WouldDeny, key),
+            "10.0.0.9",
+            "10.0.0.2",
+            8080,
+        );
         let ev = build_event(&rec, Timestamp(1_700_000_000_000_000), &ctx, &resolver).unwrap();
         let json: serde_json::Value = serde_json::from_str(&ev.to_json_line()).unwrap();
         let expected = serde_json::json!({
@@ -414,7 +448,12 @@ pub(crate) mod tests {
         let r = rules();
         let ctx = PodContext::new("node-a", &r);
         let key = log_key_for(&r, "net1", Direction::Egress).unwrap();
-        let mut rec = record(&log_prefix(LogAction::Deny, key), "192.168.5.2", "192.168.5.77", 5432);
+        let mut rec = record(
+            &log_prefix(LogAction::Deny, key),
+            "192.168.5.2",
+            "192.168.5.77",
+            5432,
+        );
         rec.timestamp =
             Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400));
         let ev = build_event(&rec, Timestamp(0), &ctx, &resolver).unwrap();
@@ -426,7 +465,11 @@ pub(crate) mod tests {
         assert_eq!(ev.cause, Some(Cause::Denied));
         assert_eq!(ev.enforced_policies, vec!["shop/lock"]);
         assert!(ev.policies.is_empty());
-        assert_eq!(ev.time, Timestamp::from_secs(86_400), "kernel timestamp wins");
+        assert_eq!(
+            ev.time,
+            Timestamp::from_secs(86_400),
+            "kernel timestamp wins"
+        );
         let json: serde_json::Value = serde_json::from_str(&ev.to_json_line()).unwrap();
         assert_eq!(json["peer"], serde_json::Value::Null);
         assert_eq!(json["cause"], "denied");
@@ -439,16 +482,31 @@ pub(crate) mod tests {
         let t = Timestamp(0);
         let mut rec = record("nw:wd:00000000 ", "10.0.0.9", "10.0.0.2", 1);
         let known = log_key_for(&r, "eth0", Direction::Ingress).unwrap();
-        let unknown = (0..).map(LogKey).find(|k| !ctx.log_keys.contains_key(&k.0)).unwrap();
+        let unknown = (0..)
+            .map(LogKey)
+            .find(|k| !ctx.log_keys.contains_key(&k.0))
+            .unwrap();
         rec.prefix = Some(log_prefix(LogAction::WouldDeny, unknown));
-        assert_eq!(build_event(&rec, t, &ctx, &resolver), Err(Unrecognized::UnknownKey(unknown.0)));
+        assert_eq!(
+            build_event(&rec, t, &ctx, &resolver),
+            Err(Unrecognized::UnknownKey(unknown.0))
+        );
         rec.prefix = Some("DROP ".into());
-        assert!(matches!(build_event(&rec, t, &ctx, &resolver), Err(Unrecognized::ForeignPrefix(_))));
+        assert!(matches!(
+            build_event(&rec, t, &ctx, &resolver),
+            Err(Unrecognized::ForeignPrefix(_))
+        ));
         rec.prefix = None;
-        assert_eq!(build_event(&rec, t, &ctx, &resolver), Err(Unrecognized::NoPrefix));
+        assert_eq!(
+            build_event(&rec, t, &ctx, &resolver),
+            Err(Unrecognized::NoPrefix)
+        );
         rec.prefix = Some(log_prefix(LogAction::WouldDeny, known));
         rec.packet = None;
-        assert_eq!(build_event(&rec, t, &ctx, &resolver), Err(Unrecognized::NoPacket));
+        assert_eq!(
+            build_event(&rec, t, &ctx, &resolver),
+            Err(Unrecognized::NoPacket)
+        );
     }
 
     #[test]
@@ -456,7 +514,12 @@ pub(crate) mod tests {
         let r = rules();
         let ctx = PodContext::new("node-a", &r);
         let key = log_key_for(&r, "eth0", Direction::Ingress).unwrap();
-        let rec = record(&log_prefix(LogAction::WouldDeny, key), "10.0.0.9", "10.0.0.2", 80);
+        let rec = record(
+            &log_prefix(LogAction::WouldDeny, key),
+            "10.0.0.9",
+            "10.0.0.2",
+            80,
+        );
         let ev = build_event(&rec, Timestamp(5), &ctx, &resolver).unwrap();
 
         let dir = std::env::temp_dir().join(format!("nw-monitor-sink-{}", std::process::id()));
@@ -470,7 +533,10 @@ pub(crate) mod tests {
         ]);
         fan.emit(&ev).unwrap();
         // A second sink on the same file appends.
-        JsonLinesSink::new(false, Some(&path)).unwrap().emit(&ev).unwrap();
+        JsonLinesSink::new(false, Some(&path))
+            .unwrap()
+            .emit(&ev)
+            .unwrap();
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("\n{not json}\n");
         let (events, bad) = read_events(text.as_bytes()).unwrap();

@@ -1,1 +1,39 @@
-//! netwarden-monitor (being built).
+//! netwarden-monitor: the monitor phase's userspace half (SPEC section 4).
+//!
+//! The verdicts are computed in the kernel; the rules log would-denies and denies to NFLOG with
+//! a prefix naming only a key (`netwarden_render::logkey`). This crate:
+//! - [`nflog`]: opens one NFLOG socket per pod netns ([`Collector`]) feeding one bounded queue;
+//! - [`nlmsg`] / [`decode`]: parses the netlink messages and the packet headers (pure,
+//!   fuzz-safe);
+//! - [`event`]: turns a record plus the pod's context into an [`Event`] JSON line (SPEC 6) and
+//!   writes it to sinks;
+//! - [`pipeline`]: drains the queue into events, counters and sinks;
+//! - [`report`]: aggregates events into promotion evidence (`netwarden report`);
+//! - [`metrics`]: Prometheus counters and a minimal `/metrics` HTTP responder;
+//! - [`time`]: RFC 3339 timestamps without a date-time crate.
+
+#![forbid(unsafe_code)]
+
+pub mod decode;
+pub mod event;
+pub mod metrics;
+pub mod nflog;
+pub mod nlmsg;
+pub mod pipeline;
+pub mod report;
+pub mod time;
+
+pub use decode::{decode_packet, Family, L4Protocol, PacketInfo};
+pub use event::{
+    build_event, read_events, Cause, Event, EventAction, EventSink, FanoutSink, JsonLinesSink,
+    MemorySink, PodContext, Unrecognized,
+};
+pub use metrics::{serve_metrics, serve_metrics_on, Metrics};
+pub use nflog::{
+    Collector, ListenerConfig, ListenerExit, NflogError, NflogSocket, RawRecord, Received,
+    DEFAULT_GROUP,
+};
+pub use nlmsg::{parse_netlink, parse_nflog_message, NflogRecord, NlItem, ParseError};
+pub use pipeline::EventProcessor;
+pub use report::{aggregate, aggregate_with, workload_name, workload_of, Report};
+pub use time::{parse_duration, Timestamp};

@@ -35,12 +35,10 @@ const NLA_TYPE_MASK: u16 = 0x3fff;
 // Config attributes.
 pub(crate) const NFULA_CFG_CMD: u16 = 1;
 pub(crate) const NFULA_CFG_MODE: u16 = 2;
-pub(crate) const NFULA_CFG_NLBUFSIZ: u16 = 3;
 pub(crate) const NFULA_CFG_TIMEOUT: u16 = 4;
 pub(crate) const NFULA_CFG_QTHRESH: u16 = 5;
 pub(crate) const NFULA_CFG_FLAGS: u16 = 6;
 pub(crate) const NFULNL_CFG_CMD_BIND: u8 = 1;
-pub(crate) const NFULNL_CFG_CMD_UNBIND: u8 = 2;
 pub(crate) const NFULNL_COPY_PACKET: u8 = 2;
 /// Ask for `NFULA_SEQ`: a per-group sequence number, whose gaps count the messages the kernel
 /// could not deliver (socket buffer full).
@@ -62,7 +60,11 @@ pub enum ParseError {
     #[error("netlink message header truncated at byte {0}")]
     TruncatedHeader(usize),
     #[error("netlink message at byte {offset} claims length {len}, buffer has {available}")]
-    BadLength { offset: usize, len: usize, available: usize },
+    BadLength {
+        offset: usize,
+        len: usize,
+        available: usize,
+    },
 }
 
 /// One logged packet.
@@ -94,7 +96,10 @@ pub struct NflogRecord {
 pub enum NlItem {
     Packet(NflogRecord),
     /// `NLMSG_ERROR`: `errno` 0 is an acknowledgement, otherwise a negative errno.
-    Ack { seq: u32, errno: i32 },
+    Ack {
+        seq: u32,
+        errno: i32,
+    },
     /// The kernel's receive queue overflowed (rarely sent; usually ENOBUFS on `recv`).
     Overrun,
     /// Anything else (`NLMSG_DONE`, noop, other nfnetlink messages): ignored.
@@ -136,7 +141,11 @@ pub fn parse_netlink(buf: &[u8]) -> Result<Vec<NlItem>, ParseError> {
         let seq = u32_ne(&hdr[8..12]);
         let available = buf.len() - offset;
         if len < NLMSG_HDRLEN || len > available {
-            return Err(ParseError::BadLength { offset, len, available });
+            return Err(ParseError::BadLength {
+                offset,
+                len,
+                available,
+            });
         }
         let body = &buf[offset + NLMSG_HDRLEN..offset + len];
         items.push(match ty {
@@ -322,7 +331,12 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     fn sample() -> Vec<u8> {
-        let payload = pkt::ipv4([10, 0, 0, 1].into(), [10, 0, 0, 2].into(), 6, &pkt::tcp(1234, 9));
+        let payload = pkt::ipv4(
+            [10, 0, 0, 1].into(),
+            [10, 0, 0, 2].into(),
+            6,
+            &pkt::tcp(1234, 9),
+        );
         packet(&PacketMsg {
             family: 2,
             group: 100,
@@ -341,14 +355,20 @@ mod tests {
         let r = &recs[0];
         assert_eq!((r.family, r.group), (2, 100));
         assert_eq!(r.prefix.as_deref(), Some("nw:wd:0000abcd "));
-        assert_eq!((r.seq, r.indev, r.outdev, r.hw_protocol), (Some(7), Some(3), None, Some(0x0800)));
+        assert_eq!(
+            (r.seq, r.indev, r.outdev, r.hw_protocol),
+            (Some(7), Some(3), None, Some(0x0800))
+        );
         assert_eq!(
             r.timestamp,
             Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250))
         );
         let p = r.packet.unwrap();
         assert_eq!(p.src, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-        assert_eq!((p.protocol, p.sport, p.dport), (L4Protocol::Tcp, Some(1234), Some(9)));
+        assert_eq!(
+            (p.protocol, p.sport, p.dport),
+            (L4Protocol::Tcp, Some(1234), Some(9))
+        );
     }
 
     #[test]
@@ -375,11 +395,20 @@ mod tests {
     #[test]
     fn malformed_framing_is_an_error() {
         let buf = sample();
-        assert_eq!(parse_netlink(&buf[..10]), Err(ParseError::TruncatedHeader(0)));
-        assert!(matches!(parse_netlink(&buf[..buf.len() - 1]), Err(ParseError::BadLength { .. })));
+        assert_eq!(
+            parse_netlink(&buf[..10]),
+            Err(ParseError::TruncatedHeader(0))
+        );
+        assert!(matches!(
+            parse_netlink(&buf[..buf.len() - 1]),
+            Err(ParseError::BadLength { .. })
+        ));
         let mut zero = buf.clone();
         zero[0..4].copy_from_slice(&0u32.to_ne_bytes());
-        assert!(matches!(parse_netlink(&zero), Err(ParseError::BadLength { .. })));
+        assert!(matches!(
+            parse_netlink(&zero),
+            Err(ParseError::BadLength { .. })
+        ));
         assert_eq!(parse_netlink(&[]), Ok(vec![]));
     }
 

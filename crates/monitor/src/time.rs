@@ -29,7 +29,10 @@ impl Timestamp {
 
     /// `self - d`, saturating.
     pub fn minus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_sub(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)))
+        Timestamp(
+            self.0
+                .saturating_sub(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+        )
     }
 
     /// Parses RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (`t`/`z`/space accepted too).
@@ -223,7 +226,10 @@ mod tests {
     #[test]
     fn formats_known_instants() {
         assert_eq!(Timestamp(0).to_string(), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(Timestamp::from_secs(951_782_400).to_string(), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(
+            Timestamp::from_secs(951_782_400).to_string(),
+            "2000-02-29T00:00:00.000000Z"
+        );
         assert_eq!(
             Timestamp(1_700_000_000_123_456).to_string(),
             "2023-11-14T22:13:20.123456Z"
@@ -234,7 +240,10 @@ mod tests {
     #[test]
     fn parses_variants() {
         let t = Timestamp(1_700_000_000_123_456);
-        assert_eq!(Timestamp::parse_rfc3339("2023-11-14T22:13:20.123456Z"), Some(t));
+        assert_eq!(
+            Timestamp::parse_rfc3339("2023-11-14T22:13:20.123456Z"),
+            Some(t)
+        );
         assert_eq!(
             Timestamp::parse_rfc3339("2023-11-14T22:13:20Z"),
             Some(Timestamp::from_secs(1_700_000_000))

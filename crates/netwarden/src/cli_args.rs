@@ -22,8 +22,9 @@ impl FromStr for PortProto {
             .ok()
             .filter(|p| *p > 0)
             .ok_or_else(|| format!("invalid port {port:?} in {s:?}: expected 1-65535"))?;
-        let protocol = Protocol::parse(proto)
-            .ok_or_else(|| format!("invalid protocol {proto:?} in {s:?}: expected TCP, UDP or SCTP"))?;
+        let protocol = Protocol::parse(proto).ok_or_else(|| {
+            format!("invalid protocol {proto:?} in {s:?}: expected TCP, UDP or SCTP")
+        })?;
         Ok(PortProto { port, protocol })
     }
 }
@@ -64,7 +65,9 @@ impl FromStr for PodSelectorArg {
             Some((ns, pod)) if !ns.is_empty() && !pod.is_empty() && !pod.contains('/') => {
                 Ok(PodSelectorArg::Pod(PodKey::new(ns, pod)))
             }
-            _ => Err(format!("invalid pod selector {s:?}: expected ns/pod, ns/* or *")),
+            _ => Err(format!(
+                "invalid pod selector {s:?}: expected ns/pod, ns/* or *"
+            )),
         }
     }
 }
@@ -75,8 +78,17 @@ mod tests {
 
     #[test]
     fn port_proto() {
-        assert_eq!("80/TCP".parse::<PortProto>().unwrap(), PortProto { port: 80, protocol: Protocol::Tcp });
-        assert_eq!("53/udp".parse::<PortProto>().unwrap().protocol, Protocol::Udp);
+        assert_eq!(
+            "80/TCP".parse::<PortProto>().unwrap(),
+            PortProto {
+                port: 80,
+                protocol: Protocol::Tcp
+            }
+        );
+        assert_eq!(
+            "53/udp".parse::<PortProto>().unwrap().protocol,
+            Protocol::Udp
+        );
         assert_eq!("81".parse::<PortProto>().unwrap().protocol, Protocol::Tcp);
         assert!("0/TCP".parse::<PortProto>().is_err());
         assert!("70000/TCP".parse::<PortProto>().is_err());

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use netwarden_engine::{
-    flow_verdict, verdict::SideVerdict, verdict::SideVerdicts, Engine, FlowEnd, FlowVerdict, PodKey, PodRules,
+    flow_verdict, verdict::SideVerdict, verdict::SideVerdicts, Engine, FlowEnd, FlowVerdict,
+    PodKey, PodRules,
 };
 use serde::Serialize;
 
@@ -36,11 +37,21 @@ pub fn explain(
     network: Option<&str>,
     family: Option<Family>,
 ) -> Result<Vec<Explanation>, String> {
-    let src_rules = rules.get(from).ok_or_else(|| format!("pod {from} not found (or has no address)"))?;
-    let dst_rules = rules.get(to).ok_or_else(|| format!("pod {to} not found (or has no address)"))?;
+    let src_rules = rules
+        .get(from)
+        .ok_or_else(|| format!("pod {from} not found (or has no address)"))?;
+    let dst_rules = rules
+        .get(to)
+        .ok_or_else(|| format!("pod {to} not found (or has no address)"))?;
     let mut out = Vec::new();
     for s_if in &src_rules.interfaces {
-        let Some(d_if) = dst_rules.interfaces.iter().find(|d| d.network == s_if.network) else { continue };
+        let Some(d_if) = dst_rules
+            .interfaces
+            .iter()
+            .find(|d| d.network == s_if.network)
+        else {
+            continue;
+        };
         let name = s_if.network.display_name();
         if network.is_some_and(|n| n != name) {
             continue;
@@ -49,11 +60,22 @@ pub fn explain(
             if family.is_some_and(|f| f != fam) {
                 continue;
             }
-            let pick = |ips: &[std::net::IpAddr]| ips.iter().find(|ip| Family::of(ip) == fam).copied();
-            let (Some(src), Some(dst)) = (pick(&s_if.ips), pick(&d_if.ips)) else { continue };
+            let pick =
+                |ips: &[std::net::IpAddr]| ips.iter().find(|ip| Family::of(ip) == fam).copied();
+            let (Some(src), Some(dst)) = (pick(&s_if.ips), pick(&d_if.ips)) else {
+                continue;
+            };
             let verdict = flow_verdict(
-                FlowEnd { pod: from, interface: s_if, ip: src },
-                FlowEnd { pod: to, interface: d_if, ip: dst },
+                FlowEnd {
+                    pod: from,
+                    interface: s_if,
+                    ip: src,
+                },
+                FlowEnd {
+                    pod: to,
+                    interface: d_if,
+                    ip: dst,
+                },
                 port.protocol,
                 port.port,
                 engine.options(),
@@ -72,7 +94,9 @@ pub fn explain(
         }
     }
     if out.is_empty() {
-        return Err(format!("{from} and {to} share no network (and address family) matching the query"));
+        return Err(format!(
+            "{from} and {to} share no network (and address family) matching the query"
+        ));
     }
     Ok(out)
 }
@@ -91,18 +115,37 @@ fn describe_side(out: &mut String, view: &str, side: &SideVerdict, peer: &str) {
         let _ = writeln!(out, "not isolated -> allowed");
         return;
     }
-    let policies: Vec<String> = side.policies.iter().map(|p| format!("{} {}", p.kind, p)).collect();
+    let policies: Vec<String> = side
+        .policies
+        .iter()
+        .map(|p| format!("{} {}", p.kind, p))
+        .collect();
     let _ = writeln!(out, "isolated by {}", policies.join(", "));
     if let Some(always) = side.always_allowed {
-        let _ = writeln!(out, "             always allowed ({}) -> allowed", serde_json::to_value(always).unwrap_or_default().as_str().unwrap_or(""));
+        let _ = writeln!(
+            out,
+            "             always allowed ({}) -> allowed",
+            serde_json::to_value(always)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("")
+        );
     } else if side.matched.is_empty() {
         let _ = writeln!(out, "             no rule allows {peer} -> denied");
     } else {
         for m in &side.matched {
-            let _ = writeln!(out, "             allowed by {} {} {}[{}] ({})", m.policy.kind, m.policy, m.direction, m.index, match m.mode {
-                netwarden_engine::Mode::Enforce => "enforced",
-                netwarden_engine::Mode::Monitor => "monitored",
-            });
+            let _ = writeln!(
+                out,
+                "             allowed by {} {} {}[{}] ({})",
+                m.policy.kind,
+                m.policy,
+                m.direction,
+                m.index,
+                match m.mode {
+                    netwarden_engine::Mode::Enforce => "enforced",
+                    netwarden_engine::Mode::Monitor => "monitored",
+                }
+            );
         }
     }
 }

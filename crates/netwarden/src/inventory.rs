@@ -7,7 +7,11 @@ use netwarden_engine::{Engine, EngineOptions};
 use netwarden_manifest::{load_paths, Inventory, LoadOptions, Severity};
 
 /// Loads manifests and feeds an engine with every valid object.
-pub fn load_engine(paths: &[PathBuf], load: &LoadOptions, options: EngineOptions) -> (Engine, Inventory) {
+pub fn load_engine(
+    paths: &[PathBuf],
+    load: &LoadOptions,
+    options: EngineOptions,
+) -> (Engine, Inventory) {
     let inventory = load_paths(paths, load);
     let engine = engine_from(&inventory, options);
     (engine, inventory)

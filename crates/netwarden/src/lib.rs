@@ -2,7 +2,11 @@
 //! `validate`, kept out of `main.rs` so tests and benchmarks call them directly.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod cli_args;
+pub mod demo;
 pub mod explain;
 pub mod inventory;
+pub mod lab;
 pub mod reach;
+pub mod sync;

@@ -11,11 +11,17 @@ use netwarden::cli_args::{PodSelectorArg, PortProto};
 use netwarden::inventory::{load_engine, report_problems};
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::{explain, reach};
+use netwarden_dataplane::Backend;
 use netwarden_engine::{EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
+use netwarden_render::RenderOptions;
 
 #[derive(Parser)]
-#[command(name = "netwarden", version, about = "Kubernetes network policy on every pod interface, with a monitor phase")]
+#[command(
+    name = "netwarden",
+    version,
+    about = "Kubernetes network policy on every pod interface, with a monitor phase"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,6 +37,153 @@ enum Command {
     Explain(ExplainArgs),
     /// Report every problem in the manifests (file, kind, object, field, reason).
     Validate(ValidateArgs),
+    /// Print the exact rules netwarden programs into one pod's netns.
+    Render(RenderArgs),
+    /// Enforce the manifests once: program every pod netns (`netwarden.io/netns`), then exit.
+    Apply(RunArgs),
+    /// The agent: enforce, then watch the manifests and re-apply only what a change affects.
+    Run(RunArgs),
+    /// A real netns topology from manifests, with probes of real traffic.
+    #[command(subcommand)]
+    Lab(LabCommand),
+    /// Build the lab from examples/, enforce, probe, show what happened, clean up.
+    Demo(DemoArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+enum BackendArg {
+    #[default]
+    Nft,
+    Iptables,
+}
+
+impl BackendArg {
+    fn backend(self) -> Backend {
+        match self {
+            BackendArg::Nft => Backend::Nft,
+            BackendArg::Iptables => Backend::Iptables,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct DataplaneArgs {
+    /// Rule backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Nft)]
+    backend: BackendArg,
+    /// NFLOG group for would-deny/deny log messages.
+    #[arg(long, default_value_t = 100)]
+    nflog_group: u16,
+    /// Mark bit set when the staged (monitor) view allows a packet.
+    #[arg(long, default_value = "0x40000", value_parser = parse_mark)]
+    staged_mark: u32,
+    /// Mark bit set when the enforced view allows a packet (monitor bookkeeping).
+    #[arg(long, default_value = "0x20000", value_parser = parse_mark)]
+    allow_mark: u32,
+    /// Log messages per minute per pod and direction.
+    #[arg(long, default_value_t = 10)]
+    log_rate: u32,
+    /// Do not reject packets forwarded through an isolated pod (pods that route).
+    #[arg(long)]
+    allow_forward: bool,
+    /// Log every enforced deny (as if every policy had `netwarden.io/log: "true"`).
+    #[arg(long)]
+    log_denies: bool,
+}
+
+fn parse_mark(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("invalid mark {s:?}: {e}"))?;
+    if v == 0 || !v.is_power_of_two() {
+        return Err(format!("mark {s:?} must be a single bit"));
+    }
+    Ok(v)
+}
+
+impl DataplaneArgs {
+    fn render_options(&self, allow_dns: bool) -> Result<RenderOptions> {
+        let options = RenderOptions {
+            nflog_group: self.nflog_group,
+            staged_mark: self.staged_mark,
+            allow_mark: self.allow_mark,
+            log_rate_per_minute: self.log_rate,
+            log_burst: self.log_rate.max(1),
+            allow_dns,
+            reject_forward: !self.allow_forward,
+        };
+        options.validate().map_err(anyhow::Error::msg)?;
+        Ok(options)
+    }
+}
+
+#[derive(Args)]
+struct RenderArgs {
+    #[command(flatten)]
+    input: Input,
+    /// The pod, `ns/name`.
+    #[arg(long)]
+    pod: String,
+    #[command(flatten)]
+    dataplane: DataplaneArgs,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    input: Input,
+    #[command(flatten)]
+    dataplane: DataplaneArgs,
+    /// How often to look for changed manifests (run only).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: std::time::Duration,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h)")),
+    };
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Up, enforce, probe every pair on every network, down; print the result.
+    Check(LabCheckArgs),
+}
+
+#[derive(Args)]
+struct LabCheckArgs {
+    #[command(flatten)]
+    input: Input,
+    #[command(flatten)]
+    dataplane: DataplaneArgs,
+    /// Ports to probe (default: every container port the pods declare).
+    #[arg(long = "port", num_args = 1..)]
+    ports: Vec<PortProto>,
+    /// Print JSON (`{"probes": [...], "events": [...]}`).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Manifests to build the demo from.
+    #[arg(short = 'f', long = "filename", default_value = "examples/multinet")]
+    paths: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value_t = BackendArg::Nft)]
+    backend: BackendArg,
 }
 
 #[derive(Args, Clone)]
@@ -51,12 +204,20 @@ struct Input {
 
 impl Input {
     fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
-        let load = LoadOptions { network_policy_enabled: !self.no_network_policy };
-        let options = EngineOptions { allow_dns: !self.no_dns, ..EngineOptions::default() };
+        let load = LoadOptions {
+            network_policy_enabled: !self.no_network_policy,
+        };
+        let options = EngineOptions {
+            allow_dns: !self.no_dns,
+            ..EngineOptions::default()
+        };
         let (engine, inventory) = load_engine(&self.paths, &load, options);
         report_problems(&inventory, self.strict);
         if self.strict && !inventory.problems.is_empty() {
-            bail!("{} problem(s) in the input (--strict)", inventory.problems.len());
+            bail!(
+                "{} problem(s) in the input (--strict)",
+                inventory.problems.len()
+            );
         }
         Ok((engine, inventory))
     }
@@ -133,6 +294,22 @@ fn pod_key(s: &str) -> Result<PodKey> {
     }
 }
 
+fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
+    Ok(netwarden::agent::AgentConfig {
+        paths: args.input.paths.clone(),
+        load: LoadOptions {
+            network_policy_enabled: !args.input.no_network_policy,
+        },
+        engine: EngineOptions {
+            allow_dns: !args.input.no_dns,
+            log_all_denies: args.dataplane.log_denies,
+        },
+        render: args.dataplane.render_options(!args.input.no_dns)?,
+        backend: args.dataplane.backend.backend(),
+        interval: args.interval,
+    })
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Reach(args) => {
@@ -174,12 +351,67 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Render(args) => {
+            let (mut engine, _) = args.input.load()?;
+            let key = pod_key(&args.pod)?;
+            let rules = engine
+                .pod_rules(&key)
+                .ok_or_else(|| anyhow::anyhow!("pod {key} not found"))?;
+            let options = args.dataplane.render_options(!args.input.no_dns)?;
+            let ruleset =
+                netwarden::sync::render_ruleset(args.dataplane.backend.backend(), &rules, &options);
+            for (title, text) in [
+                ("nft -f", &ruleset.nft),
+                ("ipset restore", &ruleset.ipset),
+                ("iptables-restore", &ruleset.iptables_v4),
+                ("ip6tables-restore", &ruleset.iptables_v6),
+            ] {
+                if let Some(text) = text {
+                    println!("# {title}\n{text}");
+                }
+            }
+            if !rules.is_isolated() {
+                eprintln!("{key} is not isolated: netwarden programs nothing in its netns");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Apply(args) => netwarden::agent::run(agent_config(&args)?, true),
+        Command::Run(args) => netwarden::agent::run(agent_config(&args)?, false),
+        Command::Lab(LabCommand::Check(args)) => {
+            let load = LoadOptions {
+                network_policy_enabled: !args.input.no_network_policy,
+            };
+            let options = netwarden::lab::LabCheckOptions {
+                backend: args.dataplane.backend.backend(),
+                ports: args.ports,
+                engine: EngineOptions {
+                    allow_dns: !args.input.no_dns,
+                    log_all_denies: args.dataplane.log_denies,
+                },
+                render: args.dataplane.render_options(!args.input.no_dns)?,
+            };
+            let report = netwarden::lab::check(&args.input.paths, &load, &options)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", netwarden::lab::render_text(&report));
+            }
+            Ok(if report.mismatches == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Demo(args) => netwarden::demo::run(&args.paths, args.backend.backend()),
         Command::Validate(args) => {
-            let load = LoadOptions { network_policy_enabled: !args.input.no_network_policy };
+            let load = LoadOptions {
+                network_policy_enabled: !args.input.no_network_policy,
+            };
             let inventory = netwarden_manifest::load_paths(&args.input.paths, &load);
-            let fatal = inventory.problems.iter().any(|p| {
-                args.input.strict || p.severity == netwarden_manifest::Severity::Error
-            });
+            let fatal = inventory
+                .problems
+                .iter()
+                .any(|p| args.input.strict || p.severity == netwarden_manifest::Severity::Error);
             match args.output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&inventory.problems)?),
                 Output::Table => {
@@ -196,7 +428,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     );
                 }
             }
-            Ok(if fatal { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if fatal {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use netwarden_engine::{flow_verdict, Engine, FlowEnd, NetworkId, PodKey, PodRules, PolicyRef, StagedCause};
+use netwarden_engine::{
+    flow_verdict, Engine, FlowEnd, NetworkId, PodKey, PodRules, PolicyRef, StagedCause,
+};
 use serde::Serialize;
 
 use crate::cli_args::{PodSelectorArg, PortProto};
@@ -72,7 +74,11 @@ struct Member<'a> {
 }
 
 /// Computes the probes for `query` over precomputed pod rules.
-pub fn reach(engine: &Engine, rules: &BTreeMap<PodKey, PodRules>, query: &ReachQuery) -> ReachReport {
+pub fn reach(
+    engine: &Engine,
+    rules: &BTreeMap<PodKey, PodRules>,
+    query: &ReachQuery,
+) -> ReachReport {
     let mut networks: BTreeMap<NetworkId, Vec<Member<'_>>> = BTreeMap::new();
     for (key, pod_rules) in rules {
         if engine.pod(key).is_none_or(|p| p.host_network) {
@@ -84,23 +90,46 @@ pub fn reach(engine: &Engine, rules: &BTreeMap<PodKey, PodRules>, query: &ReachQ
             if v4.is_none() && v6.is_none() {
                 continue;
             }
-            networks.entry(iface.network.clone()).or_default().push(Member { pod: key, rules: iface, v4, v6 });
+            networks
+                .entry(iface.network.clone())
+                .or_default()
+                .push(Member {
+                    pod: key,
+                    rules: iface,
+                    v4,
+                    v6,
+                });
         }
     }
     let mut probes = Vec::new();
     for (network, members) in &networks {
         let name = network.display_name();
-        if query.network.as_deref().is_some_and(|n| n != "all" && n != name) {
+        if query
+            .network
+            .as_deref()
+            .is_some_and(|n| n != "all" && n != name)
+        {
             continue;
         }
         for src in members.iter().filter(|m| query.from.matches(m.pod)) {
             for dst in members.iter().filter(|m| query.to.matches(m.pod)) {
                 for port in &query.ports {
-                    for (family, s, d) in [(Family::Ipv4, src.v4, dst.v4), (Family::Ipv6, src.v6, dst.v6)] {
+                    for (family, s, d) in [
+                        (Family::Ipv4, src.v4, dst.v4),
+                        (Family::Ipv6, src.v6, dst.v6),
+                    ] {
                         let (Some(s), Some(d)) = (s, d) else { continue };
                         let verdict = flow_verdict(
-                            FlowEnd { pod: src.pod, interface: src.rules, ip: s },
-                            FlowEnd { pod: dst.pod, interface: dst.rules, ip: d },
+                            FlowEnd {
+                                pod: src.pod,
+                                interface: src.rules,
+                                ip: s,
+                            },
+                            FlowEnd {
+                                pod: dst.pod,
+                                interface: dst.rules,
+                                ip: d,
+                            },
                             port.protocol,
                             port.port,
                             engine.options(),
@@ -135,7 +164,10 @@ pub fn reach(engine: &Engine, rules: &BTreeMap<PodKey, PodRules>, query: &ReachQ
 pub fn render_table(report: &ReachReport) -> String {
     let mut groups: BTreeMap<(String, u16, String, Family), Vec<&Probe>> = BTreeMap::new();
     for p in &report.probes {
-        groups.entry((p.network.clone(), p.port, p.protocol.clone(), p.family)).or_default().push(p);
+        groups
+            .entry((p.network.clone(), p.port, p.protocol.clone(), p.family))
+            .or_default()
+            .push(p);
     }
     let mut out = String::new();
     for ((network, port, protocol, family), probes) in groups {
@@ -146,9 +178,16 @@ pub fn render_table(report: &ReachReport) -> String {
         let mut cols: Vec<&str> = probes.iter().map(|p| p.to.as_str()).collect();
         cols.sort();
         cols.dedup();
-        let cell: BTreeMap<(&str, &str), &Probe> =
-            probes.iter().map(|p| ((p.from.as_str(), p.to.as_str()), *p)).collect();
-        let width = rows.iter().chain(cols.iter()).map(|s| s.len()).max().unwrap_or(1);
+        let cell: BTreeMap<(&str, &str), &Probe> = probes
+            .iter()
+            .map(|p| ((p.from.as_str(), p.to.as_str()), *p))
+            .collect();
+        let width = rows
+            .iter()
+            .chain(cols.iter())
+            .map(|s| s.len())
+            .max()
+            .unwrap_or(1);
         let family = match family {
             Family::Ipv4 => "IPv4",
             Family::Ipv6 => "IPv6",
@@ -177,6 +216,8 @@ pub fn render_table(report: &ReachReport) -> String {
         }
         out.push('\n');
     }
-    out.push_str(". allowed   X denied   w would be denied by monitored policies   s would be allowed\n");
+    out.push_str(
+        ". allowed   X denied   w would be denied by monitored policies   s would be allowed\n",
+    );
     out
 }

@@ -92,7 +92,11 @@ impl IptablesRuleset {
     /// The ruleset of a pod nothing isolates: empty filter tables, no sets. Applying it removes
     /// everything netwarden had programmed (stale sets are destroyed after the restore).
     pub fn empty() -> Self {
-        IptablesRuleset { ipset: String::new(), v4: empty_filter_table(), v6: empty_filter_table() }
+        IptablesRuleset {
+            ipset: String::new(),
+            v4: empty_filter_table(),
+            v6: empty_filter_table(),
+        }
     }
 
     /// Names of the live sets the `ipset` script creates (what the rules reference).
@@ -103,7 +107,8 @@ impl IptablesRuleset {
 
 /// A filter table with the built-in chains accepting and no rule.
 pub fn empty_filter_table() -> String {
-    "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n".to_string()
+    "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+        .to_string()
 }
 
 /// Whether netwarden owns the ipset `name` (by prefix).
@@ -129,7 +134,9 @@ pub fn set_names(ipset_script: &str) -> BTreeSet<String> {
 /// the module doc for the fail-closed fallback).
 pub fn safe_interface_name(name: &str) -> bool {
     (1..=15).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,7 +270,9 @@ fn port_matches(ports: &PortMatch) -> Vec<String> {
     };
     let mut by_proto: BTreeMap<Protocol, Option<BTreeSet<(u16, u16)>>> = BTreeMap::new();
     for PortRange { protocol, ports } in ranges {
-        let entry = by_proto.entry(*protocol).or_insert_with(|| Some(BTreeSet::new()));
+        let entry = by_proto
+            .entry(*protocol)
+            .or_insert_with(|| Some(BTreeSet::new()));
         match (ports, entry.as_mut()) {
             // Every port of the protocol subsumes any list.
             (None, _) => *entry = None,
@@ -282,7 +291,13 @@ fn port_matches(ports: &PortMatch) -> Vec<String> {
         };
         let specs: Vec<(String, usize)> = list
             .into_iter()
-            .map(|(lo, hi)| if lo == hi { (lo.to_string(), 1) } else { (format!("{lo}:{hi}"), 2) })
+            .map(|(lo, hi)| {
+                if lo == hi {
+                    (lo.to_string(), 1)
+                } else {
+                    (format!("{lo}:{hi}"), 2)
+                }
+            })
             .collect();
         if let [(one, _)] = specs.as_slice() {
             out.push(format!("-p {p} -m {p} --dport {one}"));
@@ -329,7 +344,9 @@ impl FamilyRenderer<'_> {
     fn log(&mut self, chain: &str, mark: Option<(u32, u32)>, action: LogAction, key: Option<u32>) {
         let Some(key) = key else { return };
         let o = self.opts;
-        let mark = mark.map(|(v, m)| format!("-m mark --mark {v:#x}/{m:#x} ")).unwrap_or_default();
+        let mark = mark
+            .map(|(v, m)| format!("-m mark --mark {v:#x}/{m:#x} "))
+            .unwrap_or_default();
         let spec = format!(
             "{mark}-m conntrack --ctstate NEW -m limit --limit {}/min --limit-burst {} -j NFLOG --nflog-group {} --nflog-prefix \"{}\"",
             o.log_rate_per_minute,
@@ -341,7 +358,13 @@ impl FamilyRenderer<'_> {
     }
 
     /// The rules of `isolation` with `action`; an open view allows everything.
-    fn allow_rules(&mut self, chain: &str, dir: Direction, isolation: &Isolation, action: AllowAction) {
+    fn allow_rules(
+        &mut self,
+        chain: &str,
+        dir: Direction,
+        isolation: &Isolation,
+        action: AllowAction,
+    ) {
         let target = action.target();
         let clauses: Vec<&Clause> = match isolation {
             Isolation::Open => {
@@ -363,7 +386,10 @@ impl FamilyRenderer<'_> {
                     if cidrs.is_empty() {
                         continue; // matches nothing in this family
                     }
-                    format!("-m set --match-set {} {side} ", self.sets.name_for(self.family, cidrs))
+                    format!(
+                        "-m set --match-set {} {side} ",
+                        self.sets.name_for(self.family, cidrs)
+                    )
                 }
             };
             for ports in port_matches(&clause.ports) {
@@ -380,9 +406,19 @@ impl FamilyRenderer<'_> {
     }
 
     /// The per-interface chain of one isolated or monitored direction.
-    fn direction_chain(&mut self, chain: &str, dir: Direction, dr: &DirectionRules, key: Option<u32>) {
+    fn direction_chain(
+        &mut self,
+        chain: &str,
+        dir: Direction,
+        dr: &DirectionRules,
+        key: Option<u32>,
+    ) {
         self.chains.push(chain.to_string());
-        let deny_key = if dr.log_denies && dr.enforced.is_isolated() { key } else { None };
+        let deny_key = if dr.log_denies && dr.enforced.is_isolated() {
+            key
+        } else {
+            None
+        };
         if !dr.has_monitor() {
             self.allow_rules(chain, dir, &dr.enforced, AllowAction::Accept);
             self.log(chain, None, LogAction::Deny, deny_key);
@@ -396,7 +432,10 @@ impl FamilyRenderer<'_> {
         self.allow_rules(chain, dir, &dr.staged, AllowAction::Mark(staged));
         // Would-deny: the enforced view allows, the staged view does not.
         self.log(chain, Some((allow, both)), LogAction::WouldDeny, key);
-        self.rule(chain, &format!("-m mark --mark {allow:#x}/{allow:#x} -j ACCEPT"));
+        self.rule(
+            chain,
+            &format!("-m mark --mark {allow:#x}/{allow:#x} -j ACCEPT"),
+        );
         self.log(chain, None, LogAction::Deny, deny_key);
         self.reject(chain);
     }
@@ -404,24 +443,39 @@ impl FamilyRenderer<'_> {
     fn render(mut self, pod: &PodRules) -> String {
         let v6 = self.family == Family::V6;
         let fam = self.family;
-        let (ingress, egress) = (fam.entry_chain(Direction::Ingress), fam.entry_chain(Direction::Egress));
+        let (ingress, egress) = (
+            fam.entry_chain(Direction::Ingress),
+            fam.entry_chain(Direction::Egress),
+        );
         self.chains.push(ingress.to_string());
         self.chains.push(egress.to_string());
         // Built-in chains: seed 004's "quality of life" rules, then the jump.
         self.rule("INPUT", "-i lo -j ACCEPT");
-        self.rule("INPUT", "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
+        self.rule(
+            "INPUT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        );
         let nd = ["133", "134", "135", "136"]; // router/neighbour solicitation/advertisement
         if v6 {
             for t in nd {
-                self.rule("INPUT", &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"));
+                self.rule(
+                    "INPUT",
+                    &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"),
+                );
             }
         }
         self.rule("INPUT", &format!("-j {ingress}"));
         self.rule("OUTPUT", "-o lo -j ACCEPT");
-        self.rule("OUTPUT", "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
+        self.rule(
+            "OUTPUT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        );
         if v6 {
             for t in nd {
-                self.rule("OUTPUT", &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"));
+                self.rule(
+                    "OUTPUT",
+                    &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"),
+                );
             }
         }
         if self.opts.allow_dns {
@@ -465,7 +519,9 @@ impl FamilyRenderer<'_> {
                 self.reject(entry);
             }
         }
-        let mut out = String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+        let mut out = String::from(
+            "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n",
+        );
         for c in &self.chains {
             let _ = writeln!(out, ":{c} - [0:0]");
         }
@@ -490,10 +546,196 @@ pub fn render_iptables(rules: &PodRules, opts: &RenderOptions) -> IptablesRulese
     }
     let mut sets = SetRegistry::default();
     let mut family = |family| {
-        FamilyRenderer { family, opts, sets: &mut sets, chains: Vec::new(), rules: Vec::new() }
-            .render(rules)
+        FamilyRenderer {
+            family,
+            opts,
+            sets: &mut sets,
+            chains: Vec::new(),
+            rules: Vec::new(),
+        }
+        .render(rules)
     };
     let v4 = family(Family::V4);
     let v6 = family(Family::V6);
-    IptablesRuleset { ipset: sets.script(), v4, v6 }
+    IptablesRuleset {
+        ipset: sets.script(),
+        v4,
+        v6,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwarden_engine::{
+        AllowRule, InterfaceRules, Mode, NetworkId, ObjectKey, PolicyKind, PolicyRef, RuleOrigin,
+    };
+    use std::sync::Arc;
+
+    fn range(protocol: Protocol, lo: u16, hi: u16) -> PortRange {
+        PortRange {
+            protocol,
+            ports: Some((lo, hi)),
+        }
+    }
+
+    #[test]
+    fn ports_split_by_protocol_and_multiport_weight() {
+        assert_eq!(port_matches(&PortMatch::Any), vec![String::new()]);
+        // 14 single ports + 2 ranges (weight 2 each) = 18 > 15: two rules (a range never straddles).
+        let mut ranges: Vec<PortRange> = (1..=14).map(|p| range(Protocol::Tcp, p, p)).collect();
+        ranges.push(range(Protocol::Tcp, 100, 200));
+        ranges.push(range(Protocol::Tcp, 300, 400));
+        ranges.push(range(Protocol::Udp, 53, 53));
+        let got = port_matches(&PortMatch::Only(ranges));
+        assert_eq!(
+            got,
+            vec![
+                "-p tcp -m multiport --dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14".to_string(),
+                "-p tcp -m multiport --dports 100:200,300:400".to_string(),
+                "-p udp -m udp --dport 53".to_string(),
+            ]
+        );
+        // A protocol-only entry subsumes that protocol's port list, whatever the order.
+        let all_sctp = PortMatch::Only(vec![
+            range(Protocol::Sctp, 9, 9),
+            PortRange {
+                protocol: Protocol::Sctp,
+                ports: None,
+            },
+            range(Protocol::Sctp, 10, 10),
+        ]);
+        assert_eq!(port_matches(&all_sctp), vec!["-p sctp".to_string()]);
+    }
+
+    #[test]
+    fn interface_names_are_checked() {
+        for ok in ["eth0", "net1", "vlan.10", "a-b_c@d", "x23456789012345"] {
+            assert!(safe_interface_name(ok), "{ok}");
+        }
+        for bad in ["", "eth+", "a b", "a\"b", "x#", "x234567890123456", "ü"] {
+            assert!(!safe_interface_name(bad), "{bad:?}");
+        }
+    }
+
+    fn isolated_pod(iface: &str) -> PodRules {
+        let origin = RuleOrigin {
+            policy: PolicyRef {
+                kind: PolicyKind::NetworkPolicy,
+                key: ObjectKey::new("ns", "p"),
+            },
+            direction: Direction::Ingress,
+            index: 0,
+            mode: Mode::Enforce,
+        };
+        let peers = AddrSet::from_addrs(["10.0.0.2".parse().unwrap()]);
+        let rule = AllowRule {
+            origin,
+            clauses: vec![Clause {
+                peers: PeerMatch::Addrs(Arc::new(peers)),
+                ports: PortMatch::Any,
+            }],
+        };
+        let mut ingress = DirectionRules::open();
+        ingress.enforced = Isolation::Isolated(vec![rule]);
+        ingress.staged = ingress.enforced.clone();
+        PodRules {
+            pod: ObjectKey::new("ns", "pod"),
+            netns: None,
+            interfaces: vec![InterfaceRules {
+                name: iface.into(),
+                network: NetworkId::Primary,
+                ips: vec![],
+                ingress,
+                egress: DirectionRules::open(),
+            }],
+        }
+    }
+
+    #[test]
+    fn unmatchable_interface_fails_closed() {
+        let ok = render_iptables(&isolated_pod("eth0"), &RenderOptions::default());
+        assert!(
+            ok.v4.contains("-A DANM_INGRESS_V4 -i eth0 -j DANM_IN_0\n"),
+            "{}",
+            ok.v4
+        );
+        assert!(
+            !ok.v4.contains("-A DANM_INGRESS_V4 -p tcp -j REJECT"),
+            "{}",
+            ok.v4
+        );
+
+        let bad = render_iptables(&isolated_pod("we\"ird"), &RenderOptions::default());
+        assert!(
+            !bad.v4.contains("we\"ird") && !bad.v6.contains("we\"ird"),
+            "{}",
+            bad.v4
+        );
+        assert!(bad
+            .v4
+            .contains("-A DANM_INGRESS_V4 -p tcp -j REJECT --reject-with tcp-reset\n"));
+        assert!(bad
+            .v6
+            .contains("-A DANM_INGRESS_V6 -j REJECT --reject-with icmp6-port-unreachable\n"));
+    }
+
+    #[test]
+    fn set_names_and_ownership() {
+        let r = render_iptables(&isolated_pod("eth0"), &RenderOptions::default());
+        let names = r.set_names();
+        assert_eq!(names.len(), 1);
+        let name = names.iter().next().unwrap();
+        assert!(name.starts_with("nw4-") && name.len() <= 31, "{name}");
+        assert!(is_owned_set(name) && is_owned_set(&name.replacen("nw", "nwt", 1)));
+        assert!(!is_owned_set("KUBE-SRC-ABC") && !is_owned_set("nw-other"));
+        assert!(r
+            .ipset
+            .contains(&format!("swap {} {name}\n", name.replacen("nw", "nwt", 1))));
+        assert_eq!(
+            render_iptables(
+                &PodRules {
+                    interfaces: vec![],
+                    ..isolated_pod("x")
+                },
+                &RenderOptions::default()
+            ),
+            IptablesRuleset::empty()
+        );
+    }
+
+    #[test]
+    fn custom_marks_and_log_options_are_used() {
+        let mut pod = isolated_pod("eth0");
+        pod.interfaces[0]
+            .ingress
+            .monitored_policies
+            .push(PolicyRef {
+                kind: PolicyKind::NetworkPolicy,
+                key: ObjectKey::new("ns", "m"),
+            });
+        pod.interfaces[0].ingress.staged = Isolation::Isolated(vec![]);
+        let opts = RenderOptions {
+            nflog_group: 7,
+            staged_mark: 0x100,
+            allow_mark: 0x200,
+            log_rate_per_minute: 3,
+            log_burst: 4,
+            ..RenderOptions::default()
+        };
+        let r = render_iptables(&pod, &opts);
+        assert!(
+            r.v4.contains("-A DANM_IN_0 -j MARK --set-xmark 0x0/0x300\n"),
+            "{}",
+            r.v4
+        );
+        assert!(r.v4.contains("-m mark --mark 0x200/0x300 -m conntrack --ctstate NEW -m limit --limit 3/min --limit-burst 4 -j NFLOG --nflog-group 7 --nflog-prefix \"nw:wd:"), "{}", r.v4);
+        assert!(
+            r.v4.contains("-A DANM_IN_0 -m mark --mark 0x200/0x200 -j ACCEPT\n"),
+            "{}",
+            r.v4
+        );
+        // Staged view isolated with no rule: no staged mark is ever set.
+        assert!(!r.v4.contains("--set-xmark 0x100/0x100"), "{}", r.v4);
+    }
 }

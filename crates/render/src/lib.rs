@@ -20,7 +20,9 @@ pub mod nft;
 pub mod options;
 pub mod tracer;
 
-pub use logkey::{log_key_for, log_keys, log_prefix, parse_log_prefix, LogAction, LogKey, LogKeyInfo};
+pub use logkey::{
+    log_key_for, log_keys, log_prefix, parse_log_prefix, LogAction, LogKey, LogKeyInfo,
+};
 
 pub use nft::{render_nft, rule_count};
 pub use options::RenderOptions;

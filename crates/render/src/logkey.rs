@@ -114,7 +114,12 @@ pub(crate) fn assign_keys(rules: &PodRules) -> BTreeMap<(String, Direction), Log
     let mut pairs: Vec<(String, Direction)> = rules
         .interfaces
         .iter()
-        .flat_map(|i| [(i.name.clone(), Direction::Ingress), (i.name.clone(), Direction::Egress)])
+        .flat_map(|i| {
+            [
+                (i.name.clone(), Direction::Ingress),
+                (i.name.clone(), Direction::Egress),
+            ]
+        })
         .collect();
     pairs.sort();
     pairs.dedup();
@@ -146,7 +151,9 @@ pub fn log_keys(rules: &PodRules) -> BTreeMap<u32, LogKeyInfo> {
     let mut out = BTreeMap::new();
     for iface in &rules.interfaces {
         for dir in [Direction::Ingress, Direction::Egress] {
-            let Some(key) = keys.get(&(iface.name.clone(), dir)) else { continue };
+            let Some(key) = keys.get(&(iface.name.clone(), dir)) else {
+                continue;
+            };
             let dr = iface.direction(dir);
             out.entry(key.0).or_insert_with(|| LogKeyInfo {
                 interface: iface.name.clone(),
@@ -163,7 +170,9 @@ pub fn log_keys(rules: &PodRules) -> BTreeMap<u32, LogKeyInfo> {
 
 /// The key of one (interface, direction) of the pod, if the interface exists.
 pub fn log_key_for(rules: &PodRules, interface: &str, direction: Direction) -> Option<LogKey> {
-    assign_keys(rules).get(&(interface.to_string(), direction)).copied()
+    assign_keys(rules)
+        .get(&(interface.to_string(), direction))
+        .copied()
 }
 
 #[cfg(test)]
@@ -194,9 +203,15 @@ mod tests {
             let p = log_prefix(action, LogKey(0x0123abcd));
             assert!(p.is_ascii() && p.len() < 32, "{p}");
             assert_eq!(parse_log_prefix(&p), Some((action, LogKey(0x0123abcd))));
-            assert_eq!(parse_log_prefix(p.trim_end()), Some((action, LogKey(0x0123abcd))));
+            assert_eq!(
+                parse_log_prefix(p.trim_end()),
+                Some((action, LogKey(0x0123abcd)))
+            );
         }
-        assert_eq!(log_prefix(LogAction::WouldDeny, LogKey(0x0123abcd)), "nw:wd:0123abcd ");
+        assert_eq!(
+            log_prefix(LogAction::WouldDeny, LogKey(0x0123abcd)),
+            "nw:wd:0123abcd "
+        );
         assert_eq!(parse_log_prefix("nw:xx:0123abcd "), None);
         assert_eq!(parse_log_prefix("nw:wd:0123abc "), None);
         assert_eq!(parse_log_prefix("nw:wd:0123abcg"), None);

@@ -92,9 +92,16 @@ pub enum Match {
     /// merged ranges.
     DPort(Vec<(u16, u16)>),
     /// `ip saddr @p4_0` etc.
-    Addr { family: Family, end: AddrEnd, set: String },
+    Addr {
+        family: Family,
+        end: AddrEnd,
+        set: String,
+    },
     /// `meta mark and MASK == VALUE`
-    Mark { mask: u32, value: u32 },
+    Mark {
+        mask: u32,
+        value: u32,
+    },
     /// `limit name "lim_in"`: passes while under the named limit's rate.
     Limit(String),
 }
@@ -107,7 +114,11 @@ pub enum Stmt {
     /// `meta mark set meta mark or BITS`
     SetMark(u32),
     /// `log group G prefix "..."`
-    Log { group: u16, action: LogAction, key: LogKey },
+    Log {
+        group: u16,
+        action: LogAction,
+        key: LogKey,
+    },
 }
 
 /// What happens to a packet when the rule matches.
@@ -122,7 +133,10 @@ pub enum Verdict {
     RejectPortUnreachable,
     /// `iifname vmap { "eth0" : jump in_0 }`: jump to the chain of the packet's interface, or go
     /// on when it has none.
-    Dispatch { by: IfBy, entries: Vec<(String, String)> },
+    Dispatch {
+        by: IfBy,
+        entries: Vec<(String, String)>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -137,7 +151,12 @@ pub struct Rule {
 
 impl Rule {
     fn new(matches: Vec<Match>, stmts: Vec<Stmt>, verdict: Verdict) -> Rule {
-        Rule { matches, stmts, verdict, origin: None }
+        Rule {
+            matches,
+            stmts,
+            verdict,
+            origin: None,
+        }
     }
 }
 
@@ -277,13 +296,23 @@ impl<'a> Builder<'a> {
                 let v4: Vec<(u128, u128)> = v4_ranges(set);
                 if !v4.is_empty() {
                     let name = self.set_for(Family::V4, v4);
-                    out.push(Some(Match::Addr { family: Family::V4, end, set: name }));
+                    out.push(Some(Match::Addr {
+                        family: Family::V4,
+                        end,
+                        set: name,
+                    }));
                 }
-                let v6: Vec<(u128, u128)> =
-                    set.v6_ranges().map(|(lo, hi)| (u128::from(lo), u128::from(hi))).collect();
+                let v6: Vec<(u128, u128)> = set
+                    .v6_ranges()
+                    .map(|(lo, hi)| (u128::from(lo), u128::from(hi)))
+                    .collect();
                 if !v6.is_empty() {
                     let name = self.set_for(Family::V6, v6);
-                    out.push(Some(Match::Addr { family: Family::V6, end, set: name }));
+                    out.push(Some(Match::Addr {
+                        family: Family::V6,
+                        end,
+                        set: name,
+                    }));
                 }
                 out
             }
@@ -341,27 +370,46 @@ impl<'a> Builder<'a> {
         out
     }
 
-    fn log_rule(&mut self, direction: Direction, pre: Vec<Match>, action: LogAction, key: LogKey) -> Rule {
+    fn log_rule(
+        &mut self,
+        direction: Direction,
+        pre: Vec<Match>,
+        action: LogAction,
+        key: LogKey,
+    ) -> Rule {
         self.used_limits[direction as usize] = true;
         let mut matches = pre;
         matches.push(Match::Ct(CtMatch::New));
         matches.push(Match::Limit(limit_name(direction)));
         Rule::new(
             matches,
-            vec![Stmt::Log { group: self.opts.nflog_group, action, key }],
+            vec![Stmt::Log {
+                group: self.opts.nflog_group,
+                action,
+                key,
+            }],
             Verdict::Continue,
         )
     }
 
     fn reject_rules() -> Vec<Rule> {
         vec![
-            Rule::new(vec![Match::L4Proto(vec![Protocol::Tcp])], vec![], Verdict::RejectTcpReset),
+            Rule::new(
+                vec![Match::L4Proto(vec![Protocol::Tcp])],
+                vec![],
+                Verdict::RejectTcpReset,
+            ),
             Rule::new(vec![], vec![], Verdict::RejectPortUnreachable),
         ]
     }
 
     /// The rules of one (interface, direction) chain.
-    fn direction_chain(&mut self, dr: &DirectionRules, direction: Direction, key: LogKey) -> Vec<Rule> {
+    fn direction_chain(
+        &mut self,
+        dr: &DirectionRules,
+        direction: Direction,
+        key: LogKey,
+    ) -> Vec<Rule> {
         let end = match direction {
             Direction::Ingress => AddrEnd::Src,
             Direction::Egress => AddrEnd::Dst,
@@ -374,19 +422,39 @@ impl<'a> Builder<'a> {
             let staged = self.opts.staged_mark;
             let allow = self.opts.allow_mark;
             let bits = self.opts.monitor_bits();
-            rules.push(Rule::new(vec![], vec![Stmt::ClearMark(bits)], Verdict::Continue));
-            rules.extend(self.view_rules(&dr.staged, end, &[Stmt::SetMark(staged)], &Verdict::Continue));
-            rules.extend(self.view_rules(&dr.enforced, end, &[Stmt::SetMark(allow)], &Verdict::Continue));
+            rules.push(Rule::new(
+                vec![],
+                vec![Stmt::ClearMark(bits)],
+                Verdict::Continue,
+            ));
+            rules.extend(self.view_rules(
+                &dr.staged,
+                end,
+                &[Stmt::SetMark(staged)],
+                &Verdict::Continue,
+            ));
+            rules.extend(self.view_rules(
+                &dr.enforced,
+                end,
+                &[Stmt::SetMark(allow)],
+                &Verdict::Continue,
+            ));
             let wd = self.log_rule(
                 direction,
-                vec![Match::Mark { mask: bits, value: allow }],
+                vec![Match::Mark {
+                    mask: bits,
+                    value: allow,
+                }],
                 LogAction::WouldDeny,
                 key,
             );
             rules.push(wd);
             // Accept with our bits cleared, so the mark is left as the packet came in.
             rules.push(Rule::new(
-                vec![Match::Mark { mask: allow, value: allow }],
+                vec![Match::Mark {
+                    mask: allow,
+                    value: allow,
+                }],
                 vec![Stmt::ClearMark(bits)],
                 Verdict::Accept,
             ));
@@ -403,7 +471,9 @@ impl<'a> Builder<'a> {
 }
 
 fn v4_ranges(set: &AddrSet) -> Vec<(u128, u128)> {
-    set.v4_ranges().map(|(lo, hi)| (u128::from(u32::from(lo)), u128::from(u32::from(hi)))).collect()
+    set.v4_ranges()
+        .map(|(lo, hi)| (u128::from(u32::from(lo)), u128::from(u32::from(hi))))
+        .collect()
 }
 
 /// The port alternatives of a clause: nothing (`Any`), or per protocol (TCP, UDP, SCTP order)
@@ -415,7 +485,9 @@ fn port_alternatives(ports: &PortMatch) -> Vec<Vec<Match>> {
     };
     let mut per_proto: BTreeMap<Protocol, Option<Vec<(u16, u16)>>> = BTreeMap::new();
     for r in ranges {
-        let entry = per_proto.entry(r.protocol).or_insert_with(|| Some(Vec::new()));
+        let entry = per_proto
+            .entry(r.protocol)
+            .or_insert_with(|| Some(Vec::new()));
         match (entry.as_mut(), r.ports) {
             (_, None) => *entry = None,
             (Some(list), Some(range)) => list.push(range),
@@ -487,13 +559,28 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
             };
             let chain_rules = b.direction_chain(dr, direction, key);
             dispatch.push((iface.name.clone(), name.clone()));
-            chains.push(Chain { name, hook: None, rules: chain_rules });
+            chains.push(Chain {
+                name,
+                hook: None,
+                rules: chain_rules,
+            });
         }
     }
 
-    let nd = || Rule::new(vec![Match::Icmpv6NeighborDiscovery], vec![], Verdict::Accept);
-    let established =
-        || Rule::new(vec![Match::Ct(CtMatch::EstablishedRelated)], vec![], Verdict::Accept);
+    let nd = || {
+        Rule::new(
+            vec![Match::Icmpv6NeighborDiscovery],
+            vec![],
+            Verdict::Accept,
+        )
+    };
+    let established = || {
+        Rule::new(
+            vec![Match::Ct(CtMatch::EstablishedRelated)],
+            vec![],
+            Verdict::Accept,
+        )
+    };
     let mut base = Vec::new();
     if !dispatch_in.is_empty() {
         base.push(Chain {
@@ -503,7 +590,14 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
                 Rule::new(vec![Match::IifLoopback], vec![], Verdict::Accept),
                 established(),
                 nd(),
-                Rule::new(vec![], vec![], Verdict::Dispatch { by: IfBy::In, entries: dispatch_in }),
+                Rule::new(
+                    vec![],
+                    vec![],
+                    Verdict::Dispatch {
+                        by: IfBy::In,
+                        entries: dispatch_in,
+                    },
+                ),
             ],
         });
     }
@@ -516,13 +610,27 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
         if opts.allow_dns {
             // Before the dispatch, so DNS passes in both the enforced and the staged view.
             r.push(Rule::new(
-                vec![Match::L4Proto(vec![Protocol::Tcp, Protocol::Udp]), Match::DPort(vec![(53, 53)])],
+                vec![
+                    Match::L4Proto(vec![Protocol::Tcp, Protocol::Udp]),
+                    Match::DPort(vec![(53, 53)]),
+                ],
                 vec![],
                 Verdict::Accept,
             ));
         }
-        r.push(Rule::new(vec![], vec![], Verdict::Dispatch { by: IfBy::Out, entries: dispatch_out }));
-        base.push(Chain { name: "output".into(), hook: Some(Hook::Output), rules: r });
+        r.push(Rule::new(
+            vec![],
+            vec![],
+            Verdict::Dispatch {
+                by: IfBy::Out,
+                entries: dispatch_out,
+            },
+        ));
+        base.push(Chain {
+            name: "output".into(),
+            hook: Some(Hook::Output),
+            rules: r,
+        });
     }
     // Forwarding is rejected only when an interface is isolated in the ENFORCED view: a pod
     // touched only by monitored policies must keep forwarding (monitoring never changes what
@@ -539,9 +647,17 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
     let limits = [Direction::Ingress, Direction::Egress]
         .into_iter()
         .filter(|d| b.used_limits[*d as usize])
-        .map(|d| LimitDef { name: limit_name(d), per_minute: opts.log_rate_per_minute, burst: opts.log_burst })
+        .map(|d| LimitDef {
+            name: limit_name(d),
+            per_minute: opts.log_rate_per_minute,
+            burst: opts.log_burst,
+        })
         .collect();
-    Some(Table { limits, sets: b.set_defs, chains: base })
+    Some(Table {
+        limits,
+        sets: b.set_defs,
+        chains: base,
+    })
 }
 
 fn proto_name(p: Protocol) -> &'static str {
@@ -605,7 +721,11 @@ fn render_stmt(s: &Stmt, out: &mut String) {
             let _ = write!(out, "meta mark set meta mark or {bits:#010x}");
         }
         Stmt::Log { group, action, key } => {
-            let _ = write!(out, "log group {group} prefix \"{}\"", log_prefix(*action, *key));
+            let _ = write!(
+                out,
+                "log group {group} prefix \"{}\"",
+                log_prefix(*action, *key)
+            );
         }
     }
 }
@@ -636,7 +756,13 @@ fn render_verdict(v: &Verdict, out: &mut String) {
 fn quote_ifname(name: &str) -> String {
     let safe: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | ':') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | ':') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("\"{safe}\"")
 }

@@ -72,7 +72,10 @@ mod tests {
         assert_eq!(o.staged_mark, 0x40000);
         assert_eq!(o.monitor_bits(), 0x60000);
         assert!(o.validate().is_ok());
-        let bad = RenderOptions { allow_mark: 0x40000, ..o };
+        let bad = RenderOptions {
+            allow_mark: 0x40000,
+            ..o
+        };
         assert!(bad.validate().is_err());
     }
 }

@@ -50,7 +50,13 @@ pub struct TracePacket {
 
 impl TracePacket {
     /// A new TCP/UDP/SCTP connection's first packet on `interface`.
-    pub fn new(direction: Direction, interface: &str, peer: IpAddr, protocol: Protocol, port: u16) -> Self {
+    pub fn new(
+        direction: Direction,
+        interface: &str,
+        peer: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> Self {
         TracePacket {
             direction,
             interface: interface.to_string(),
@@ -178,7 +184,11 @@ fn run_chain(st: &mut State<'_>, chain: &Chain, depth: usize) -> Outcome {
             }
             Verdict::Dispatch { by, entries } => {
                 // A packet has one interface; lo never appears in a vmap.
-                let ifname = if st.packet.loopback { "lo" } else { st.packet.interface.as_str() };
+                let ifname = if st.packet.loopback {
+                    "lo"
+                } else {
+                    st.packet.interface.as_str()
+                };
                 debug_assert!(matches!(by, IfBy::In | IfBy::Out));
                 if let Some((_, target)) = entries.iter().find(|(i, _)| i == ifname) {
                     let target = st
@@ -244,7 +254,10 @@ fn matches(st: &State<'_>, m: &Match) -> bool {
                 (Family::V6, IpAddr::V6(a)) => u128::from(a),
                 _ => return false,
             };
-            let def = st.table.set(set).unwrap_or_else(|| panic!("rule uses missing set {set}"));
+            let def = st
+                .table
+                .set(set)
+                .unwrap_or_else(|| panic!("rule uses missing set {set}"));
             def.ranges.iter().any(|&(lo, hi)| x >= lo && x <= hi)
         }
         Match::Mark { mask, value } => st.mark & mask == *value,

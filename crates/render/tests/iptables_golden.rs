@@ -20,7 +20,10 @@ use netwarden_render::RenderOptions;
 
 fn sel(pairs: &[(&str, &str)]) -> LabelSelector {
     LabelSelector {
-        match_labels: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        match_labels: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         match_expressions: Vec::new(),
     }
 }
@@ -30,7 +33,10 @@ fn iface(name: &str, network: NetworkId, ips: &[&str]) -> PodInterface {
     PodInterface {
         name: name.into(),
         network,
-        prefix_lens: ips.iter().map(|ip| if ip.is_ipv4() { 24 } else { 64 }).collect(),
+        prefix_lens: ips
+            .iter()
+            .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
+            .collect(),
         ips,
     }
 }
@@ -61,7 +67,11 @@ fn mk_policy(name: &str, target_app: &str) -> Policy {
 }
 
 fn pods_peer(app: &str) -> Peer {
-    Peer::Pods { pod_selector: Some(sel(&[("app", app)])), namespace_selector: None, network_selector: None }
+    Peer::Pods {
+        pod_selector: Some(sel(&[("app", app)])),
+        namespace_selector: None,
+        network_selector: None,
+    }
 }
 
 fn block(cidr: &str, except: &[&str]) -> Peer {
@@ -72,7 +82,11 @@ fn block(cidr: &str, except: &[&str]) -> Peer {
 }
 
 fn port(protocol: Protocol, port: Option<u16>, end: Option<u16>) -> PolicyPort {
-    PolicyPort { protocol, port: port.map(PortRef::Number), end_port: end }
+    PolicyPort {
+        protocol,
+        port: port.map(PortRef::Number),
+        end_port: end,
+    }
 }
 
 fn tcp(p: u16) -> PolicyPort {
@@ -93,10 +107,42 @@ fn cast(dual_stack: bool) -> Vec<Pod> {
         }
     };
     vec![
-        mk_pod("server", "web", vec![iface("eth0", NetworkId::Primary, &ips("10.0.0.10", "fd00::10"))]),
-        mk_pod("client-a", "client", vec![iface("eth0", NetworkId::Primary, &ips("10.0.0.20", "fd00::20"))]),
-        mk_pod("client-b", "client", vec![iface("eth0", NetworkId::Primary, &ips("10.0.0.21", "fd00::21"))]),
-        mk_pod("other", "other", vec![iface("eth0", NetworkId::Primary, &ips("10.0.0.30", "fd00::30"))]),
+        mk_pod(
+            "server",
+            "web",
+            vec![iface(
+                "eth0",
+                NetworkId::Primary,
+                &ips("10.0.0.10", "fd00::10"),
+            )],
+        ),
+        mk_pod(
+            "client-a",
+            "client",
+            vec![iface(
+                "eth0",
+                NetworkId::Primary,
+                &ips("10.0.0.20", "fd00::20"),
+            )],
+        ),
+        mk_pod(
+            "client-b",
+            "client",
+            vec![iface(
+                "eth0",
+                NetworkId::Primary,
+                &ips("10.0.0.21", "fd00::21"),
+            )],
+        ),
+        mk_pod(
+            "other",
+            "other",
+            vec![iface(
+                "eth0",
+                NetworkId::Primary,
+                &ips("10.0.0.30", "fd00::30"),
+            )],
+        ),
     ]
 }
 
@@ -108,7 +154,9 @@ fn server_rules(pods: Vec<Pod>, policies: Vec<Policy>) -> PodRules {
     for p in policies {
         engine.set_policy(p);
     }
-    engine.pod_rules(&PodKey::new("ns", "server")).expect("server exists")
+    engine
+        .pod_rules(&PodKey::new("ns", "server"))
+        .expect("server exists")
 }
 
 struct Case {
@@ -118,7 +166,11 @@ struct Case {
 }
 
 fn case(name: &'static str, pods: Vec<Pod>, policies: Vec<Policy>) -> Case {
-    Case { name, rules: server_rules(pods, policies), opts: RenderOptions::default() }
+    Case {
+        name,
+        rules: server_rules(pods, policies),
+        opts: RenderOptions::default(),
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -130,17 +182,25 @@ fn cases() -> Vec<Case> {
     out.push(case("open_pod", cast(false), vec![p]));
 
     let mut p = mk_policy("web-from-clients", "web");
-    p.ingress = Some(vec![rule(vec![pods_peer("client")], vec![tcp(80), tcp(443)])]);
+    p.ingress = Some(vec![rule(
+        vec![pods_peer("client")],
+        vec![tcp(80), tcp(443)],
+    )]);
     out.push(case("ingress_pod_peers_ports", cast(false), vec![p]));
 
     let mut p = mk_policy("egress-db", "web");
-    p.egress =
-        Some(vec![rule(vec![block("172.16.0.0/12", &["172.16.5.0/24", "172.20.0.1/32"])], vec![tcp(5432)])]);
+    p.egress = Some(vec![rule(
+        vec![block("172.16.0.0/12", &["172.16.5.0/24", "172.20.0.1/32"])],
+        vec![tcp(5432)],
+    )]);
     out.push(case("egress_ipblock_except", cast(false), vec![p]));
 
     let mut p = mk_policy("dual", "web");
     p.ingress = Some(vec![rule(vec![pods_peer("client")], vec![tcp(8080)])]);
-    p.egress = Some(vec![rule(vec![block("fd00::/64", &["fd00::30/128"])], vec![])]);
+    p.egress = Some(vec![rule(
+        vec![block("fd00::/64", &["fd00::30/128"])],
+        vec![],
+    )]);
     out.push(case("dual_stack", cast(true), vec![p]));
 
     let mut p = mk_policy("ranges", "web");
@@ -156,8 +216,14 @@ fn cases() -> Vec<Case> {
 
     let mut p = mk_policy("sctp", "web");
     p.ingress = Some(vec![
-        rule(vec![pods_peer("client")], vec![port(Protocol::Sctp, Some(3868), None)]),
-        rule(vec![pods_peer("other")], vec![port(Protocol::Sctp, None, None)]),
+        rule(
+            vec![pods_peer("client")],
+            vec![port(Protocol::Sctp, Some(3868), None)],
+        ),
+        rule(
+            vec![pods_peer("other")],
+            vec![port(Protocol::Sctp, None, None)],
+        ),
     ]);
     out.push(case("sctp", cast(false), vec![p]));
 
@@ -173,12 +239,19 @@ fn cases() -> Vec<Case> {
     out.push(case("monitor_only", cast(false), vec![p]));
 
     let mut enforced = mk_policy("current", "web");
-    enforced.ingress = Some(vec![rule(vec![pods_peer("client"), pods_peer("other")], vec![tcp(80)])]);
+    enforced.ingress = Some(vec![rule(
+        vec![pods_peer("client"), pods_peer("other")],
+        vec![tcp(80)],
+    )]);
     let mut monitored = mk_policy("tighter", "web");
     monitored.mode = Mode::Monitor;
     monitored.replaces = Some("current".into());
     monitored.ingress = Some(vec![rule(vec![pods_peer("client")], vec![tcp(80)])]);
-    out.push(case("enforced_and_monitored", cast(false), vec![enforced, monitored]));
+    out.push(case(
+        "enforced_and_monitored",
+        cast(false),
+        vec![enforced, monitored],
+    ));
 
     let mut p = mk_policy("logged", "web");
     p.log_denies = true;
@@ -186,10 +259,31 @@ fn cases() -> Vec<Case> {
     p.egress = Some(vec![rule(vec![pods_peer("client")], vec![])]);
     out.push(case("log_denies", cast(false), vec![p]));
 
+    // Egress, dual-stack: an enforced policy logging denies plus a monitored one: both marks,
+    // the would-deny log before the accept and the deny log after it.
+    let mut enforced = mk_policy("egress-logged", "web");
+    enforced.log_denies = true;
+    enforced.egress = Some(vec![rule(vec![pods_peer("client")], vec![tcp(5432)])]);
+    let mut monitored = mk_policy("egress-preview", "web");
+    monitored.mode = Mode::Monitor;
+    monitored.egress = Some(vec![rule(
+        vec![pods_peer("client")],
+        vec![tcp(5432), tcp(6432)],
+    )]);
+    out.push(case(
+        "monitor_with_log_denies",
+        cast(true),
+        vec![enforced, monitored],
+    ));
+
     // Two interfaces; a NetworkPolicy isolates only the primary one: net1 passes untouched,
     // forwarding is rejected (on by default) ...
     let mut pods = cast(false);
-    pods[0].interfaces.push(iface("net1", NetworkId::nad("ns", "data"), &["192.168.1.10"]));
+    pods[0].interfaces.push(iface(
+        "net1",
+        NetworkId::nad("ns", "data"),
+        &["192.168.1.10"],
+    ));
     let mut p = mk_policy("primary-only", "web");
     p.ingress = Some(vec![rule(vec![pods_peer("client")], vec![])]);
     out.push(case("forward_rejection", pods.clone(), vec![p.clone()]));
@@ -228,7 +322,11 @@ fn golden_rulesets() {
             failures.push(format!("--- {} ---\n{got}", c.name));
         }
     }
-    assert!(failures.is_empty(), "rulesets differ from golden files:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "rulesets differ from golden files:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -246,7 +344,10 @@ fn rendering_is_deterministic_and_sets_are_shared() {
         assert_eq!(referenced, a.set_names(), "{}", c.name);
     }
     // Two clients with the same peers on two ports share one set.
-    let c = cases().into_iter().find(|c| c.name == "ingress_pod_peers_ports").unwrap();
+    let c = cases()
+        .into_iter()
+        .find(|c| c.name == "ingress_pod_peers_ports")
+        .unwrap();
     assert_eq!(render_iptables(&c.rules, &c.opts).set_names().len(), 1);
 }
 
@@ -256,7 +357,10 @@ struct TestNetns(String);
 impl TestNetns {
     fn new() -> TestNetns {
         let name = format!("nwipt-{}-{:x}", std::process::id(), rand_suffix());
-        let st = Command::new("ip").args(["netns", "add", &name]).status().unwrap();
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
         assert!(st.success(), "ip netns add {name}");
         TestNetns(name)
     }
@@ -272,7 +376,12 @@ impl TestNetns {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
         child.wait_with_output().unwrap()
     }
 }
@@ -285,17 +394,27 @@ impl Drop for TestNetns {
 
 fn rand_suffix() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false)
 }
 
 #[test]
 fn golden_rulesets_accepted_by_iptables_restore() {
     if !is_root() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "root needed for netns tests in CI");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "root needed for netns tests in CI"
+        );
         eprintln!("skipping: not root");
         return;
     }
@@ -304,7 +423,12 @@ fn golden_rulesets_accepted_by_iptables_restore() {
         // A fresh netns per case: each set name must be created by its own script.
         let ns = TestNetns::new();
         let out = ns.run("ipset", &["restore"], &r.ipset);
-        assert!(out.status.success(), "{}: ipset restore: {}", c.name, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: ipset restore: {}",
+            c.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
         for (program, text) in [("iptables-restore", &r.v4), ("ip6tables-restore", &r.v6)] {
             let out = ns.run(program, &["-w", "--test"], text);
             assert!(
@@ -316,10 +440,17 @@ fn golden_rulesets_accepted_by_iptables_restore() {
         }
         // The script is idempotent: running it again over the live sets succeeds.
         let out = ns.run("ipset", &["restore"], &r.ipset);
-        assert!(out.status.success(), "{}: second ipset restore: {}", c.name, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: second ipset restore: {}",
+            c.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let listed = ns.run("ipset", &["list", "-n"], "");
-        let names: std::collections::BTreeSet<String> =
-            String::from_utf8_lossy(&listed.stdout).lines().map(str::to_string).collect();
+        let names: std::collections::BTreeSet<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
         assert_eq!(names, r.set_names(), "{}: temporaries left behind", c.name);
     }
 }

@@ -1,0 +1,309 @@
+//! Real-kernel test of the nft dataplane in a throwaway netns pair joined by a veth:
+//! apply, read back, skip unchanged, atomic failure, TCP allowed/refused with RST, removal that
+//! leaves other tables alone.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use netwarden_dataplane::netns::{self, create_named, delete_named, exec_in, run_in};
+use netwarden_dataplane::{ApplyOutcome, Dataplane, NftDataplane, RenderedRuleset};
+use netwarden_engine::{
+    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, Isolation, Mode,
+    NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
+    Protocol, RuleOrigin,
+};
+use netwarden_render::{render_nft, RenderOptions};
+
+fn root_or_skip() -> bool {
+    if netns::is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "these tests need root in CI"
+    );
+    eprintln!("skipped: needs root");
+    false
+}
+
+/// Deletes the namespaces (and with them the veth) even when the test panics.
+struct Guard(Vec<String>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = delete_named(n);
+        }
+    }
+}
+
+const POD_IP: &str = "10.231.77.1";
+const CLIENT_IP: &str = "10.231.77.2";
+
+fn pod_rules(allowed_ports: &[u16]) -> PodRules {
+    let policy = PolicyRef {
+        kind: PolicyKind::NetworkPolicy,
+        key: ObjectKey::new("t", "allow"),
+    };
+    let rule = AllowRule {
+        origin: RuleOrigin {
+            policy: policy.clone(),
+            direction: Direction::Ingress,
+            index: 0,
+            mode: Mode::Enforce,
+        },
+        clauses: vec![Clause {
+            peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs([CLIENT_IP.parse().unwrap()]))),
+            ports: PortMatch::Only(
+                allowed_ports
+                    .iter()
+                    .map(|&p| PortRange {
+                        protocol: Protocol::Tcp,
+                        ports: Some((p, p)),
+                    })
+                    .collect(),
+            ),
+        }],
+    };
+    let iso = Isolation::Isolated(vec![rule]);
+    PodRules {
+        pod: ObjectKey::new("t", "pod"),
+        netns: None,
+        interfaces: vec![InterfaceRules {
+            name: "nwv0".into(),
+            network: NetworkId::Primary,
+            ips: vec![POD_IP.parse().unwrap()],
+            ingress: DirectionRules {
+                enforced: iso.clone(),
+                staged: iso,
+                enforced_policies: vec![policy],
+                monitored_policies: vec![],
+                replaced_policies: vec![],
+                log_denies: false,
+            },
+            egress: DirectionRules::open(),
+        }],
+    }
+}
+
+fn listen(ns: &Path, port: u16) -> TcpListener {
+    let addr: SocketAddr = format!("{POD_IP}:{port}").parse().unwrap();
+    run_in(ns, move || TcpListener::bind(addr))
+        .unwrap()
+        .unwrap()
+}
+
+/// Connects from the client netns; returns the result and how long it took.
+fn connect(ns: &Path, port: u16) -> (std::io::Result<TcpStream>, Duration) {
+    let addr: SocketAddr = format!("{POD_IP}:{port}").parse().unwrap();
+    run_in(ns, move || {
+        let start = Instant::now();
+        let r = TcpStream::connect_timeout(&addr, Duration::from_secs(5));
+        (r, start.elapsed())
+    })
+    .unwrap()
+}
+
+fn tables(ns: &Path) -> String {
+    String::from_utf8(
+        exec_in(ns, "nft", &["list", "tables"], None)
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+}
+
+/// Two namespaces joined by a veth (`nwv0` in the pod netns, `nwv1` in the client netns).
+fn topology(tag: &str) -> (Guard, PathBuf, PathBuf) {
+    let pid = std::process::id();
+    let (pod_name, client_name) = (format!("nwnft-p{tag}-{pid}"), format!("nwnft-c{tag}-{pid}"));
+    let guard = Guard(vec![pod_name.clone(), client_name.clone()]);
+    let pod: PathBuf = create_named(&pod_name).unwrap();
+    let client: PathBuf = create_named(&client_name).unwrap();
+
+    // veth created inside the pod netns, peer moved to the client netns: nothing in the root
+    // namespace is touched.
+    let sh = |ns: &Path, args: &[&str]| {
+        exec_in(ns, "ip", args, None).unwrap();
+    };
+    sh(
+        &pod,
+        &[
+            "link", "add", "nwv0", "type", "veth", "peer", "name", "nwv1",
+        ],
+    );
+    sh(&pod, &["link", "set", "nwv1", "netns", &client_name]);
+    sh(
+        &pod,
+        &["addr", "add", &format!("{POD_IP}/24"), "dev", "nwv0"],
+    );
+    sh(&pod, &["link", "set", "nwv0", "up"]);
+    sh(&pod, &["link", "set", "lo", "up"]);
+    sh(
+        &client,
+        &["addr", "add", &format!("{CLIENT_IP}/24"), "dev", "nwv1"],
+    );
+    sh(&client, &["link", "set", "nwv1", "up"]);
+    sh(&client, &["link", "set", "lo", "up"]);
+
+    (guard, pod, client)
+}
+
+#[test]
+fn nft_dataplane_in_real_netns() {
+    if !root_or_skip() {
+        return;
+    }
+    let (guard, pod, client) = topology("a");
+
+    // A table we do not own, which must survive everything below.
+    exec_in(&pod, "nft", &["-f", "-"], Some(b"table inet other {\n chain c {\n  type filter hook input priority 10; policy accept;\n }\n}\n")).unwrap();
+
+    let _l1 = listen(&pod, 8080);
+    let _l2 = listen(&pod, 8081);
+    // Before any rules both ports connect.
+    assert!(connect(&client, 8081).0.is_ok());
+
+    let opts = RenderOptions::default();
+    let ruleset = RenderedRuleset::nft(render_nft(&pod_rules(&[8080]), &opts));
+    let mut dp = NftDataplane::new();
+    assert_eq!(dp.apply(&pod, &ruleset).unwrap(), ApplyOutcome::Applied);
+    let listed = dp.read_back(&pod).unwrap().expect("table present");
+    assert!(listed.contains("table inet netwarden"), "{listed}");
+    assert!(listed.contains("jump in_0"), "{listed}");
+    assert!(listed.contains("10.231.77.2"), "{listed}");
+    assert_eq!(dp.apply(&pod, &ruleset).unwrap(), ApplyOutcome::Unchanged);
+
+    // Allowed port connects; denied port (with a listener!) is refused fast by our TCP reset.
+    let (ok, _) = connect(&client, 8080);
+    assert!(ok.is_ok(), "allowed port: {ok:?}");
+    let (denied, took) = connect(&client, 8081);
+    let err = denied.expect_err("8081 must be rejected");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+    assert!(
+        took < Duration::from_secs(1),
+        "refusal took {took:?} (a timeout, not a reset)"
+    );
+
+    // A failing transaction changes nothing and forgets the hash.
+    let bad = RenderedRuleset::nft(
+        "table inet netwarden {}\ndelete table inet netwarden\ntable inet netwarden { chain x { bogus-statement } }\n".into(),
+    );
+    assert!(dp.apply(&pod, &bad).is_err());
+    assert_eq!(
+        dp.read_back(&pod).unwrap().as_deref(),
+        Some(listed.as_str()),
+        "failed apply left the table"
+    );
+    assert_eq!(
+        dp.apply(&pod, &ruleset).unwrap(),
+        ApplyOutcome::Applied,
+        "full resync after failure"
+    );
+
+    // Update: 8081 allowed too, replaced atomically.
+    let wider = RenderedRuleset::nft(render_nft(&pod_rules(&[8080, 8081]), &opts));
+    assert_eq!(dp.apply(&pod, &wider).unwrap(), ApplyOutcome::Applied);
+    assert!(connect(&client, 8081).0.is_ok());
+
+    // An open pod renders a removal: applied as a removal, and only our table goes.
+    let mut open = pod_rules(&[]);
+    open.interfaces[0].ingress = DirectionRules::open();
+    let removal = RenderedRuleset::nft(render_nft(&open, &opts));
+    assert_eq!(dp.apply(&pod, &removal).unwrap(), ApplyOutcome::Removed);
+    assert_eq!(dp.read_back(&pod).unwrap(), None);
+    let t = tables(&pod);
+    assert!(
+        t.contains("table inet other") && !t.contains("netwarden"),
+        "{t}"
+    );
+
+    // Apply again, then remove(): table gone, other untouched; remove twice is fine.
+    assert_eq!(dp.apply(&pod, &ruleset).unwrap(), ApplyOutcome::Applied);
+    assert!(connect(&client, 8081).0.is_err());
+    dp.remove(&pod).unwrap();
+    dp.remove(&pod).unwrap();
+    assert_eq!(dp.read_back(&pod).unwrap(), None);
+    let t = tables(&pod);
+    assert!(
+        t.contains("table inet other") && !t.contains("netwarden"),
+        "{t}"
+    );
+    assert!(connect(&client, 8081).0.is_ok());
+
+    // A netns that no longer exists has nothing to remove.
+    drop(guard);
+    assert!(!pod.exists());
+    dp.remove(&pod).unwrap();
+    let err = dp.apply(&pod, &ruleset).unwrap_err();
+    assert!(err.netns_gone(), "{err}");
+}
+
+/// The monitor evaluation runs beside enforcement without changing it: a monitored policy that
+/// would allow only 8080 lets 8081 through; with an enforced policy allowing only 8080 and a
+/// monitored one replacing it, 8081 is still refused and 8080 still connects.
+#[test]
+fn monitor_rules_never_block_in_the_kernel() {
+    if !root_or_skip() {
+        return;
+    }
+    let (_guard, pod, client) = topology("m");
+    let _l1 = listen(&pod, 8080);
+    let _l2 = listen(&pod, 8081);
+    let opts = RenderOptions::default();
+    let mut dp = NftDataplane::new();
+
+    let mut rules = pod_rules(&[8080]);
+    let staged = rules.interfaces[0].ingress.staged.clone();
+    let monitor = PolicyRef {
+        kind: PolicyKind::NetworkPolicy,
+        key: ObjectKey::new("t", "mon"),
+    };
+    {
+        let ing = &mut rules.interfaces[0].ingress;
+        ing.enforced = Isolation::Open;
+        ing.enforced_policies.clear();
+        ing.monitored_policies = vec![monitor.clone()];
+    }
+    let text = render_nft(&rules, &opts);
+    assert!(text.contains("nw:wd:"), "{text}");
+    assert_eq!(
+        dp.apply(&pod, &RenderedRuleset::nft(text)).unwrap(),
+        ApplyOutcome::Applied
+    );
+    assert!(connect(&client, 8080).0.is_ok());
+    assert!(
+        connect(&client, 8081).0.is_ok(),
+        "monitor-only must not block"
+    );
+
+    // Enforced (8080 only) + monitored replacing it with "allow all TCP".
+    let mut rules = pod_rules(&[8080]);
+    {
+        let ing = &mut rules.interfaces[0].ingress;
+        let mut wide = staged.clone();
+        if let Isolation::Isolated(r) = &mut wide {
+            r[0].clauses[0].ports = PortMatch::Only(vec![PortRange {
+                protocol: Protocol::Tcp,
+                ports: None,
+            }]);
+        }
+        ing.staged = wide;
+        ing.monitored_policies = vec![monitor];
+        ing.replaced_policies = ing.enforced_policies.clone();
+        ing.log_denies = true;
+    }
+    let text = render_nft(&rules, &opts);
+    assert_eq!(
+        dp.apply(&pod, &RenderedRuleset::nft(text)).unwrap(),
+        ApplyOutcome::Applied
+    );
+    assert!(connect(&client, 8080).0.is_ok());
+    let (denied, took) = connect(&client, 8081);
+    assert_eq!(
+        denied.expect_err("enforced deny").kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
+    assert!(took < Duration::from_secs(1));
+}

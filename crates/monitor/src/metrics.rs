@@ -1,0 +1,459 @@
+//! Prometheus metrics, in the text exposition format (version 0.0.4), written by hand.
+//!
+//! The format is a few lines per metric; a client library would add more code than it saves.
+//! Counters are atomics, per-policy counters sit in a mutex-protected ordered map (updated once
+//! per event, which is rate-limited in the kernel), and `render` produces deterministic output.
+//! [`serve_metrics`] answers `GET /metrics` with a minimal HTTP/1.1 responder on std's
+//! `TcpListener`: scraping needs nothing more.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::event::{Event, EventAction};
+
+/// Upper bounds of the sync duration histogram, in seconds.
+pub const SYNC_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    /// Non-cumulative counts per bucket; the last slot is +Inf.
+    counts: [u64; SYNC_BUCKETS.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+/// Every metric the agent exports. Shared as `Arc<Metrics>`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    would_deny: Mutex<BTreeMap<String, u64>>,
+    deny: Mutex<BTreeMap<String, u64>>,
+    nflog_dropped_kernel: AtomicU64,
+    nflog_dropped_queue: AtomicU64,
+    nflog_enobufs: AtomicU64,
+    events_unknown: AtomicU64,
+    syncs: AtomicU64,
+    sync_errors: AtomicU64,
+    sync_duration: Mutex<Histogram>,
+    managed_pods: AtomicI64,
+    listeners: AtomicI64,
+}
+
+fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str, n: u64) {
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    match m.get_mut(key) {
+        Some(v) => *v += n,
+        None => {
+            m.insert(key.to_owned(), n);
+        }
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// Counts an emitted event: a would-deny for each monitored policy it names, a deny for each
+    /// enforced policy.
+    pub fn record_event(&self, event: &Event) {
+        match event.action {
+            EventAction::WouldDeny => {
+                for p in &event.policies {
+                    bump(&self.would_deny, p, 1);
+                }
+            }
+            EventAction::Deny => {
+                for p in &event.enforced_policies {
+                    bump(&self.deny, p, 1);
+                }
+            }
+        }
+    }
+
+    /// Log messages the kernel could not deliver (gaps in the NFLOG sequence numbers).
+    pub fn add_nflog_dropped_kernel(&self, n: u64) {
+        self.nflog_dropped_kernel.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Records dropped because the collector's queue was full.
+    pub fn add_nflog_dropped_queue(&self, n: u64) {
+        self.nflog_dropped_queue.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `recv` failed with ENOBUFS (the socket buffer overflowed at least once).
+    pub fn add_nflog_overrun(&self) {
+        self.nflog_enobufs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add_unknown(&self) {
+        self.events_unknown.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One reconcile pass of the agent, successful or not.
+    pub fn observe_sync(&self, duration: Duration, ok: bool) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.sync_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let secs = duration.as_secs_f64();
+        let mut h = self.sync_duration.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = SYNC_BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(SYNC_BUCKETS.len());
+        h.counts[slot] += 1;
+        h.sum += secs;
+        h.count += 1;
+    }
+
+    pub fn set_managed_pods(&self, n: usize) {
+        self.managed_pods
+            .store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    pub(crate) fn listeners_add(&self, delta: i64) {
+        self.listeners.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    pub fn would_deny_count(&self, policy: &str) -> u64 {
+        self.would_deny
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(policy)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn deny_count(&self, policy: &str) -> u64 {
+        self.deny
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(policy)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Kernel-side plus queue-side drops.
+    pub fn nflog_dropped(&self) -> u64 {
+        self.nflog_dropped_kernel.load(Ordering::Relaxed)
+            + self.nflog_dropped_queue.load(Ordering::Relaxed)
+    }
+
+    pub fn nflog_overruns(&self) -> u64 {
+        self.nflog_enobufs.load(Ordering::Relaxed)
+    }
+
+    pub fn unknown(&self) -> u64 {
+        self.events_unknown.load(Ordering::Relaxed)
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let per_policy =
+            |out: &mut String, name: &str, help: &str, map: &Mutex<BTreeMap<String, u64>>| {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} counter");
+                for (policy, n) in map.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    let _ = writeln!(out, "{name}{{policy=\"{}\"}} {n}", escape_label(policy));
+                }
+            };
+        per_policy(
+            &mut out,
+            "netwarden_would_deny_total",
+            "Connections a monitored policy would deny (traffic passed).",
+            &self.would_deny,
+        );
+        per_policy(
+            &mut out,
+            "netwarden_deny_total",
+            "Logged connections denied by enforced policies.",
+            &self.deny,
+        );
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP netwarden_nflog_dropped_total Log messages lost before becoming events."
+        );
+        let _ = writeln!(out, "# TYPE netwarden_nflog_dropped_total counter");
+        let _ = writeln!(
+            out,
+            "netwarden_nflog_dropped_total{{reason=\"kernel\"}} {}",
+            load(&self.nflog_dropped_kernel)
+        );
+        let _ = writeln!(
+            out,
+            "netwarden_nflog_dropped_total{{reason=\"queue\"}} {}",
+            load(&self.nflog_dropped_queue)
+        );
+        let simple = |out: &mut String, name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {value}");
+        };
+        simple(
+            &mut out,
+            "netwarden_nflog_overruns_total",
+            "counter",
+            "NFLOG socket receive buffer overflows (ENOBUFS).",
+            load(&self.nflog_enobufs).to_string(),
+        );
+        simple(
+            &mut out,
+            "netwarden_events_unknown_total",
+            "counter",
+            "Log records with an unknown prefix or key, or no decodable packet.",
+            load(&self.events_unknown).to_string(),
+        );
+        simple(
+            &mut out,
+            "netwarden_syncs_total",
+            "counter",
+            "Reconcile passes.",
+            load(&self.syncs).to_string(),
+        );
+        simple(
+            &mut out,
+            "netwarden_sync_errors_total",
+            "counter",
+            "Reconcile passes that failed.",
+            load(&self.sync_errors).to_string(),
+        );
+        {
+            let h = self.sync_duration.lock().unwrap_or_else(|p| p.into_inner());
+            let name = "netwarden_sync_duration_seconds";
+            let _ = writeln!(out, "# HELP {name} Duration of reconcile passes.");
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            let mut cumulative = 0;
+            for (i, bound) in SYNC_BUCKETS.iter().enumerate() {
+                cumulative += h.counts[i];
+                let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+            }
+            cumulative += h.counts[SYNC_BUCKETS.len()];
+            let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_sum {}", h.sum);
+            let _ = writeln!(out, "{name}_count {}", h.count);
+        }
+        simple(
+            &mut out,
+            "netwarden_managed_pods",
+            "gauge",
+            "Pods whose netns netwarden programs.",
+            self.managed_pods.load(Ordering::Relaxed).to_string(),
+        );
+        simple(
+            &mut out,
+            "netwarden_nflog_listeners",
+            "gauge",
+            "Open NFLOG listeners (one per managed netns).",
+            self.listeners.load(Ordering::Relaxed).to_string(),
+        );
+        out
+    }
+}
+
+/// Escapes a label value: backslash, double quote and line feed (exposition format 0.0.4).
+pub fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Binds `addr` and serves `GET /metrics` on a background thread (forever).
+pub fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<JoinHandle<()>> {
+    let listener = TcpListener::bind(addr)?;
+    serve_metrics_on(listener, metrics)
+}
+
+/// Serves `GET /metrics` on an already bound listener (tests bind port 0 and read the address).
+pub fn serve_metrics_on(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("metrics-http".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(stream) => {
+                        // One scrape at a time is plenty; a slow client is cut off by the timeouts.
+                        if let Err(e) = answer(stream, &metrics) {
+                            tracing::debug!("metrics request failed: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("metrics listener accept failed: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })
+}
+
+fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?).take(16 * 1024);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Drain the headers (up to the blank line) so the client is not reset mid-send.
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.render(),
+        ),
+        ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "method not allowed\n".to_owned(),
+        ),
+    };
+    let mut out = stream;
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    if method != "HEAD" {
+        out.write_all(body.as_bytes())?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Cause;
+    use crate::time::Timestamp;
+    use netwarden_engine::Direction;
+
+    fn event(action: EventAction, policies: &[&str], enforced: &[&str]) -> Event {
+        Event {
+            time: Timestamp(0),
+            node: "n".into(),
+            action,
+            direction: Direction::Ingress,
+            pod: "a/b".into(),
+            interface: "eth0".into(),
+            network: "default".into(),
+            peer: None,
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            sport: Some(1),
+            dport: Some(2),
+            protocol: "TCP".into(),
+            policies: policies.iter().map(|s| s.to_string()).collect(),
+            enforced_policies: enforced.iter().map(|s| s.to_string()).collect(),
+            cause: Some(Cause::NewIsolation),
+        }
+    }
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(escape_label("x\ny"), "x\\ny");
+        assert_eq!(escape_label("ns/name"), "ns/name");
+    }
+
+    #[test]
+    fn renders_counters_histogram_and_gauges() {
+        let m = Metrics::new();
+        m.record_event(&event(
+            EventAction::WouldDeny,
+            &["shop/new", "shop/b\"ad"],
+            &["shop/old"],
+        ));
+        m.record_event(&event(EventAction::WouldDeny, &["shop/new"], &[]));
+        m.record_event(&event(EventAction::Deny, &[], &["shop/old"]));
+        m.add_nflog_dropped_kernel(3);
+        m.add_nflog_dropped_queue(2);
+        m.add_nflog_overrun();
+        m.add_unknown();
+        m.observe_sync(Duration::from_millis(3), true);
+        m.observe_sync(Duration::from_secs(30), false);
+        m.set_managed_pods(7);
+        let text = m.render();
+        let has = |line: &str| {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        };
+        has("# TYPE netwarden_would_deny_total counter");
+        has("netwarden_would_deny_total{policy=\"shop/new\"} 2");
+        has("netwarden_would_deny_total{policy=\"shop/b\\\"ad\"} 1");
+        has("netwarden_deny_total{policy=\"shop/old\"} 1");
+        has("netwarden_nflog_dropped_total{reason=\"kernel\"} 3");
+        has("netwarden_nflog_dropped_total{reason=\"queue\"} 2");
+        has("netwarden_nflog_overruns_total 1");
+        has("netwarden_events_unknown_total 1");
+        has("netwarden_syncs_total 2");
+        has("netwarden_sync_errors_total 1");
+        has("# TYPE netwarden_sync_duration_seconds histogram");
+        has("netwarden_sync_duration_seconds_bucket{le=\"0.001\"} 0");
+        has("netwarden_sync_duration_seconds_bucket{le=\"0.005\"} 1");
+        has("netwarden_sync_duration_seconds_bucket{le=\"10\"} 1");
+        has("netwarden_sync_duration_seconds_bucket{le=\"+Inf\"} 2");
+        has("netwarden_sync_duration_seconds_sum 30.003");
+        has("netwarden_sync_duration_seconds_count 2");
+        has("# TYPE netwarden_managed_pods gauge");
+        has("netwarden_managed_pods 7");
+        assert_eq!(m.would_deny_count("shop/new"), 2);
+        assert_eq!(m.deny_count("shop/old"), 1);
+        assert_eq!(m.nflog_dropped(), 5);
+        // Every sample line is `name{labels} value` or `name value` with a numeric value.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+            assert!(line.starts_with("netwarden_"), "{line}");
+        }
+    }
+
+    #[test]
+    fn serves_over_http() {
+        let m = Arc::new(Metrics::new());
+        m.set_managed_pods(3);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _server = serve_metrics_on(listener, m.clone()).unwrap();
+        let get = |path: &str| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut resp = String::new();
+            s.read_to_string(&mut resp).unwrap();
+            resp
+        };
+        let resp = get("/metrics");
+        assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
+        assert!(resp.contains("Content-Type: text/plain; version=0.0.4"));
+        assert!(resp.contains("\r\n\r\n# HELP"));
+        assert!(resp.contains("netwarden_managed_pods 3\n"));
+        assert!(get("/other").starts_with("HTTP/1.1 404"));
+    }
+}

@@ -1,0 +1,514 @@
+//! Builders for hand-made `PodRules` shared by the golden and tracer tests, and a throwaway
+//! netns for `nft -c`.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use netwarden_engine::{
+    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, IpBlock, Isolation,
+    Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
+    Protocol, RuleOrigin,
+};
+
+pub fn pref(name: &str) -> PolicyRef {
+    PolicyRef {
+        kind: PolicyKind::NetworkPolicy,
+        key: ObjectKey::new("ns", name),
+    }
+}
+
+pub fn origin(policy: &str, direction: Direction, index: usize, mode: Mode) -> RuleOrigin {
+    RuleOrigin {
+        policy: pref(policy),
+        direction,
+        index,
+        mode,
+    }
+}
+
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+pub fn addrs(list: &[&str]) -> PeerMatch {
+    PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(list.iter().map(|a| ip(a)))))
+}
+
+pub fn block(cidr: &str, except: &[&str]) -> PeerMatch {
+    PeerMatch::Addrs(Arc::new(AddrSet::from_ip_block(&IpBlock {
+        cidr: cidr.parse().unwrap(),
+        except: except.iter().map(|e| e.parse().unwrap()).collect(),
+    })))
+}
+
+pub fn ports(list: &[(Protocol, Option<(u16, u16)>)]) -> PortMatch {
+    PortMatch::Only(
+        list.iter()
+            .map(|&(protocol, ports)| PortRange { protocol, ports })
+            .collect(),
+    )
+}
+
+pub fn tcp(p: u16) -> (Protocol, Option<(u16, u16)>) {
+    (Protocol::Tcp, Some((p, p)))
+}
+
+pub fn clause(peers: PeerMatch, ports: PortMatch) -> Clause {
+    Clause { peers, ports }
+}
+
+pub fn rule(origin: RuleOrigin, clauses: Vec<Clause>) -> AllowRule {
+    AllowRule { origin, clauses }
+}
+
+/// A direction isolated by enforced policies only.
+pub fn enforced(policies: &[&str], rules: Vec<AllowRule>) -> DirectionRules {
+    let iso = Isolation::Isolated(rules);
+    DirectionRules {
+        enforced: iso.clone(),
+        staged: iso,
+        enforced_policies: policies.iter().map(|p| pref(p)).collect(),
+        monitored_policies: vec![],
+        replaced_policies: vec![],
+        log_denies: false,
+    }
+}
+
+pub fn iface(
+    name: &str,
+    ips: &[&str],
+    ingress: DirectionRules,
+    egress: DirectionRules,
+) -> InterfaceRules {
+    InterfaceRules {
+        name: name.into(),
+        network: if name == "eth0" {
+            NetworkId::Primary
+        } else {
+            NetworkId::nad("ns", name)
+        },
+        ips: ips.iter().map(|a| ip(a)).collect(),
+        ingress,
+        egress,
+    }
+}
+
+pub fn pod(interfaces: Vec<InterfaceRules>) -> PodRules {
+    PodRules {
+        pod: ObjectKey::new("ns", "pod"),
+        netns: None,
+        interfaces,
+    }
+}
+
+/// A throwaway named netns, deleted on drop, for `nft -c` (check mode changes nothing, but we
+/// never even look at the root namespace's ruleset).
+pub struct ScratchNetns(pub String);
+
+impl ScratchNetns {
+    /// `None` when not root (outside CI); panics when CI=true and not root.
+    pub fn new(tag: &str) -> Option<ScratchNetns> {
+        let uid = Command::new("id").arg("-u").output().unwrap();
+        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "nft -c tests need root in CI"
+            );
+            eprintln!("skipped nft -c: needs root");
+            return None;
+        }
+        let name = format!("nwrt-{tag}-{}-{}", std::process::id(), rand_suffix());
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip netns add {name}");
+        Some(ScratchNetns(name))
+    }
+
+    /// Runs `nft <args>` inside with `stdin`; returns (success, stderr).
+    pub fn nft(&self, args: &[&str], stdin: &str) -> (bool, String, String) {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.0, "nft"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+fn rand_suffix() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.subsec_nanos() % 100_000
+}
+
+impl Drop for ScratchNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Monitor bookkeeping for a direction: `enforced_rules` decide, `staged_rules` preview.
+pub fn monitored(
+    enforced_policies: &[&str],
+    enforced_rules: Option<Vec<AllowRule>>,
+    monitored_policies: &[&str],
+    replaced: &[&str],
+    staged_rules: Vec<AllowRule>,
+) -> DirectionRules {
+    DirectionRules {
+        enforced: match enforced_rules {
+            Some(r) => Isolation::Isolated(r),
+            None => Isolation::Open,
+        },
+        staged: Isolation::Isolated(staged_rules),
+        enforced_policies: enforced_policies.iter().map(|p| pref(p)).collect(),
+        monitored_policies: monitored_policies.iter().map(|p| pref(p)).collect(),
+        replaced_policies: replaced.iter().map(|p| pref(p)).collect(),
+        log_denies: false,
+    }
+}
+
+use netwarden_render::RenderOptions;
+
+use Direction::{Egress, Ingress};
+use Mode::{Enforce, Monitor};
+
+/// Every golden scenario: name, pod rules, options.
+pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
+    let o = RenderOptions::default;
+    let open = DirectionRules::open;
+    let mut v = Vec::new();
+
+    v.push((
+        "open",
+        pod(vec![iface("eth0", &["10.0.0.1"], open(), open())]),
+        o(),
+    ));
+
+    v.push((
+        "ingress_pods_ports",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            enforced(
+                &["allow-web"],
+                vec![
+                    rule(
+                        origin("allow-web", Ingress, 0, Enforce),
+                        vec![clause(
+                            addrs(&["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.9"]),
+                            ports(&[tcp(80), tcp(443)]),
+                        )],
+                    ),
+                    // Same peers, other rule: the set is shared.
+                    rule(
+                        origin("allow-web", Ingress, 1, Enforce),
+                        vec![clause(
+                            addrs(&["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.9"]),
+                            ports(&[(Protocol::Udp, Some((5353, 5353)))]),
+                        )],
+                    ),
+                ],
+            ),
+            open(),
+        )]),
+        o(),
+    ));
+
+    v.push((
+        "egress_ipblock_except",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            open(),
+            enforced(
+                &["egress"],
+                vec![
+                    rule(
+                        origin("egress", Egress, 0, Enforce),
+                        vec![clause(
+                            block("10.0.0.0/8", &["10.1.0.0/16", "10.0.0.5/32"]),
+                            ports(&[tcp(443)]),
+                        )],
+                    ),
+                    rule(
+                        origin("egress", Egress, 1, Enforce),
+                        vec![clause(block("192.168.1.0/24", &[]), PortMatch::Any)],
+                    ),
+                ],
+            ),
+        )]),
+        o(),
+    ));
+
+    // `port: http` resolved per destination pod: 8080 on one, 9090 on the other (as the engine
+    // emits it: one clause per resolution).
+    v.push((
+        "named_port",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            open(),
+            enforced(
+                &["to-http"],
+                vec![rule(
+                    origin("to-http", Egress, 0, Enforce),
+                    vec![
+                        clause(addrs(&["10.0.0.5"]), ports(&[tcp(8080)])),
+                        clause(addrs(&["10.0.0.6"]), ports(&[tcp(9090)])),
+                    ],
+                )],
+            ),
+        )]),
+        o(),
+    ));
+
+    v.push((
+        "dual_stack",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1", "fd00::1"],
+            enforced(
+                &["ds"],
+                vec![
+                    rule(
+                        origin("ds", Ingress, 0, Enforce),
+                        vec![clause(
+                            addrs(&["10.0.0.2", "fd00::2", "fd00::3"]),
+                            ports(&[tcp(80)]),
+                        )],
+                    ),
+                    rule(
+                        origin("ds", Ingress, 1, Enforce),
+                        vec![clause(
+                            block("fd00:1::/64", &["fd00:1::/120"]),
+                            PortMatch::Any,
+                        )],
+                    ),
+                ],
+            ),
+            open(),
+        )]),
+        o(),
+    ));
+
+    v.push((
+        "port_ranges",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            enforced(
+                &["ranges"],
+                vec![rule(
+                    origin("ranges", Ingress, 0, Enforce),
+                    vec![clause(
+                        PeerMatch::Any,
+                        ports(&[
+                            (Protocol::Tcp, Some((1000, 2000))),
+                            (Protocol::Tcp, Some((1500, 2500))),
+                            tcp(22),
+                            (Protocol::Udp, Some((53, 53))),
+                            (Protocol::Udp, Some((54, 54))),
+                        ]),
+                    )],
+                )],
+            ),
+            open(),
+        )]),
+        o(),
+    ));
+
+    v.push((
+        "sctp",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            enforced(
+                &["diameter"],
+                vec![
+                    rule(
+                        origin("diameter", Ingress, 0, Enforce),
+                        vec![clause(
+                            addrs(&["10.0.0.7"]),
+                            ports(&[(Protocol::Sctp, Some((3868, 3868)))]),
+                        )],
+                    ),
+                    rule(
+                        origin("diameter", Ingress, 1, Enforce),
+                        vec![clause(
+                            addrs(&["10.0.0.9"]),
+                            ports(&[(Protocol::Sctp, None)]),
+                        )],
+                    ),
+                ],
+            ),
+            open(),
+        )]),
+        o(),
+    ));
+
+    // DanmNetworkPolicy: every interface, both directions: quality-of-life rules, DNS, forward.
+    let both = |n: usize| {
+        enforced(
+            &["danm"],
+            vec![rule(
+                origin("danm", if n == 0 { Ingress } else { Egress }, 0, Enforce),
+                vec![clause(addrs(&["10.0.0.2", "10.10.0.2"]), ports(&[tcp(80)]))],
+            )],
+        )
+    };
+    let multi = pod(vec![
+        iface("net1", &["10.10.0.1"], both(0), both(1)),
+        iface("eth0", &["10.0.0.1"], both(0), both(1)),
+    ]);
+    v.push(("multi_interface", multi.clone(), o()));
+    v.push((
+        "no_dns_no_forward",
+        multi,
+        RenderOptions {
+            allow_dns: false,
+            reject_forward: false,
+            ..o()
+        },
+    ));
+
+    v.push((
+        "monitor_only",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            monitored(
+                &[],
+                None,
+                &["mon"],
+                &[],
+                vec![rule(
+                    origin("mon", Ingress, 0, Monitor),
+                    vec![clause(addrs(&["10.0.0.2"]), ports(&[tcp(80)]))],
+                )],
+            ),
+            open(),
+        )]),
+        o(),
+    ));
+
+    let enf_rule = || {
+        rule(
+            origin("enf", Ingress, 0, Enforce),
+            vec![clause(addrs(&["10.0.0.2"]), ports(&[tcp(80)]))],
+        )
+    };
+    let mon_rule = || {
+        rule(
+            origin("mon", Ingress, 0, Monitor),
+            vec![clause(addrs(&["10.0.0.3"]), ports(&[tcp(80)]))],
+        )
+    };
+    v.push((
+        "enforced_and_monitored",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            monitored(
+                &["enf"],
+                Some(vec![enf_rule()]),
+                &["mon"],
+                &[],
+                vec![enf_rule(), mon_rule()],
+            ),
+            open(),
+        )]),
+        o(),
+    ));
+
+    // `new` (monitored) replaces `old` (enforced): old allows the whole /24 on any port, new only
+    // 10.0.0.2 on TCP 80. Deny logging on as well.
+    let old_rule = || {
+        rule(
+            origin("old", Ingress, 0, Enforce),
+            vec![clause(block("10.0.0.0/24", &[]), PortMatch::Any)],
+        )
+    };
+    let new_rule = || {
+        rule(
+            origin("new", Ingress, 0, Monitor),
+            vec![clause(addrs(&["10.0.0.2"]), ports(&[tcp(80)]))],
+        )
+    };
+    let mut replaced = monitored(
+        &["old"],
+        Some(vec![old_rule()]),
+        &["new"],
+        &["old"],
+        vec![new_rule()],
+    );
+    replaced.log_denies = true;
+    v.push((
+        "replaced",
+        pod(vec![iface("eth0", &["10.0.0.1"], replaced, open())]),
+        o(),
+    ));
+
+    let mut log_in = enforced(
+        &["logged"],
+        vec![rule(
+            origin("logged", Ingress, 0, Enforce),
+            vec![clause(addrs(&["10.0.0.2"]), ports(&[tcp(80)]))],
+        )],
+    );
+    log_in.log_denies = true;
+    let mut log_out = enforced(
+        &["logged"],
+        vec![rule(
+            origin("logged", Egress, 0, Enforce),
+            vec![clause(addrs(&["10.0.0.2"]), PortMatch::Any)],
+        )],
+    );
+    log_out.log_denies = true;
+    v.push((
+        "log_denies",
+        pod(vec![iface("eth0", &["10.0.0.1"], log_in, log_out)]),
+        RenderOptions {
+            nflog_group: 7,
+            log_rate_per_minute: 30,
+            log_burst: 5,
+            ..o()
+        },
+    ));
+
+    // Isolated with a rule that can match nothing (only unresolvable named ports): deny all.
+    v.push((
+        "deny_all",
+        pod(vec![iface(
+            "eth0",
+            &["10.0.0.1"],
+            enforced(
+                &["deny"],
+                vec![rule(origin("deny", Ingress, 0, Enforce), vec![])],
+            ),
+            enforced(&["deny"], vec![]),
+        )]),
+        o(),
+    ));
+    v
+}

@@ -1,0 +1,247 @@
+//! Golden tests of the nft renderer: every scenario of `common::scenarios` against
+//! `tests/golden/<name>.nft` (compared ignoring line order and indentation), and every golden
+//! text accepted by `nft -c -f -` inside a throwaway netns.
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p netwarden-render --test nft_golden` rewrites the files; review
+//! the diff before committing.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use netwarden_engine::Direction;
+use netwarden_render::nft::{build_table, is_removal, render_removal};
+use netwarden_render::{log_key_for, log_prefix, render_nft, rule_count, LogAction, RenderOptions};
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.nft"))
+}
+
+fn normalized(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn goldens_match() {
+    let update = std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1");
+    let mut failures = Vec::new();
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        // Deterministic: the same input renders the same bytes, whatever the interface order.
+        let mut reversed = rules.clone();
+        reversed.interfaces.reverse();
+        assert_eq!(
+            text,
+            render_nft(&reversed, &opts),
+            "{name}: depends on interface order"
+        );
+        let path = golden_path(name);
+        if update {
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+        if normalized(&expected) != normalized(&text) {
+            failures.push(format!(
+                "--- {name} expected\n{expected}\n--- {name} got\n{text}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn goldens_are_accepted_by_nft_check() {
+    let Some(ns) = ScratchNetns::new("check") else {
+        return;
+    };
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        let (ok, _, stderr) = ns.nft(&["-c", "-f", "-"], &text);
+        assert!(ok, "{name}: nft -c rejected the ruleset:\n{stderr}\n{text}");
+        // The golden file on disk too (it is what reviewers read).
+        let golden = std::fs::read_to_string(golden_path(name)).unwrap();
+        let (ok, _, stderr) = ns.nft(&["-c", "-f", "-"], &golden);
+        assert!(ok, "{name}: golden rejected:\n{stderr}");
+    }
+    // Check mode changed nothing.
+    let (ok, listed, _) = ns.nft(&["list", "ruleset"], "");
+    assert!(ok);
+    assert!(
+        listed.trim().is_empty(),
+        "nft -c left something behind: {listed}"
+    );
+}
+
+#[test]
+fn open_pod_only_deletes() {
+    let (_, rules, opts) = scenarios().into_iter().find(|s| s.0 == "open").unwrap();
+    let text = render_nft(&rules, &opts);
+    assert_eq!(
+        text,
+        "table inet netwarden {}\ndelete table inet netwarden\n"
+    );
+    assert!(is_removal(&text));
+    assert_eq!(text, render_removal());
+    assert!(build_table(&rules, &opts).is_none());
+    assert_eq!(rule_count(&text), 0);
+}
+
+#[test]
+fn no_object_names_in_text() {
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        for policy in [
+            "allow-web",
+            "egress",
+            "to-http",
+            "danm",
+            "mon",
+            "enf",
+            "old",
+            "new",
+            "logged",
+            "ranges",
+        ] {
+            // Policy names never appear (chain/set names are generated).
+            assert!(
+                !text.contains(&format!("\"{policy}")) && !text.contains(&format!("ns/{policy}")),
+                "{name}: policy name {policy} leaked"
+            );
+        }
+        assert!(!text.contains("ns/pod"), "{name}: pod name leaked");
+        // Every quoted string is an interface name of the pod, "lo", a limit or a log prefix.
+        let ifnames: Vec<&str> = rules.interfaces.iter().map(|i| i.name.as_str()).collect();
+        for (i, quoted) in text.split('"').enumerate() {
+            if i % 2 == 0 {
+                continue;
+            }
+            let ok = quoted == "lo"
+                || ifnames.contains(&quoted)
+                || quoted == "lim_in"
+                || quoted == "lim_out"
+                || (quoted.starts_with("nw:")
+                    && netwarden_render::parse_log_prefix(quoted).is_some());
+            assert!(ok, "{name}: unexpected quoted string {quoted:?}");
+        }
+        assert_eq!(
+            text.matches('"').count() % 2,
+            0,
+            "{name}: unbalanced quotes"
+        );
+        assert!(text.is_ascii(), "{name}: non-ASCII text");
+    }
+}
+
+#[test]
+fn hostile_ifname_is_neutralized() {
+    // Interface names are validated at the edge; the renderer still never lets one break out.
+    let (_, mut rules, opts) = scenarios().into_iter().find(|s| s.0 == "sctp").unwrap();
+    rules.interfaces[0].name = "e\"th0; flush ruleset".into();
+    let text = render_nft(&rules, &opts);
+    assert!(!text.contains("e\"th0"));
+    assert!(text.contains("\"e_th0__flush_ruleset\""), "{text}");
+}
+
+#[test]
+fn sets_are_shared_and_rule_count_is_independent_of_peers() {
+    let (_, rules, opts) = scenarios()
+        .into_iter()
+        .find(|s| s.0 == "ingress_pods_ports")
+        .unwrap();
+    let table = build_table(&rules, &opts).unwrap();
+    assert_eq!(table.sets.len(), 1, "identical peer sets are shared");
+
+    // 1000 peers render as many rules as 4.
+    let many: Vec<String> = (0..1000)
+        .map(|i| format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256))
+        .collect();
+    let many_refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    let mut big = rules.clone();
+    let netwarden_engine::Isolation::Isolated(r) = &mut big.interfaces[0].ingress.enforced else {
+        unreachable!()
+    };
+    for rule in r.iter_mut() {
+        rule.clauses[0].peers = addrs(&many_refs);
+    }
+    big.interfaces[0].ingress.staged = big.interfaces[0].ingress.enforced.clone();
+    assert_eq!(
+        rule_count(&render_nft(&big, &opts)),
+        rule_count(&render_nft(&rules, &opts))
+    );
+}
+
+#[test]
+fn log_prefixes_use_the_pod_keys() {
+    let (_, rules, opts) = scenarios()
+        .into_iter()
+        .find(|s| s.0 == "log_denies")
+        .unwrap();
+    let text = render_nft(&rules, &opts);
+    for dir in [Direction::Ingress, Direction::Egress] {
+        let key = log_key_for(&rules, "eth0", dir).unwrap();
+        assert!(
+            text.contains(&log_prefix(LogAction::Deny, key)),
+            "{dir}: {text}"
+        );
+        assert!(!text.contains(&log_prefix(LogAction::WouldDeny, key)));
+    }
+    assert!(text.contains("log group 7 prefix"));
+    assert!(text.contains("rate 30/minute burst 5 packets"));
+}
+
+#[test]
+fn no_mark_rules_without_monitor() {
+    for (name, rules, opts) in scenarios() {
+        let has_monitor = rules
+            .interfaces
+            .iter()
+            .any(|i| i.ingress.has_monitor() || i.egress.has_monitor());
+        let text = render_nft(&rules, &opts);
+        assert_eq!(text.contains("meta mark"), has_monitor, "{name}");
+        assert_eq!(text.contains("nw:wd:"), has_monitor, "{name}");
+    }
+}
+
+#[test]
+fn forward_rejected_only_with_enforced_isolation() {
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        let enforced = rules
+            .interfaces
+            .iter()
+            .any(|i| i.ingress.enforced.is_isolated() || i.egress.enforced.is_isolated());
+        assert_eq!(
+            text.contains("hook forward"),
+            enforced && opts.reject_forward,
+            "{name}"
+        );
+    }
+    let opts = RenderOptions::default();
+    let (_, rules, _) = scenarios()
+        .into_iter()
+        .find(|s| s.0 == "monitor_only")
+        .unwrap();
+    assert!(!render_nft(&rules, &opts).contains("hook forward"));
+}
+
+#[test]
+fn rule_count_counts_rules_only() {
+    let (_, rules, opts) = scenarios()
+        .into_iter()
+        .find(|s| s.0 == "multi_interface")
+        .unwrap();
+    let table = build_table(&rules, &opts).unwrap();
+    let expected: usize = table.chains.iter().map(|c| c.rules.len()).sum();
+    assert_eq!(rule_count(&render_nft(&rules, &opts)), expected);
+}

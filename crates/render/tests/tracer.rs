@@ -1,0 +1,586 @@
+//! Table-driven packet tests: the tracer walks the same IR the nft text is printed from.
+//! SCTP and the monitor's mark bookkeeping are checked here (no SCTP sockets on the lab kernel).
+
+mod common;
+
+use common::*;
+use netwarden_engine::{Direction, PodRules, Protocol};
+use netwarden_render::tracer::{trace, TracePacket, TraceProtocol, TraceVerdict};
+use netwarden_render::{log_key_for, log_prefix, LogAction, RenderOptions};
+
+use Direction::{Egress, Ingress};
+use Protocol::{Sctp, Tcp, Udp};
+
+fn scenario(name: &str) -> (PodRules, RenderOptions) {
+    let (_, r, o) = scenarios().into_iter().find(|s| s.0 == name).unwrap();
+    (r, o)
+}
+
+/// Expected outcome: accepted?, verdict, log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exp {
+    Accept,
+    AcceptWd,
+    Reset,
+    ResetDn,
+    Unreach,
+    UnreachDn,
+}
+
+struct Case {
+    scenario: &'static str,
+    pkt: TracePacket,
+    exp: Exp,
+}
+
+fn pkt(dir: Direction, ifname: &str, peer: &str, proto: Protocol, port: u16) -> TracePacket {
+    TracePacket::new(dir, ifname, ip(peer), proto, port)
+}
+
+fn case(scenario: &'static str, pkt: TracePacket, exp: Exp) -> Case {
+    Case { scenario, pkt, exp }
+}
+
+fn cases() -> Vec<Case> {
+    let established = |mut p: TracePacket| {
+        p.new_connection = false;
+        p
+    };
+    let lo = |mut p: TracePacket| {
+        p.loopback = true;
+        p
+    };
+    let fwd = |mut p: TracePacket| {
+        p.forwarded = true;
+        p
+    };
+    let icmp = |mut p: TracePacket| {
+        p.protocol = TraceProtocol::Icmp;
+        p
+    };
+    let nd = |mut p: TracePacket| {
+        p.protocol = TraceProtocol::NeighborDiscovery;
+        p
+    };
+    use Exp::*;
+    vec![
+        // Open pod: everything passes.
+        case("open", pkt(Ingress, "eth0", "10.9.9.9", Tcp, 22), Accept),
+        case(
+            "open",
+            fwd(pkt(Ingress, "eth0", "10.9.9.9", Tcp, 22)),
+            Accept,
+        ),
+        // Ingress with pod peers and ports.
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "10.0.0.9", Tcp, 443),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "10.0.0.9", Udp, 5353),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "10.0.0.9", Udp, 80),
+            Unreach,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "10.0.0.5", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 81),
+            Reset,
+        ),
+        case(
+            "ingress_pods_ports",
+            icmp(pkt(Ingress, "eth0", "10.0.0.3", Tcp, 0)),
+            Unreach,
+        ),
+        case(
+            "ingress_pods_ports",
+            established(pkt(Ingress, "eth0", "10.0.0.5", Tcp, 81)),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            lo(pkt(Ingress, "eth0", "127.0.0.1", Tcp, 81)),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Egress, "eth0", "10.0.0.5", Tcp, 81),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            fwd(pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80)),
+            Reset,
+        ),
+        case(
+            "ingress_pods_ports",
+            fwd(pkt(Ingress, "eth0", "10.0.0.3", Udp, 80)),
+            Unreach,
+        ),
+        case(
+            "ingress_pods_ports",
+            nd(pkt(Ingress, "eth0", "fe80::1", Tcp, 0)),
+            Accept,
+        ),
+        case(
+            "ingress_pods_ports",
+            pkt(Ingress, "eth0", "fd00::3", Tcp, 80),
+            Reset,
+        ),
+        // ipBlock with except.
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "10.0.0.4", Tcp, 443),
+            Accept,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "10.0.0.5", Tcp, 443),
+            Reset,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "10.1.2.3", Tcp, 443),
+            Reset,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "10.200.0.1", Tcp, 443),
+            Accept,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "10.200.0.1", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "192.168.1.77", Udp, 9),
+            Accept,
+        ),
+        case(
+            "egress_ipblock_except",
+            icmp(pkt(Egress, "eth0", "192.168.1.77", Tcp, 0)),
+            Accept,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "192.168.2.1", Udp, 9),
+            Unreach,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "8.8.8.8", Udp, 53),
+            Accept,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Egress, "eth0", "8.8.8.8", Tcp, 53),
+            Accept,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Ingress, "eth0", "8.8.8.8", Tcp, 22),
+            Accept,
+        ),
+        // Named port resolved per destination.
+        case(
+            "named_port",
+            pkt(Egress, "eth0", "10.0.0.5", Tcp, 8080),
+            Accept,
+        ),
+        case(
+            "named_port",
+            pkt(Egress, "eth0", "10.0.0.5", Tcp, 9090),
+            Reset,
+        ),
+        case(
+            "named_port",
+            pkt(Egress, "eth0", "10.0.0.6", Tcp, 9090),
+            Accept,
+        ),
+        case(
+            "named_port",
+            pkt(Egress, "eth0", "10.0.0.6", Udp, 9090),
+            Unreach,
+        ),
+        // Dual stack.
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "fd00::2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "fd00::3", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "fd00::4", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "fd00:1::1", Udp, 1),
+            Unreach,
+        ),
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "fd00:1::1:0", Udp, 1),
+            Accept,
+        ),
+        case(
+            "dual_stack",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80),
+            Reset,
+        ),
+        // Port ranges.
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Tcp, 999),
+            Reset,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Tcp, 1000),
+            Accept,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Tcp, 2500),
+            Accept,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Tcp, 2501),
+            Reset,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Tcp, 22),
+            Accept,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Udp, 54),
+            Accept,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Udp, 55),
+            Unreach,
+        ),
+        case(
+            "port_ranges",
+            pkt(Ingress, "eth0", "1.2.3.4", Sctp, 22),
+            Unreach,
+        ),
+        // SCTP.
+        case("sctp", pkt(Ingress, "eth0", "10.0.0.7", Sctp, 3868), Accept),
+        case(
+            "sctp",
+            pkt(Ingress, "eth0", "10.0.0.7", Sctp, 3869),
+            Unreach,
+        ),
+        case("sctp", pkt(Ingress, "eth0", "10.0.0.7", Tcp, 3868), Reset),
+        case("sctp", pkt(Ingress, "eth0", "10.0.0.9", Sctp, 1), Accept),
+        case(
+            "sctp",
+            pkt(Ingress, "eth0", "10.0.0.9", Sctp, 65535),
+            Accept,
+        ),
+        case("sctp", pkt(Ingress, "eth0", "10.0.0.9", Udp, 1), Unreach),
+        // Several interfaces, both directions.
+        case(
+            "multi_interface",
+            pkt(Ingress, "net1", "10.10.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "multi_interface",
+            pkt(Egress, "net1", "10.0.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "multi_interface",
+            pkt(Egress, "net1", "10.0.0.3", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "multi_interface",
+            pkt(Egress, "net2", "10.0.0.3", Tcp, 80),
+            Accept,
+        ), // not ours
+        case(
+            "multi_interface",
+            pkt(Egress, "eth0", "10.0.0.3", Udp, 53),
+            Accept,
+        ), // DNS
+        case(
+            "multi_interface",
+            lo(pkt(Egress, "eth0", "127.0.0.1", Tcp, 9)),
+            Accept,
+        ),
+        case(
+            "multi_interface",
+            fwd(pkt(Egress, "eth0", "10.0.0.2", Tcp, 80)),
+            Reset,
+        ),
+        case(
+            "no_dns_no_forward",
+            pkt(Egress, "eth0", "10.0.0.3", Udp, 53),
+            Unreach,
+        ),
+        case(
+            "no_dns_no_forward",
+            pkt(Egress, "eth0", "10.0.0.3", Tcp, 53),
+            Reset,
+        ),
+        case(
+            "no_dns_no_forward",
+            fwd(pkt(Egress, "eth0", "10.0.0.2", Tcp, 80)),
+            Accept,
+        ),
+        // Monitor only: everything passes, the staged view logs would-denies once per NEW.
+        case(
+            "monitor_only",
+            pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "monitor_only",
+            pkt(Ingress, "eth0", "10.0.0.2", Tcp, 81),
+            AcceptWd,
+        ),
+        case(
+            "monitor_only",
+            pkt(Ingress, "eth0", "10.0.0.3", Sctp, 80),
+            AcceptWd,
+        ),
+        case(
+            "monitor_only",
+            established(pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80)),
+            Accept,
+        ),
+        case(
+            "monitor_only",
+            fwd(pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80)),
+            Accept,
+        ),
+        // Enforced + monitored on one direction: enforcement decides alone.
+        case(
+            "enforced_and_monitored",
+            pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "enforced_and_monitored",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "enforced_and_monitored",
+            pkt(Ingress, "eth0", "10.0.0.4", Udp, 80),
+            Unreach,
+        ),
+        // Replaced: old allows the /24, new only .2:80.
+        case(
+            "replaced",
+            pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "replaced",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80),
+            AcceptWd,
+        ),
+        case(
+            "replaced",
+            pkt(Ingress, "eth0", "10.0.0.2", Udp, 80),
+            AcceptWd,
+        ),
+        case(
+            "replaced",
+            pkt(Ingress, "eth0", "10.0.1.2", Tcp, 80),
+            ResetDn,
+        ),
+        case(
+            "replaced",
+            pkt(Ingress, "eth0", "10.0.1.2", Udp, 80),
+            UnreachDn,
+        ),
+        // Deny logging.
+        case(
+            "log_denies",
+            pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "log_denies",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 80),
+            ResetDn,
+        ),
+        case(
+            "log_denies",
+            pkt(Egress, "eth0", "10.0.0.3", Udp, 80),
+            UnreachDn,
+        ),
+        case(
+            "log_denies",
+            established(pkt(Egress, "eth0", "10.0.0.3", Udp, 80)),
+            Accept,
+        ),
+        case(
+            "log_denies",
+            pkt(Egress, "eth0", "10.0.0.2", Udp, 80),
+            Accept,
+        ),
+        // Deny all (but DNS and loopback).
+        case("deny_all", pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80), Reset),
+        case("deny_all", pkt(Egress, "eth0", "10.0.0.2", Udp, 53), Accept),
+        case(
+            "deny_all",
+            lo(pkt(Ingress, "eth0", "127.0.0.1", Tcp, 80)),
+            Accept,
+        ),
+    ]
+}
+
+#[test]
+fn packet_table() {
+    let mut failures = Vec::new();
+    for (i, c) in cases().iter().enumerate() {
+        let (rules, opts) = scenario(c.scenario);
+        let r = trace(&rules, &opts, &c.pkt);
+        let (verdict, log) = match c.exp {
+            Exp::Accept => (TraceVerdict::Accept, None),
+            Exp::AcceptWd => (TraceVerdict::Accept, Some(LogAction::WouldDeny)),
+            Exp::Reset => (TraceVerdict::RejectTcpReset, None),
+            Exp::ResetDn => (TraceVerdict::RejectTcpReset, Some(LogAction::Deny)),
+            Exp::Unreach => (TraceVerdict::RejectPortUnreachable, None),
+            Exp::UnreachDn => (TraceVerdict::RejectPortUnreachable, Some(LogAction::Deny)),
+        };
+        if r.verdict != verdict
+            || r.logged != log
+            || r.accepted != (verdict == TraceVerdict::Accept)
+        {
+            failures.push(format!(
+                "case {i} ({}): {:?} expected {:?}, got {r:?}",
+                c.scenario, c.pkt, c.exp
+            ));
+        }
+        // Our mark bits never leave the table set: the packet keeps the mark it came with.
+        if r.accepted && r.mark != c.pkt.mark {
+            failures.push(format!("case {i}: mark left as {:#x}", r.mark));
+        }
+        if let (Some(action), Some(prefix)) = (r.logged, &r.log_prefix) {
+            let key = log_key_for(&rules, &c.pkt.interface, c.pkt.direction).unwrap();
+            assert_eq!(prefix, &log_prefix(action, key));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The monitor bookkeeping never changes the enforced outcome: for every packet of the table,
+/// the verdict with the monitor rules equals the verdict of the same pod with the staged view
+/// made equal to the enforced one and no monitored policy.
+#[test]
+fn monitoring_never_changes_enforcement() {
+    for c in cases() {
+        let (rules, opts) = scenario(c.scenario);
+        let mut plain = rules.clone();
+        for i in &mut plain.interfaces {
+            for d in [&mut i.ingress, &mut i.egress] {
+                d.staged = d.enforced.clone();
+                d.monitored_policies.clear();
+                d.replaced_policies.clear();
+            }
+        }
+        let with = trace(&rules, &opts, &c.pkt);
+        let without = trace(&plain, &opts, &c.pkt);
+        assert_eq!(with.verdict, without.verdict, "{}: {:?}", c.scenario, c.pkt);
+    }
+}
+
+/// The tracer agrees with the engine's own evaluation (`Isolation::evaluate`) for the views:
+/// accepted iff enforced allows; would-deny iff enforced allows and staged denies.
+#[test]
+fn tracer_agrees_with_engine_views() {
+    let peers = [
+        "10.0.0.2",
+        "10.0.0.3",
+        "10.0.0.7",
+        "10.0.0.9",
+        "10.0.1.2",
+        "10.200.0.1",
+        "fd00::2",
+        "fd00:1::1:0",
+    ];
+    let ports = [22u16, 80, 443, 1500, 3868, 5353, 8080];
+    for (name, rules, opts) in scenarios() {
+        for iface in &rules.interfaces {
+            for dir in [Ingress, Egress] {
+                let dr = iface.direction(dir);
+                for peer in peers {
+                    for proto in [Tcp, Udp, Sctp] {
+                        for port in ports {
+                            let p = TracePacket::new(dir, &iface.name, ip(peer), proto, port);
+                            // DNS is allowed before the policy chains.
+                            if dir == Egress && opts.allow_dns && port == 53 {
+                                continue;
+                            }
+                            let r = trace(&rules, &opts, &p);
+                            let (enf, _) = dr.enforced.evaluate(ip(peer), proto, port);
+                            let (stg, _) = dr.staged.evaluate(ip(peer), proto, port);
+                            assert_eq!(r.accepted, enf, "{name} {p:?}");
+                            let wd = enf && !stg;
+                            assert_eq!(r.logged == Some(LogAction::WouldDeny), wd, "{name} {p:?}");
+                            let dn = !enf && dr.log_denies;
+                            assert_eq!(r.logged == Some(LogAction::Deny), dn, "{name} {p:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn foreign_mark_bits_are_preserved() {
+    let (rules, opts) = scenario("replaced");
+    let mut p = TracePacket::new(Ingress, "eth0", ip("10.0.0.3"), Tcp, 80);
+    p.mark = 0x1 | opts.staged_mark; // a stale staged bit must not hide the would-deny
+    let r = trace(&rules, &opts, &p);
+    assert!(r.accepted);
+    assert_eq!(r.logged, Some(LogAction::WouldDeny));
+    assert_eq!(r.mark, 0x1, "our bits cleared, others kept");
+    assert!(r.chains.contains(&"in_0".to_string()));
+    assert_eq!(
+        r.matched.len(),
+        1,
+        "only the replaced policy's rule allowed: {:?}",
+        r.matched
+    );
+    assert_eq!(r.matched[0].policy.key.name, "old");
+}
