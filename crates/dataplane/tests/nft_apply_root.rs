@@ -150,6 +150,26 @@ fn topology(tag: &str) -> (Guard, PathBuf, PathBuf) {
     (guard, pod, client)
 }
 
+/// Waits until the client reaches the pod's listener on `port`: a fresh veth only passes
+/// packets once the kernel's link watcher has activated it, which takes seconds when many
+/// namespaces are being created at the same time (other tests, the lab). Later failures are then
+/// ours, not the topology's.
+fn wait_reachable(client: &Path, port: u16) {
+    let start = Instant::now();
+    loop {
+        match connect(client, port).0 {
+            Ok(_) => {
+                eprintln!("topology reachable after {:?}", start.elapsed());
+                return;
+            }
+            Err(e) if start.elapsed() > Duration::from_secs(60) => {
+                panic!("topology never became reachable: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
 #[test]
 fn nft_dataplane_in_real_netns() {
     if !root_or_skip() {
@@ -163,7 +183,8 @@ fn nft_dataplane_in_real_netns() {
     let _l1 = listen(&pod, 8080);
     let _l2 = listen(&pod, 8081);
     // Before any rules both ports connect.
-    assert!(connect(&client, 8081).0.is_ok());
+    wait_reachable(&client, 8081);
+    assert!(connect(&client, 8080).0.is_ok());
 
     let opts = RenderOptions::default();
     let ruleset = RenderedRuleset::nft(render_nft(&pod_rules(&[8080]), &opts));
@@ -251,6 +272,7 @@ fn monitor_rules_never_block_in_the_kernel() {
     let (_guard, pod, client) = topology("m");
     let _l1 = listen(&pod, 8080);
     let _l2 = listen(&pod, 8081);
+    wait_reachable(&client, 8081);
     let opts = RenderOptions::default();
     let mut dp = NftDataplane::new();
 

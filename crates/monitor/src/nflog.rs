@@ -298,6 +298,7 @@ pub enum ListenerExit {
 struct ListenerHandle {
     stop: Arc<AtomicBool>,
     context: Arc<RwLock<Arc<PodContext>>>,
+    identity: (u64, u64),
     thread: JoinHandle<ListenerExit>,
 }
 
@@ -338,56 +339,46 @@ impl Collector {
     /// Starts listening in `netns` for the pod of `context`. If a listener is already running
     /// there, only its context is replaced (the pod's rules changed).
     pub fn open(&mut self, netns: &Path, context: PodContext) -> Result<(), NflogError> {
-        if let Some(h) = self.listeners.get(netns) {
-            if !h.thread.is_finished() {
-                *h.context.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(context);
-                return Ok(());
-            }
-        }
-        if let Some(old) = self.listeners.remove(netns) {
-            let _ = old.thread.join();
-        }
         let identity = netns_identity(netns).map_err(|source| NflogError::NetnsPath {
             path: netns.to_owned(),
             source,
         })?;
-        let mut sock = NflogSocket::open(Some(netns), &self.config)?;
+        if let Some(h) = self.listeners.get(netns) {
+            // Same path, same namespace, still running: the pod's rules changed.
+            if h.identity == identity && !h.thread.is_finished() {
+                *h.context.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(context);
+                return Ok(());
+            }
+        }
+        // Ended, or the path now names another namespace (pod recreated): start afresh.
+        if let Some(old) = self.listeners.remove(netns) {
+            old.stop.store(true, Ordering::Relaxed);
+            join(old.thread);
+        }
+        let sock = NflogSocket::open(Some(netns), &self.config)?;
         let stop = Arc::new(AtomicBool::new(false));
         let context = Arc::new(RwLock::new(Arc::new(context)));
-        let path: Arc<Path> = Arc::from(netns);
-        let (t_stop, t_ctx, t_tx, t_metrics) = (
-            stop.clone(),
-            context.clone(),
-            self.tx.clone(),
-            self.metrics.clone(),
-        );
-        let poll = self.config.poll_interval;
+        let listener = Listener {
+            sock,
+            path: Arc::from(netns),
+            identity,
+            poll: self.config.poll_interval,
+            stop: stop.clone(),
+            context: context.clone(),
+            tx: self.tx.clone(),
+            metrics: self.metrics.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name("nflog".into())
             .stack_size(256 * 1024)
-            .spawn(move || {
-                t_metrics.listeners_add(1);
-                let exit = listen(
-                    &mut sock, &path, identity, poll, &t_stop, &t_ctx, &t_tx, &t_metrics,
-                );
-                t_metrics.listeners_add(-1);
-                match &exit {
-                    ListenerExit::Stopped => {}
-                    ListenerExit::NetnsGone => {
-                        tracing::info!(netns = %path.display(), "netns gone, NFLOG listener ended")
-                    }
-                    ListenerExit::Failed(e) => {
-                        tracing::error!(netns = %path.display(), "NFLOG listener failed: {e}")
-                    }
-                }
-                exit
-            })
+            .spawn(move || listener.run())
             .map_err(NflogError::Thread)?;
         self.listeners.insert(
             netns.to_owned(),
             ListenerHandle {
                 stop,
                 context,
+                identity,
                 thread,
             },
         );
@@ -467,61 +458,83 @@ fn join(thread: JoinHandle<ListenerExit>) -> ListenerExit {
         .unwrap_or_else(|_| ListenerExit::Failed("listener thread panicked".into()))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn listen(
-    sock: &mut NflogSocket,
-    path: &Arc<Path>,
+/// The state of one listener thread.
+struct Listener {
+    sock: NflogSocket,
+    path: Arc<Path>,
+    /// What `path` named when the listener was opened.
     identity: (u64, u64),
     poll: Duration,
-    stop: &AtomicBool,
-    context: &RwLock<Arc<PodContext>>,
-    tx: &SyncSender<RawRecord>,
-    metrics: &Metrics,
-) -> ListenerExit {
-    let mut last_seq: Option<u32> = None;
-    let mut last_check = Instant::now();
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return ListenerExit::Stopped;
+    stop: Arc<AtomicBool>,
+    context: Arc<RwLock<Arc<PodContext>>>,
+    tx: SyncSender<RawRecord>,
+    metrics: Arc<Metrics>,
+}
+
+impl Listener {
+    fn run(mut self) -> ListenerExit {
+        self.metrics.listeners_add(1);
+        let exit = self.serve();
+        self.metrics.listeners_add(-1);
+        let netns = self.path.display();
+        match &exit {
+            ListenerExit::Stopped => {}
+            ListenerExit::NetnsGone => tracing::warn!(%netns, "netns gone, NFLOG listener ended"),
+            ListenerExit::Failed(e) => tracing::error!(%netns, "NFLOG listener failed: {e}"),
         }
-        match sock.recv() {
-            Ok(Received::Records(records)) => {
-                let ctx = context.read().unwrap_or_else(|p| p.into_inner()).clone();
-                let received = Timestamp::now();
-                for record in records {
-                    if let Some(seq) = record.seq {
-                        if let Some(prev) = last_seq {
-                            let gap = seq.wrapping_sub(prev).wrapping_sub(1);
-                            // A huge "gap" would be a reordering or a rebind: not a loss.
-                            if gap > 0 && gap < 1 << 30 {
-                                metrics.add_nflog_dropped_kernel(u64::from(gap));
+        exit
+    }
+
+    fn serve(&mut self) -> ListenerExit {
+        let mut last_seq: Option<u32> = None;
+        let mut last_check = Instant::now();
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return ListenerExit::Stopped;
+            }
+            match self.sock.recv() {
+                Ok(Received::Records(records)) => {
+                    let ctx = self
+                        .context
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone();
+                    let received = Timestamp::now();
+                    for record in records {
+                        if let Some(seq) = record.seq {
+                            if let Some(prev) = last_seq {
+                                let gap = seq.wrapping_sub(prev).wrapping_sub(1);
+                                // A huge "gap" would be a reordering or a rebind: not a loss.
+                                if gap > 0 && gap < 1 << 30 {
+                                    self.metrics.add_nflog_dropped_kernel(u64::from(gap));
+                                }
                             }
+                            last_seq = Some(seq);
                         }
-                        last_seq = Some(seq);
-                    }
-                    let raw = RawRecord {
-                        netns: path.clone(),
-                        context: ctx.clone(),
-                        received,
-                        record,
-                    };
-                    match tx.try_send(raw) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full(_)) => metrics.add_nflog_dropped_queue(1),
-                        // Nobody reads any more: the collector is going away.
-                        Err(TrySendError::Disconnected(_)) => return ListenerExit::Stopped,
+                        let raw = RawRecord {
+                            netns: self.path.clone(),
+                            context: ctx.clone(),
+                            received,
+                            record,
+                        };
+                        match self.tx.try_send(raw) {
+                            Ok(()) => {}
+                            Err(TrySendError::Full(_)) => self.metrics.add_nflog_dropped_queue(1),
+                            // Nobody reads any more: the collector is going away.
+                            Err(TrySendError::Disconnected(_)) => return ListenerExit::Stopped,
+                        }
                     }
                 }
+                Ok(Received::Timeout) => {}
+                Ok(Received::Overrun) => self.metrics.add_nflog_overrun(),
+                Err(e) => return ListenerExit::Failed(e.to_string()),
             }
-            Ok(Received::Timeout) => {}
-            Ok(Received::Overrun) => metrics.add_nflog_overrun(),
-            Err(e) => return ListenerExit::Failed(e.to_string()),
-        }
-        if last_check.elapsed() >= poll {
-            last_check = Instant::now();
-            match netns_identity(path) {
-                Ok(id) if id == identity => {}
-                _ => return ListenerExit::NetnsGone,
+            if last_check.elapsed() >= self.poll {
+                last_check = Instant::now();
+                match netns_identity(&self.path) {
+                    Ok(id) if id == self.identity => {}
+                    _ => return ListenerExit::NetnsGone,
+                }
             }
         }
     }

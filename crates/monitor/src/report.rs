@@ -376,6 +376,7 @@ mod tests {
         assert_eq!(workload_of("10.0.0.1"), "10.0.0.1");
     }
 
+    #[allow(clippy::too_many_arguments)] // a flat event literal reads best in the tables below
     fn ev(
         secs: i64,
         action: EventAction,

@@ -69,10 +69,11 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
         .iter()
         .filter(|p| p.predicted.allowed && !p.predicted.staged_allowed)
         .collect();
+    let events = lab.events();
     let report = LabReport {
         backend: backend.as_str(),
         probes: probes.clone(),
-        events: Vec::new(),
+        events: events.clone(),
         mismatches,
         sync: lab.sync.clone(),
     };
@@ -103,6 +104,10 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
                     .join(", ")
             );
         }
+    }
+    println!("\n== events the kernel logged (NFLOG, collected per pod netns), {} in all:", events.len());
+    for e in events.iter().take(6) {
+        println!("   {}", e.to_json_line());
     }
     println!("\n== cleaning up");
     lab.down()?;

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use netwarden_dataplane::iptables_apply::IptablesDataplane;
@@ -11,6 +13,7 @@ use netwarden_dataplane::{Backend, Dataplane, NftDataplane};
 use netwarden_engine::{Engine, EngineOptions, PodKey, Protocol};
 use netwarden_lab::{Lab, LabSpec, ProbeDetail, ProbeSpec};
 use netwarden_manifest::{Inventory, LoadOptions};
+use netwarden_monitor::{Collector, EventProcessor, ListenerConfig, MemorySink, Metrics, PodContext};
 use netwarden_render::RenderOptions;
 use serde::Serialize;
 
@@ -42,7 +45,7 @@ impl ObservedProbe {
 pub struct LabReport {
     pub backend: &'static str,
     pub probes: Vec<ObservedProbe>,
-    pub events: Vec<serde_json::Value>,
+    pub events: Vec<netwarden_monitor::Event>,
     pub mismatches: usize,
     #[serde(skip)]
     pub sync: SyncReport,
@@ -88,6 +91,9 @@ pub fn dataplane(backend: Backend) -> Box<dyn Dataplane> {
 /// A running lab with rules enforced: the pieces `check` and `demo` share.
 pub struct EnforcedLab {
     pub lab: Lab,
+    /// One NFLOG listener per pod netns, collecting would-deny/deny events.
+    pub collector: Collector,
+    records: std::sync::mpsc::Receiver<netwarden_monitor::RawRecord>,
     pub engine: Engine,
     pub syncer: Syncer,
     pub netns: BTreeMap<PodKey, PathBuf>,
@@ -126,13 +132,16 @@ impl EnforcedLab {
                 sync.errors.join("; ")
             );
         }
-        Ok(EnforcedLab {
-            lab,
-            engine,
-            syncer,
-            netns,
-            sync,
-        })
+        let config = ListenerConfig { group: options.render.nflog_group, ..ListenerConfig::default() };
+        let (mut collector, records) = Collector::new(config, 65_536, Arc::new(Metrics::new()));
+        for (key, rules) in &syncer.current {
+            if let Some(path) = netns.get(key) {
+                collector
+                    .open(path, PodContext::new("lab", rules))
+                    .with_context(|| format!("opening the NFLOG listener of {key}"))?;
+            }
+        }
+        Ok(EnforcedLab { lab, collector, records, engine, syncer, netns, sync })
     }
 
     /// Probes every pair the `reach` query names, with real connections.
@@ -187,8 +196,23 @@ impl EnforcedLab {
         observed
     }
 
+    /// The events logged so far (waits until the kernel has been quiet for a moment).
+    pub fn events(&self) -> Vec<netwarden_monitor::Event> {
+        let sink = Arc::new(MemorySink::new());
+        let processor = EventProcessor::new(self.collector.metrics().clone(), sink.clone());
+        let by_addr: BTreeMap<std::net::IpAddr, PodKey> = self
+            .engine
+            .pods()
+            .flat_map(|p| p.interfaces.iter().flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone()))))
+            .collect();
+        let resolve = |ip: std::net::IpAddr| by_addr.get(&ip).cloned();
+        processor.drain(&self.records, &resolve, Duration::from_millis(400), Duration::from_secs(5));
+        sink.take()
+    }
+
     /// Removes the rules and the topology.
     pub fn down(mut self) -> Result<()> {
+        self.collector.close_all();
         let errors = self.syncer.remove_all();
         self.lab.down().context("tearing the lab down")?;
         if !errors.is_empty() {
@@ -216,13 +240,14 @@ pub fn check(
     }
     let mut lab = EnforcedLab::up(&inventory, &options)?;
     let probes = lab.probe(&options.ports);
+    let events = lab.events();
     let sync = lab.sync.clone();
     lab.down()?;
     let mismatches = probes.iter().filter(|p| p.mismatch()).count();
     Ok(LabReport {
         backend: options.backend.as_str(),
         probes,
-        events: Vec::new(),
+        events,
         mismatches,
         sync,
     })

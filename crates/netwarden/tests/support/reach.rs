@@ -88,7 +88,8 @@ pub fn run_reach(
     probes.iter().map(parse_record).collect()
 }
 
-fn write_docs(path: &std::path::Path, docs: &[Value]) -> Result<(), String> {
+/// Writes documents as a multi-document YAML file (JSON documents, see [`run_reach`]).
+pub fn write_docs(path: &std::path::Path, docs: &[Value]) -> Result<(), String> {
     let mut text = String::new();
     for doc in docs {
         text.push_str("---\n");

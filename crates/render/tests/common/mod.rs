@@ -194,6 +194,7 @@ use Direction::{Egress, Ingress};
 use Mode::{Enforce, Monitor};
 
 /// Every golden scenario: name, pod rules, options.
+#[allow(clippy::vec_init_then_push)] // one push per scenario reads better than one huge vec![]
 pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
     let o = RenderOptions::default;
     let open = DirectionRules::open;
