@@ -430,3 +430,21 @@ fn configure_pods(plan: &plan::Plan) -> Result<(), LabError> {
         None => Ok(()),
     }
 }
+
+/// Probes from pods whose netns are given by path: how `lab probe` reaches a lab that another
+/// process (`lab up`) built and keeps serving. Outcomes come back in the order of `probes`;
+/// a probe whose source netns cannot be opened is an `Error` outcome.
+pub fn probe_paths(
+    sources: &BTreeMap<PodKey, std::path::PathBuf>,
+    probes: &[ProbeSpec],
+    config: &ProbeConfig,
+) -> Vec<ProbeOutcome> {
+    let mut opened: BTreeMap<PodKey, Netns> = BTreeMap::new();
+    for (key, path) in sources {
+        if let Ok(ns) = Netns::open(path) {
+            opened.insert(key.clone(), ns);
+        }
+    }
+    let refs: BTreeMap<PodKey, &Netns> = opened.iter().map(|(k, n)| (k.clone(), n)).collect();
+    probe::run(&refs, probes, config)
+}

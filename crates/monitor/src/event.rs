@@ -307,6 +307,11 @@ pub struct BadLine {
     pub reason: String,
 }
 
+/// Reads the JSON-lines events of a file (see [`read_events`]).
+pub fn read_events_file(path: &Path) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
+    read_events(io::BufReader::new(File::open(path)?))
+}
+
 /// Reads JSON-lines events; blank lines are skipped, bad lines are returned beside the good
 /// ones so one corrupt line (a crash mid-write) does not hide the rest.
 pub fn read_events(reader: impl BufRead) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
@@ -540,6 +545,7 @@ pub(crate) mod tests {
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("\n{not json}\n");
         let (events, bad) = read_events(text.as_bytes()).unwrap();
+        assert_eq!(read_events_file(&path).unwrap().0.len(), 2);
         assert_eq!(events, vec![ev.clone(), ev.clone()]);
         assert_eq!(bad.len(), 1);
         assert_eq!(bad[0].line, 4);

@@ -25,8 +25,8 @@ pub mod time;
 
 pub use decode::{decode_packet, Family, L4Protocol, PacketInfo};
 pub use event::{
-    build_event, read_events, Cause, Event, EventAction, EventSink, FanoutSink, JsonLinesSink,
-    MemorySink, PodContext, Unrecognized,
+    build_event, read_events, read_events_file, BadLine, Cause, Event, EventAction, EventSink,
+    FanoutSink, JsonLinesSink, MemorySink, PodContext, Unrecognized,
 };
 pub use metrics::{serve_metrics, serve_metrics_on, Metrics};
 pub use nflog::{

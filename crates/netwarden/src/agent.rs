@@ -18,6 +18,15 @@ use netwarden_manifest::{load_paths, Inventory, LoadOptions};
 use netwarden_render::RenderOptions;
 use tracing::{info, warn};
 
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+use netwarden_monitor::{
+    serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
+    PodContext,
+};
+
 use crate::lab::dataplane;
 use crate::sync::Syncer;
 
@@ -29,6 +38,107 @@ pub struct AgentConfig {
     pub render: RenderOptions,
     pub backend: Backend,
     pub interval: Duration,
+    /// Node name written in every event.
+    pub node: String,
+    /// Write events as JSON lines to stdout.
+    pub events_stdout: bool,
+    /// Append events as JSON lines to this file.
+    pub events_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (`/metrics`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// The monitor side of the agent: one NFLOG listener per managed pod netns that has log rules,
+/// a consumer thread turning records into events, and the metrics.
+struct Monitor {
+    collector: Collector,
+    node: String,
+    /// Address → pod, refreshed after each sync, for the events' `peer`.
+    addresses: Arc<RwLock<HashMap<IpAddr, PodKey>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Monitor {
+    fn start(config: &AgentConfig) -> Result<Monitor> {
+        let metrics = Arc::new(Metrics::new());
+        let listener = ListenerConfig {
+            group: config.render.nflog_group,
+            ..ListenerConfig::default()
+        };
+        let (collector, records) = Collector::new(listener, 65_536, metrics.clone());
+        let sink: Arc<dyn EventSink> = Arc::new(JsonLinesSink::new(
+            config.events_stdout,
+            config.events_file.as_deref(),
+        )?);
+        let addresses: Arc<RwLock<HashMap<IpAddr, PodKey>>> = Arc::default();
+        let processor = EventProcessor::new(metrics.clone(), sink);
+        let lookup = addresses.clone();
+        std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || {
+                let resolve = |ip: IpAddr| {
+                    lookup
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&ip)
+                        .cloned()
+                };
+                processor.run(&records, &resolve);
+            })?;
+        if let Some(addr) = config.metrics_addr {
+            serve_metrics(addr, metrics.clone())?;
+            info!("metrics on http://{addr}/metrics");
+        }
+        Ok(Monitor {
+            collector,
+            node: config.node.clone(),
+            addresses,
+            metrics,
+        })
+    }
+
+    /// Listeners follow the programmed pods: opened (or given the new rules) for pods whose
+    /// rules log, closed for the others.
+    fn follow(&mut self, engine: &Engine, syncer: &Syncer) {
+        let mut wanted: BTreeMap<PathBuf, &PodKey> = BTreeMap::new();
+        for (key, netns) in syncer.programmed() {
+            let Some(rules) = syncer.current.get(key) else {
+                continue;
+            };
+            let logs = rules.interfaces.iter().any(|i| {
+                [&i.ingress, &i.egress]
+                    .iter()
+                    .any(|d| d.has_monitor() || d.log_denies)
+            });
+            if logs {
+                wanted.insert(netns.clone(), key);
+                if let Err(e) = self
+                    .collector
+                    .open(netns, PodContext::new(self.node.clone(), rules))
+                {
+                    warn!("{key}: cannot listen for log messages: {e}");
+                }
+            }
+        }
+        for path in self.collector.netns_paths() {
+            if !wanted.contains_key(&path) {
+                self.collector.close(&path);
+            }
+        }
+        for (path, exit) in self.collector.reap() {
+            info!("log listener of {} ended: {exit:?}", path.display());
+        }
+        let map: HashMap<IpAddr, PodKey> = engine
+            .pods()
+            .flat_map(|p| {
+                p.interfaces
+                    .iter()
+                    .flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone())))
+            })
+            .collect();
+        *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
+        self.metrics.set_managed_pods(syncer.programmed().len());
+    }
 }
 
 /// Size and modification time of every manifest file, to notice changes cheaply.
@@ -105,6 +215,11 @@ pub fn apply_inventory(engine: &mut Engine, previous: Option<&Inventory>, next: 
 pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut engine = Engine::new(config.engine.clone());
     let mut syncer = Syncer::new(dataplane(config.backend), config.backend, config.render);
+    let mut monitor = if once {
+        None
+    } else {
+        Some(Monitor::start(&config)?)
+    };
     syncer.converge_removals = true;
     let mut previous: Option<Inventory> = None;
     let mut seen = Vec::new();
@@ -128,6 +243,12 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             let report = syncer.sync(&mut engine, dirty);
             syncer.converge_removals = false;
             info!("{report}");
+            if let Some(monitor) = monitor.as_mut() {
+                monitor
+                    .metrics
+                    .observe_sync(report.duration, report.errors.is_empty());
+                monitor.follow(&engine, &syncer);
+            }
             for error in &report.errors {
                 warn!("{error}");
             }

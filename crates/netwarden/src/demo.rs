@@ -105,7 +105,10 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
             );
         }
     }
-    println!("\n== events the kernel logged (NFLOG, collected per pod netns), {} in all:", events.len());
+    println!(
+        "\n== events the kernel logged (NFLOG, collected per pod netns), {} in all:",
+        events.len()
+    );
     for e in events.iter().take(6) {
         println!("   {}", e.to_json_line());
     }

@@ -13,7 +13,9 @@ use netwarden_dataplane::{Backend, Dataplane, NftDataplane};
 use netwarden_engine::{Engine, EngineOptions, PodKey, Protocol};
 use netwarden_lab::{Lab, LabSpec, ProbeDetail, ProbeSpec};
 use netwarden_manifest::{Inventory, LoadOptions};
-use netwarden_monitor::{Collector, EventProcessor, ListenerConfig, MemorySink, Metrics, PodContext};
+use netwarden_monitor::{
+    Collector, EventProcessor, ListenerConfig, MemorySink, Metrics, PodContext,
+};
 use netwarden_render::RenderOptions;
 use serde::Serialize;
 
@@ -132,7 +134,10 @@ impl EnforcedLab {
                 sync.errors.join("; ")
             );
         }
-        let config = ListenerConfig { group: options.render.nflog_group, ..ListenerConfig::default() };
+        let config = ListenerConfig {
+            group: options.render.nflog_group,
+            ..ListenerConfig::default()
+        };
         let (mut collector, records) = Collector::new(config, 65_536, Arc::new(Metrics::new()));
         for (key, rules) in &syncer.current {
             if let Some(path) = netns.get(key) {
@@ -141,7 +146,15 @@ impl EnforcedLab {
                     .with_context(|| format!("opening the NFLOG listener of {key}"))?;
             }
         }
-        Ok(EnforcedLab { lab, collector, records, engine, syncer, netns, sync })
+        Ok(EnforcedLab {
+            lab,
+            collector,
+            records,
+            engine,
+            syncer,
+            netns,
+            sync,
+        })
     }
 
     /// Probes every pair the `reach` query names, with real connections.
@@ -203,10 +216,19 @@ impl EnforcedLab {
         let by_addr: BTreeMap<std::net::IpAddr, PodKey> = self
             .engine
             .pods()
-            .flat_map(|p| p.interfaces.iter().flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone()))))
+            .flat_map(|p| {
+                p.interfaces
+                    .iter()
+                    .flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone())))
+            })
             .collect();
         let resolve = |ip: std::net::IpAddr| by_addr.get(&ip).cloned();
-        processor.drain(&self.records, &resolve, Duration::from_millis(400), Duration::from_secs(5));
+        processor.drain(
+            &self.records,
+            &resolve,
+            Duration::from_millis(400),
+            Duration::from_secs(5),
+        );
         sink.take()
     }
 
@@ -353,4 +375,106 @@ pub fn render_text(report: &LabReport) -> String {
         report.mismatches
     );
     out
+}
+
+/// What `lab up` leaves for `lab probe` and `lab down` (written to the `--state` file).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct LabSession {
+    /// The `lab up` process that serves the listeners.
+    pub pid: u32,
+    pub backend: String,
+    pub state: netwarden_lab::LabState,
+    /// Pod `ns/name` → netns path.
+    pub netns: BTreeMap<String, PathBuf>,
+}
+
+impl EnforcedLab {
+    pub fn session(&self) -> LabSession {
+        LabSession {
+            pid: std::process::id(),
+            backend: self.syncer.backend.as_str().to_string(),
+            state: self.lab.state().clone(),
+            netns: self
+                .netns
+                .iter()
+                .map(|(k, p)| (k.to_string(), p.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// `lab probe`: probes a lab that a `lab up` process keeps serving, against the prediction of
+/// the same manifests.
+pub fn probe_session(
+    session: &LabSession,
+    paths: &[PathBuf],
+    load: &LoadOptions,
+    ports: &[PortProto],
+    engine_options: EngineOptions,
+) -> Result<LabReport> {
+    let inventory = netwarden_manifest::load_paths(paths, load);
+    let mut engine = engine_from(&inventory, engine_options);
+    let rules = engine.all_pod_rules();
+    let query = ReachQuery {
+        ports: ports.to_vec(),
+        network: None,
+        from: PodSelectorArg::All,
+        to: PodSelectorArg::All,
+    };
+    let predicted = reach(&engine, &rules, &query).probes;
+    let sources: BTreeMap<PodKey, PathBuf> = session
+        .netns
+        .iter()
+        .filter_map(|(k, p)| parse_key(k).map(|k| (k, p.clone())))
+        .collect();
+    let mut specs = Vec::new();
+    let mut index = Vec::new();
+    for (i, p) in predicted.iter().enumerate() {
+        let protocol = Protocol::parse(&p.protocol).unwrap_or(Protocol::Tcp);
+        let (Some(from), Some(to)) = (parse_key(&p.from), parse_key(&p.to)) else {
+            continue;
+        };
+        if protocol == Protocol::Sctp || !sources.contains_key(&from) || !sources.contains_key(&to)
+        {
+            continue;
+        }
+        index.push(i);
+        specs.push(ProbeSpec {
+            from,
+            to,
+            src_ip: Some(p.src),
+            dst_ip: p.dst,
+            port: p.port,
+            protocol,
+        });
+    }
+    let outcomes =
+        netwarden_lab::probe_paths(&sources, &specs, &netwarden_lab::ProbeConfig::default());
+    let mut probes: Vec<ObservedProbe> = predicted
+        .into_iter()
+        .map(|predicted| ObservedProbe {
+            predicted,
+            observed: None,
+            detail: None,
+            elapsed_ms: None,
+        })
+        .collect();
+    for (i, outcome) in index.into_iter().zip(outcomes) {
+        probes[i].observed = Some(outcome.connected);
+        probes[i].elapsed_ms = Some(outcome.elapsed.as_secs_f64() * 1e3);
+        probes[i].detail = Some(outcome.detail);
+    }
+    let mismatches = probes.iter().filter(|p| p.mismatch()).count();
+    let backend = if session.backend == "iptables" {
+        "iptables"
+    } else {
+        "nft"
+    };
+    Ok(LabReport {
+        backend,
+        probes,
+        events: Vec::new(),
+        mismatches,
+        sync: SyncReport::default(),
+    })
 }

@@ -48,6 +48,24 @@ enum Command {
     Lab(LabCommand),
     /// Build the lab from examples/, enforce, probe, show what happened, clean up.
     Demo(DemoArgs),
+    /// Aggregate events (JSON lines) per policy, source and destination workload and port,
+    /// and say which monitored policies have been clean long enough to promote.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Event files (JSON lines, as `run --events-file` writes them); `-` for stdin.
+    #[arg(short = 'e', long = "events", required = true, num_args = 1..)]
+    events: Vec<PathBuf>,
+    /// A monitored policy is ready to promote when it logged no would-deny for this long.
+    #[arg(long, default_value = "1h")]
+    clean_for: String,
+    /// Manifests: list the monitored policies that logged nothing at all, too.
+    #[arg(short = 'f', long = "filename", num_args = 1..)]
+    paths: Vec<PathBuf>,
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    output: Output,
 }
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -139,6 +157,18 @@ struct RunArgs {
     /// How often to look for changed manifests (run only).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     interval: std::time::Duration,
+    /// Node name in events (default: the host name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Do not write events to stdout.
+    #[arg(long)]
+    no_events_stdout: bool,
+    /// Also append events (JSON lines) to this file.
+    #[arg(long)]
+    events_file: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -161,6 +191,48 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 enum LabCommand {
     /// Up, enforce, probe every pair on every network, down; print the result.
     Check(LabCheckArgs),
+    /// Build the topology and enforce; keeps serving the listeners until interrupted or
+    /// `lab down`.
+    Up(LabUpArgs),
+    /// Probe a lab that `lab up` serves, beside the prediction for the same manifests.
+    Probe(LabProbeArgs),
+    /// Remove a lab that `lab up` built (stops it, deletes every netns of it).
+    Down(LabDownArgs),
+}
+
+const DEFAULT_LAB_STATE: &str = "/run/netwarden/lab.json";
+
+#[derive(Args)]
+struct LabUpArgs {
+    #[command(flatten)]
+    input: Input,
+    #[command(flatten)]
+    dataplane: DataplaneArgs,
+    /// Ports to serve (default: every container port the pods declare).
+    #[arg(long = "port", num_args = 1..)]
+    ports: Vec<PortProto>,
+    /// Where to record the lab for `lab probe` / `lab down`.
+    #[arg(long, default_value = DEFAULT_LAB_STATE)]
+    state: PathBuf,
+}
+
+#[derive(Args)]
+struct LabProbeArgs {
+    #[command(flatten)]
+    input: Input,
+    /// Ports to probe (default: every container port the pods declare).
+    #[arg(long = "port", num_args = 1..)]
+    ports: Vec<PortProto>,
+    #[arg(long, default_value = DEFAULT_LAB_STATE)]
+    state: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct LabDownArgs {
+    #[arg(long, default_value = DEFAULT_LAB_STATE)]
+    state: PathBuf,
 }
 
 #[derive(Args)]
@@ -307,6 +379,14 @@ fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
         render: args.dataplane.render_options(!args.input.no_dns)?,
         backend: args.dataplane.backend.backend(),
         interval: args.interval,
+        node: args.node.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into())
+        }),
+        events_stdout: !args.no_events_stdout,
+        events_file: args.events_file.clone(),
+        metrics_addr: args.metrics_addr,
     })
 }
 
@@ -378,6 +458,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Apply(args) => netwarden::agent::run(agent_config(&args)?, true),
         Command::Run(args) => netwarden::agent::run(agent_config(&args)?, false),
         Command::Lab(LabCommand::Check(args)) => {
+            netwarden_lab::install_signal_cleanup()?;
             let load = LoadOptions {
                 network_policy_enabled: !args.input.no_network_policy,
             };
@@ -402,7 +483,146 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Demo(args) => netwarden::demo::run(&args.paths, args.backend.backend()),
+        Command::Lab(LabCommand::Up(args)) => {
+            netwarden_lab::install_signal_cleanup()?;
+            let load = LoadOptions {
+                network_policy_enabled: !args.input.no_network_policy,
+            };
+            let inventory = netwarden_manifest::load_paths(&args.input.paths, &load);
+            report_problems(&inventory, false);
+            let mut ports = args.ports.clone();
+            if ports.is_empty() {
+                ports = netwarden::lab::default_ports(&inventory);
+            }
+            let options = netwarden::lab::LabCheckOptions {
+                backend: args.dataplane.backend.backend(),
+                ports,
+                engine: EngineOptions {
+                    allow_dns: !args.input.no_dns,
+                    log_all_denies: args.dataplane.log_denies,
+                },
+                render: args.dataplane.render_options(!args.input.no_dns)?,
+            };
+            let mut lab = netwarden::lab::EnforcedLab::up(&inventory, &options)?;
+            // `lab up` prints no events: leave the pods' NFLOG group free for an agent under test.
+            lab.collector.close_all();
+            if let Some(dir) = args.state.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(&args.state, serde_json::to_vec_pretty(&lab.session())?)?;
+            eprintln!("{}", lab.sync);
+            for (key, path) in &lab.netns {
+                println!("{key}\t{}", path.display());
+            }
+            eprintln!(
+                "lab up: serving; `netwarden lab probe -f ...` to probe, `netwarden lab down` (or Ctrl-C) to remove it"
+            );
+            // Serve until `lab down` removes the state file (or a signal ends the process,
+            // whose handler removes the lab).
+            while args.state.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            lab.down()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Lab(LabCommand::Probe(args)) => {
+            let session: netwarden::lab::LabSession =
+                serde_json::from_slice(&std::fs::read(&args.state).map_err(|e| {
+                    anyhow::anyhow!("reading {}: {e} (is a lab up?)", args.state.display())
+                })?)?;
+            let load = LoadOptions {
+                network_policy_enabled: !args.input.no_network_policy,
+            };
+            let mut ports = args.ports.clone();
+            if ports.is_empty() {
+                ports = netwarden::lab::default_ports(&netwarden_manifest::load_paths(
+                    &args.input.paths,
+                    &load,
+                ));
+            }
+            let engine = EngineOptions {
+                allow_dns: !args.input.no_dns,
+                ..EngineOptions::default()
+            };
+            let report =
+                netwarden::lab::probe_session(&session, &args.input.paths, &load, &ports, engine)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", netwarden::lab::render_text(&report));
+            }
+            Ok(if report.mismatches == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Lab(LabCommand::Down(args)) => {
+            let bytes = match std::fs::read(&args.state) {
+                Ok(b) => b,
+                Err(e) => bail!("reading {}: {e} (no lab up?)", args.state.display()),
+            };
+            let session: netwarden::lab::LabSession = serde_json::from_slice(&bytes)?;
+            // The `lab up` process notices its state file is gone and removes the lab itself.
+            std::fs::remove_file(&args.state)?;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::path::Path::new(&format!("/proc/{}", session.pid)).exists()
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            // Whatever is left (the up process died without cleaning): remove it from the state.
+            netwarden_lab::teardown_from_state(&session.state)?;
+            println!("lab {} removed", session.state.instance);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report(args) => {
+            let clean_for =
+                netwarden_monitor::parse_duration(&args.clean_for).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--clean-for {:?}: expected a duration like 30m, 1h, 2d",
+                        args.clean_for
+                    )
+                })?;
+            let mut events = Vec::new();
+            for path in &args.events {
+                let (mut read, bad) = if path.as_os_str() == "-" {
+                    netwarden_monitor::event::read_events(std::io::stdin().lock())?
+                } else {
+                    netwarden_monitor::event::read_events_file(path)
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+                };
+                for b in bad {
+                    eprintln!("{}: {b:?}", path.display());
+                }
+                events.append(&mut read);
+            }
+            let monitored: Vec<String> = if args.paths.is_empty() {
+                Vec::new()
+            } else {
+                netwarden_manifest::load_paths(&args.paths, &LoadOptions::default())
+                    .policies
+                    .iter()
+                    .filter(|p| p.mode == netwarden_engine::Mode::Monitor)
+                    .map(|p| p.key.to_string())
+                    .collect()
+            };
+            let report = netwarden_monitor::aggregate_with(
+                &events,
+                &monitored,
+                netwarden_monitor::Timestamp::now(),
+                clean_for,
+            );
+            match args.output {
+                Output::Json => println!("{}", report.render_json()),
+                Output::Table => print!("{}", report.render_text()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(args) => {
+            netwarden_lab::install_signal_cleanup()?;
+            netwarden::demo::run(&args.paths, args.backend.backend())
+        }
         Command::Validate(args) => {
             let load = LoadOptions {
                 network_policy_enabled: !args.input.no_network_policy,
@@ -443,6 +663,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(Cli::parse()) {
         Ok(code) => code,
