@@ -292,7 +292,7 @@ pub fn rules_snapshot(backend: Backend, netns: &Path) -> String {
     zero_counters(&text)
 }
 
-/// `packets N bytes M` → `packets 0 bytes 0`, `[N:M]` → `[0:0]`.
+/// `packets N bytes M` → `packets 0 bytes 0`, `[N:M]` → `[0:0]`, `initval X` → `initval 0`.
 fn zero_counters(text: &str) -> String {
     let mut out = Vec::new();
     for line in text.lines() {
@@ -305,6 +305,10 @@ fn zero_counters(text: &str) -> String {
             }
             if words[i].starts_with('[') && words[i].ends_with(']') && words[i].contains(':') {
                 words[i] = "[0:0]".into();
+            }
+            // ipset's random hash seed, chosen anew each time a set is created.
+            if words[i - 1] == "initval" {
+                words[i] = "0".into();
             }
         }
         out.push(words.join(" "));

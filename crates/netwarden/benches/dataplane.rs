@@ -1,0 +1,1079 @@
+//! Data-plane benchmark (issue 3, performance part). Needs root: it builds network namespaces.
+//!
+//! Full run: `cargo bench -p netwarden --bench dataplane`. Under `cargo test --all-targets`
+//! (no `--bench` argument) it runs a quick mode of a few seconds, so CI exercises every path.
+//!
+//! Measured:
+//! 1. **Data path.** New-connection rate from a client netns into a server netns (joined by a
+//!    veth, static neighbours) whose pod is isolated by a NetworkPolicy allowing N peer
+//!    addresses, the client's among them. Configurations, alternated in rounds so that drift of
+//!    the (noisy, 2-core) machine hits them all alike: no firewall; a conntrack-only nft table
+//!    (the floor of any stateful firewall); netwarden's nft and iptables backends (rules built
+//!    through Engine → render → Dataplane, as the agent does); and the seed's DANM Policer
+//!    layout (one `-s <peer>/32 -p tcp --dport 80 -j ACCEPT` rule per peer, client's rule last,
+//!    and in the middle). Reported: median rate per configuration and the paired per-round
+//!    ratios.
+//! 2. **Control.** Apply latency of one netns (p50/p99, nft and iptables) for a ~20-rule,
+//!    1,000-element ruleset; a full sync of 110 pod netns through `Syncer`; rules per pod at
+//!    10, 1,000 and 10,000 peers.
+//!
+//! Peer addresses are spread (every third address) so that they cannot merge into ranges or
+//! prefixes: the sets hold one element per peer, like real pod IPs. Every netns is named
+//! `nwbench-<pid>-…` and deleted by a drop guard, also on panic. Traffic only flows between the
+//! namespaces created here.
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    bind, connect, listen, setsockopt, shutdown, socket, sockopt, AddressFamily, Backlog,
+    Shutdown, SockFlag, SockType, SockaddrIn,
+};
+use nix::sys::time::{TimeVal, TimeValLike};
+
+use netwarden::sync::{render_ruleset, Syncer};
+use netwarden_dataplane::iptables_apply::{iptables_variant, IptablesVariant};
+use netwarden_dataplane::netns::{create_named, delete_named, exec_in, is_root};
+use netwarden_dataplane::{
+    ApplyOutcome, Backend, Dataplane, IptablesDataplane, Netns, NftDataplane, RenderedRuleset,
+};
+use netwarden_engine::testing::{
+    ip_block, namespace, netpol, pod, pods_peer, rule, selector, tcp,
+};
+use netwarden_engine::{Engine, EngineOptions, LabelSelector, PodKey, PodRules, Protocol};
+use netwarden_render::nft::build_table;
+use netwarden_render::{render_nft, rule_count, RenderOptions};
+
+// ----- parameters --------------------------------------------------------------------------
+
+/// Sizes of one run: the full measurement or the quick CI mode.
+struct Params {
+    quick: bool,
+    /// Peer counts of the netwarden-nft configurations; the last one is the headline.
+    peer_counts: Vec<usize>,
+    rounds: usize,
+    trial: Duration,
+    warmup: Duration,
+    client_threads: usize,
+    acceptor_threads: usize,
+    apply_iterations: usize,
+    sync_namespaces: usize,
+    sync_pods_per_namespace: usize,
+    sync_repeats: usize,
+}
+
+impl Params {
+    fn new(quick: bool) -> Params {
+        if quick {
+            Params {
+                quick,
+                peer_counts: vec![10, 1_000],
+                rounds: 1,
+                trial: Duration::from_millis(150),
+                warmup: Duration::from_millis(20),
+                client_threads: 2,
+                acceptor_threads: 2,
+                apply_iterations: 20,
+                sync_namespaces: 2,
+                sync_pods_per_namespace: 5,
+                sync_repeats: 1,
+            }
+        } else {
+            Params {
+                quick,
+                peer_counts: vec![10, 1_000, 10_000],
+                rounds: 7,
+                trial: Duration::from_secs(2),
+                warmup: Duration::from_millis(300),
+                client_threads: 2,
+                acceptor_threads: 2,
+                apply_iterations: 200,
+                sync_namespaces: 10,
+                sync_pods_per_namespace: 11,
+                sync_repeats: 3,
+            }
+        }
+    }
+
+    fn headline_peers(&self) -> usize {
+        *self.peer_counts.last().expect("peer counts")
+    }
+}
+
+// ----- addresses and the model -------------------------------------------------------------
+
+const NS: &str = "bench";
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+/// The client's address: one of the allowed peers.
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 100, 200, 1);
+/// A second client address that no configuration allows (checks the firewalls filter).
+const DENIED: Ipv4Addr = Ipv4Addr::new(10, 101, 0, 1);
+const PORT: u16 = 80;
+const CLIENT_MAC: &str = "02:6e:77:00:00:01";
+const SERVER_MAC: &str = "02:6e:77:00:00:02";
+
+/// The `i`-th filler peer: every third address of 10.100.0.0/16, so no two are adjacent
+/// (10,000 of them end at 10.100.117.49, below `CLIENT`).
+fn filler(i: usize) -> Ipv4Addr {
+    let base = u32::from(Ipv4Addr::new(10, 100, 0, 0));
+    Ipv4Addr::from(base + 3 * i as u32 + 1)
+}
+
+/// `n` allowed peers in rule order: `n - 1` fillers with the client at `client_pos`.
+fn peer_list(n: usize, client_pos: usize) -> Vec<Ipv4Addr> {
+    let mut peers: Vec<Ipv4Addr> = (0..n - 1).map(filler).collect();
+    peers.insert(client_pos.min(n - 1), CLIENT);
+    peers
+}
+
+/// The server pod's rules when a NetworkPolicy allows TCP 80 from `n` peer pods (the client
+/// pod among them), computed by the engine like the agent does.
+fn server_rules(n: usize) -> PodRules {
+    let mut engine = Engine::new(EngineOptions::default());
+    // Pods first, then the policy: the policy resolves its peer set once.
+    for (i, addr) in peer_list(n, n - 1).iter().enumerate() {
+        engine.set_pod(pod(
+            NS,
+            &format!("peer-{i}"),
+            &[("role", "peer")],
+            &[&addr.to_string()],
+        ));
+    }
+    engine.set_pod(pod(
+        NS,
+        "server",
+        &[("app", "server")],
+        &[&SERVER.to_string()],
+    ));
+    engine.set_policy(netpol(
+        NS,
+        "allow-peers",
+        selector(&[("app", "server")]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("role", "peer")])), None)],
+            vec![tcp(PORT)],
+        )]),
+        None,
+    ));
+    engine
+        .pod_rules(&PodKey::new(NS, "server"))
+        .expect("server pod")
+}
+
+/// DANM Policer's layout (seed 004): its INPUT defaults, then one rule per peer address.
+fn seed_text(peers: &[Ipv4Addr]) -> String {
+    let mut out = String::from(
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+         :DANM_INGRESS_V4 - [0:0]\n\
+         -A INPUT -i lo -j ACCEPT\n\
+         -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+         -A INPUT -j DANM_INGRESS_V4\n\
+         -A INPUT -j REJECT --reject-with icmp-port-unreachable\n\
+         -A FORWARD -j REJECT --reject-with icmp-port-unreachable\n",
+    );
+    for p in peers {
+        out.push_str(&format!(
+            "-A DANM_INGRESS_V4 -s {p}/32 -p tcp -m tcp --dport {PORT} -j ACCEPT\n"
+        ));
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+/// The floor of a stateful firewall: conntrack lookups and nothing else.
+const CONNTRACK_ONLY: &str = "table inet nwbench_ct {\n\
+    \tchain input {\n\
+    \t\ttype filter hook input priority filter; policy accept;\n\
+    \t\tct state established,related accept\n\
+    \t\tct state new accept\n\
+    \t}\n\
+    }\n";
+
+fn iptables_rule_lines(r: &RenderedRuleset) -> usize {
+    [&r.iptables_v4, &r.iptables_v6]
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t.lines())
+        .filter(|l| l.starts_with("-A "))
+        .count()
+}
+
+fn ipset_entries(r: &RenderedRuleset) -> usize {
+    r.ipset
+        .as_deref()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("add "))
+        .count()
+}
+
+fn nft_set_elements(rules: &PodRules, opts: &RenderOptions) -> usize {
+    build_table(rules, opts)
+        .map(|t| t.sets.iter().map(|s| s.elements.len()).sum())
+        .unwrap_or(0)
+}
+
+// ----- namespaces --------------------------------------------------------------------------
+
+/// Deletes the namespaces it names when dropped (also while unwinding from a panic).
+struct NetnsGuard {
+    names: Vec<String>,
+}
+
+impl NetnsGuard {
+    fn new() -> NetnsGuard {
+        NetnsGuard { names: Vec::new() }
+    }
+
+    fn create(&mut self, name: &str) -> PathBuf {
+        // Registered before creation: a half-created namespace is still cleaned up.
+        self.names.push(name.to_string());
+        create_named(name).unwrap_or_else(|e| panic!("creating netns {name}: {e}"))
+    }
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        for name in self.names.drain(..).rev() {
+            if Path::new("/run/netns").join(&name).exists() {
+                if let Err(e) = delete_named(&name) {
+                    eprintln!("warning: could not delete netns {name}: {e}");
+                }
+            }
+        }
+    }
+}
+
+fn prefix() -> String {
+    format!("nwbench-{}-", std::process::id())
+}
+
+fn run(netns: &Path, program: &str, args: &[&str]) {
+    run_stdin(netns, program, args, None);
+}
+
+fn run_stdin(netns: &Path, program: &str, args: &[&str], stdin: Option<&str>) {
+    exec_in(netns, program, args, stdin.map(str::as_bytes))
+        .unwrap_or_else(|e| panic!("in {}: {e}", netns.display()));
+}
+
+fn ip(args: &[&str]) {
+    netwarden_dataplane::netns::exec("ip", args, None).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Client and server namespaces joined by a veth, with static addresses, routes and permanent
+/// neighbour entries (the host-wide neighbour table is small; ARP is not what is measured).
+struct Topology {
+    client: Netns,
+    server: Netns,
+    server_path: PathBuf,
+}
+
+fn build_topology(guard: &mut NetnsGuard) -> Topology {
+    let cli_name = format!("{}cli", prefix());
+    let srv_name = format!("{}srv", prefix());
+    let cli = guard.create(&cli_name);
+    let srv = guard.create(&srv_name);
+    // The server end is `eth0`: the pod interface name netwarden's rules dispatch on.
+    ip(&[
+        "-n", &cli_name, "link", "add", "c0", "address", CLIENT_MAC, "type", "veth", "peer",
+        "name", "eth0", "address", SERVER_MAC, "netns", &srv_name,
+    ]);
+    let (client, denied, server) = (CLIENT.to_string(), DENIED.to_string(), SERVER.to_string());
+    for a in [&client, &denied] {
+        ip(&["-n", &cli_name, "addr", "add", &format!("{a}/32"), "dev", "c0"]);
+    }
+    ip(&["-n", &cli_name, "link", "set", "lo", "up"]);
+    ip(&["-n", &cli_name, "link", "set", "c0", "up"]);
+    ip(&[
+        "-n",
+        &cli_name,
+        "route",
+        "add",
+        &format!("{server}/32"),
+        "dev",
+        "c0",
+        "src",
+        &client,
+    ]);
+    ip(&[
+        "-n", &cli_name, "neigh", "replace", &server, "lladdr", SERVER_MAC, "dev", "c0", "nud",
+        "permanent",
+    ]);
+    ip(&["-n", &srv_name, "addr", "add", &format!("{server}/32"), "dev", "eth0"]);
+    ip(&["-n", &srv_name, "link", "set", "lo", "up"]);
+    ip(&["-n", &srv_name, "link", "set", "eth0", "up"]);
+    for a in [&client, &denied] {
+        ip(&["-n", &srv_name, "route", "add", &format!("{a}/32"), "dev", "eth0"]);
+        ip(&[
+            "-n", &srv_name, "neigh", "replace", a, "lladdr", CLIENT_MAC, "dev", "eth0", "nud",
+            "permanent",
+        ]);
+    }
+    // Ports must not run out (closes are RSTs, but be safe) and SYNs must not overflow the
+    // listen queue: either would measure the TCP stack's limits, not the firewall.
+    for (ns, kv) in [
+        (&cli, "net.ipv4.ip_local_port_range=1024 65535"),
+        (&cli, "net.ipv4.tcp_tw_reuse=1"),
+        (&srv, "net.core.somaxconn=8192"),
+        (&srv, "net.ipv4.tcp_max_syn_backlog=8192"),
+    ] {
+        run(ns, "sysctl", &["-q", "-w", kv]);
+    }
+    Topology {
+        client: Netns::open(&cli).expect("open client netns"),
+        server: Netns::open(&srv).expect("open server netns"),
+        server_path: srv,
+    }
+}
+
+// ----- traffic -----------------------------------------------------------------------------
+
+/// One TCP connection to the server, closed with a RST (SO_LINGER 0: no TIME_WAIT, so ports
+/// never run out). `src` binds a source address; `timeout` bounds the connect.
+fn connect_once(src: Option<Ipv4Addr>, timeout: Option<Duration>) -> Result<(), Errno> {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    setsockopt(
+        &fd,
+        sockopt::Linger,
+        &nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    )?;
+    if let Some(t) = timeout {
+        // Linux bounds connect() by the send timeout.
+        setsockopt(
+            &fd,
+            sockopt::SendTimeout,
+            &TimeVal::milliseconds(t.as_millis() as i64),
+        )?;
+    }
+    if let Some(src) = src {
+        bind(fd.as_raw_fd(), &SockaddrIn::from(SocketAddrV4::new(src, 0)))?;
+    }
+    connect(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(SocketAddrV4::new(SERVER, PORT)),
+    )
+}
+
+/// A listener in the server netns with threads accepting and closing connections.
+struct Server {
+    listener: Arc<TcpListener>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+impl Server {
+    fn start(netns: &Netns, acceptors: usize) -> Server {
+        // The socket belongs to the netns it is created in, whichever thread uses it later.
+        let listener = netns
+            .run(|| -> Result<TcpListener, Errno> {
+                let fd = socket(
+                    AddressFamily::Inet,
+                    SockType::Stream,
+                    SockFlag::SOCK_CLOEXEC,
+                    None,
+                )?;
+                setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+                bind(
+                    fd.as_raw_fd(),
+                    &SockaddrIn::from(SocketAddrV4::new(SERVER, PORT)),
+                )?;
+                // -1: the netns's somaxconn (raised above), not std's 128.
+                listen(&fd, Backlog::MAXALLOWABLE)?;
+                Ok(TcpListener::from(fd))
+            })
+            .expect("enter server netns")
+            .expect("server listener");
+        let listener = Arc::new(listener);
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..acceptors)
+            .map(|_| {
+                let (listener, stop) = (listener.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut accepted = 0u64;
+                    loop {
+                        match listener.accept() {
+                            Ok(_) => accepted += 1,
+                            Err(_) if stop.load(Ordering::Relaxed) => return accepted,
+                            // ECONNABORTED and the like: the client reset first.
+                            Err(_) => {}
+                        }
+                    }
+                })
+            })
+            .collect();
+        Server {
+            listener,
+            stop,
+            threads,
+        }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        // shutdown(2) on a listening socket wakes every blocked accept() with EINVAL.
+        let _ = shutdown(self.listener.as_raw_fd(), Shutdown::Both);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().expect("acceptor thread"))
+            .sum()
+    }
+}
+
+/// Outcome of one trial.
+struct Trial {
+    rate: f64,
+    ok: u64,
+    errors: BTreeMap<String, u64>,
+}
+
+/// `threads` clients in the client netns connect and reset for `duration`; the rate is the
+/// sum of each thread's successful connects per second of its own run.
+fn trial(client: &Netns, threads: usize, duration: Duration) -> Trial {
+    let results: Vec<(u64, f64, BTreeMap<String, u64>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    client.enter_current_thread().expect("enter client netns");
+                    let start = Instant::now();
+                    let deadline = start + duration;
+                    let mut ok = 0u64;
+                    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+                    while Instant::now() < deadline {
+                        match connect_once(None, Some(Duration::from_secs(3))) {
+                            Ok(()) => ok += 1,
+                            Err(e) => *errors.entry(e.desc().to_string()).or_default() += 1,
+                        }
+                    }
+                    (ok, start.elapsed().as_secs_f64(), errors)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect()
+    });
+    let mut out = Trial {
+        rate: 0.0,
+        ok: 0,
+        errors: BTreeMap::new(),
+    };
+    for (ok, secs, errors) in results {
+        out.rate += ok as f64 / secs;
+        out.ok += ok;
+        for (k, v) in errors {
+            *out.errors.entry(k).or_default() += v;
+        }
+    }
+    out
+}
+
+/// Whether a connection from `src` gets through (one attempt from the client netns).
+fn probe(client: &Netns, src: Ipv4Addr) -> Result<(), Errno> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            client.enter_current_thread().expect("enter client netns");
+            connect_once(Some(src), Some(Duration::from_secs(2)))
+        })
+        .join()
+        .expect("probe thread")
+    })
+}
+
+// ----- configurations ----------------------------------------------------------------------
+
+enum Firewall {
+    None,
+    /// Raw `nft -f` text.
+    NftText(String),
+    /// Raw `iptables-restore` text.
+    IptablesText(String),
+    /// Through netwarden's dataplane.
+    Netwarden(RenderedRuleset),
+}
+
+struct Config {
+    label: String,
+    firewall: Firewall,
+    /// Whether a connection from a non-allowed address must be refused.
+    filters: bool,
+}
+
+/// The server netns with nothing of any firewall: every nft table (iptables-nft tables are
+/// nft tables) and, for legacy iptables, empty filter tables.
+fn reset_firewall(server: &Path, variant: IptablesVariant) {
+    if variant == IptablesVariant::Legacy {
+        let empty = netwarden_render::iptables::empty_filter_table();
+        run_stdin(server, "iptables-restore", &["-w"], Some(&empty));
+        run_stdin(server, "ip6tables-restore", &["-w"], Some(&empty));
+    }
+    run(server, "nft", &["flush", "ruleset"]);
+}
+
+struct Dataplanes {
+    nft: NftDataplane,
+    iptables: IptablesDataplane,
+}
+
+/// Installs `config` in the server netns (after a reset); returns the install time.
+fn install(
+    config: &Config,
+    server: &Path,
+    variant: IptablesVariant,
+    dps: &mut Dataplanes,
+) -> Duration {
+    reset_firewall(server, variant);
+    let start = Instant::now();
+    match &config.firewall {
+        Firewall::None => {}
+        Firewall::NftText(t) => run_stdin(server, "nft", &["-f", "-"], Some(t)),
+        Firewall::IptablesText(t) => run_stdin(server, "iptables-restore", &["-w"], Some(t)),
+        Firewall::Netwarden(rs) => {
+            let dp: &mut dyn Dataplane = match rs.backend {
+                Backend::Nft => &mut dps.nft,
+                Backend::Iptables => &mut dps.iptables,
+            };
+            // The reset happened behind the dataplane's back.
+            dp.forget_all();
+            let outcome = dp
+                .apply(server, rs)
+                .unwrap_or_else(|e| panic!("{}: {e}", config.label));
+            assert_eq!(outcome, ApplyOutcome::Applied, "{}", config.label);
+        }
+    }
+    start.elapsed()
+}
+
+fn configs(params: &Params, opts: &RenderOptions) -> Vec<Config> {
+    let n = params.headline_peers();
+    let mut out = vec![
+        Config {
+            label: "no firewall".into(),
+            firewall: Firewall::None,
+            filters: false,
+        },
+        Config {
+            label: "conntrack only".into(),
+            firewall: Firewall::NftText(CONNTRACK_ONLY.into()),
+            filters: false,
+        },
+    ];
+    let headline = server_rules(n);
+    for &k in &params.peer_counts {
+        let rules = if k == n {
+            headline.clone()
+        } else {
+            server_rules(k)
+        };
+        out.push(Config {
+            label: format!("netwarden nft, {k} peers"),
+            firewall: Firewall::Netwarden(render_ruleset(Backend::Nft, &rules, opts)),
+            filters: true,
+        });
+    }
+    out.push(Config {
+        label: format!("netwarden iptables, {n} peers"),
+        firewall: Firewall::Netwarden(render_ruleset(Backend::Iptables, &headline, opts)),
+        filters: true,
+    });
+    out.push(Config {
+        label: format!("seed layout, {n} peers, client last"),
+        firewall: Firewall::IptablesText(seed_text(&peer_list(n, n - 1))),
+        filters: true,
+    });
+    out.push(Config {
+        label: format!("seed layout, {n} peers, client middle"),
+        firewall: Firewall::IptablesText(seed_text(&peer_list(n, n / 2))),
+        filters: true,
+    });
+    out
+}
+
+// ----- statistics --------------------------------------------------------------------------
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+// ----- 1. data path ------------------------------------------------------------------------
+
+/// Results of the data-path part, by configuration label.
+struct DataPath {
+    labels: Vec<String>,
+    rates: BTreeMap<String, Vec<f64>>,
+}
+
+impl DataPath {
+    /// Median over rounds of `a`'s rate divided by `b`'s in the same round.
+    fn paired_ratio(&self, a: &str, b: &str) -> f64 {
+        let (ra, rb) = (&self.rates[a], &self.rates[b]);
+        let ratios: Vec<f64> = ra.iter().zip(rb).map(|(x, y)| x / y).collect();
+        median(&ratios)
+    }
+}
+
+fn data_path(params: &Params, guard: &mut NetnsGuard) -> DataPath {
+    let opts = RenderOptions::default();
+    let variant = iptables_variant().expect("iptables variant");
+    let topo = build_topology(guard);
+    let server = Server::start(&topo.server, params.acceptor_threads);
+    let configs = configs(params, &opts);
+    let mut dps = Dataplanes {
+        nft: NftDataplane::new(),
+        iptables: IptablesDataplane::new(),
+    };
+
+    // Sanity first: every configuration lets the client in, and the filtering ones turn away
+    // an address they do not allow (otherwise the rates would measure a firewall that does
+    // nothing).
+    println!("\nsanity (client {CLIENT} allowed, {DENIED} not):");
+    for c in &configs {
+        let took = install(c, &topo.server_path, variant, &mut dps);
+        let allowed = probe(&topo.client, CLIENT);
+        let denied = probe(&topo.client, DENIED);
+        println!(
+            "  {:<44} install {:>8.1} ms | allowed: {:<22} | other: {}",
+            c.label,
+            ms(took),
+            format!("{allowed:?}"),
+            match &denied {
+                Ok(()) => "connected".to_string(),
+                Err(e) => format!("refused ({e})"),
+            }
+        );
+        assert!(allowed.is_ok(), "{}: client refused: {allowed:?}", c.label);
+        if c.filters {
+            assert_eq!(
+                denied,
+                Err(Errno::ECONNREFUSED),
+                "{}: a non-allowed source must be refused",
+                c.label
+            );
+        } else {
+            assert!(denied.is_ok(), "{}: {denied:?}", c.label);
+        }
+    }
+
+    let mut rates: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut installs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    println!(
+        "\n{} round(s) x {} configurations, {:.1} s per trial, {} client / {} acceptor threads",
+        params.rounds,
+        configs.len(),
+        params.trial.as_secs_f64(),
+        params.client_threads,
+        params.acceptor_threads
+    );
+    for round in 0..params.rounds {
+        let mut line = format!("  round {}:", round + 1);
+        for c in &configs {
+            let took = install(c, &topo.server_path, variant, &mut dps);
+            installs.entry(c.label.clone()).or_default().push(ms(took));
+            // An empty conntrack table for every trial: entries of the previous trial (RST'd
+            // connections linger ~10 s) must not slow down or fill up the next one.
+            run(&topo.server_path, "conntrack", &["-F"]);
+            if !params.warmup.is_zero() {
+                trial(&topo.client, params.client_threads, params.warmup);
+            }
+            let t = trial(&topo.client, params.client_threads, params.trial);
+            assert!(t.ok > 0, "{}: no connection succeeded", c.label);
+            assert!(
+                t.errors.is_empty(),
+                "{}: connect errors {:?}",
+                c.label,
+                t.errors
+            );
+            line.push_str(&format!(" {:.0}", t.rate));
+            rates.entry(c.label.clone()).or_default().push(t.rate);
+        }
+        println!("{line}");
+    }
+    let accepted = server.stop();
+    println!("  server accepted {accepted} connections in total");
+    reset_firewall(&topo.server_path, variant);
+
+    println!(
+        "\n{:<44} {:>12} {:>10} {:>10} {:>8} {:>12}",
+        "configuration", "median c/s", "min", "max", "spread", "install ms"
+    );
+    for c in &configs {
+        let r = &rates[&c.label];
+        let (lo, hi) = (
+            r.iter().copied().fold(f64::INFINITY, f64::min),
+            r.iter().copied().fold(0.0, f64::max),
+        );
+        let m = median(r);
+        println!(
+            "{:<44} {:>12.0} {:>10.0} {:>10.0} {:>7.1}% {:>12.1}",
+            c.label,
+            m,
+            lo,
+            hi,
+            (hi - lo) / m * 100.0,
+            median(&installs[&c.label])
+        );
+    }
+    DataPath {
+        labels: configs.into_iter().map(|c| c.label).collect(),
+        rates,
+    }
+}
+
+fn report_ratios(params: &Params, dp: &DataPath) {
+    let n = params.headline_peers();
+    let nft = format!("netwarden nft, {n} peers");
+    let ipt = format!("netwarden iptables, {n} peers");
+    let ct = "conntrack only".to_string();
+    let seed = format!("seed layout, {n} peers, client last");
+    let seed_mid = format!("seed layout, {n} peers, client middle");
+    println!("\nratios (median of per-round ratios):");
+    let nft_ct = dp.paired_ratio(&nft, &ct);
+    let nft_seed = dp.paired_ratio(&nft, &seed);
+    println!(
+        "  nft / conntrack-only        {nft_ct:>6.2}x   (target >= 0.9x: {})",
+        verdict(nft_ct >= 0.9)
+    );
+    println!(
+        "  nft / seed (client last)    {nft_seed:>6.2}x   (target >= 4x: {})",
+        verdict(nft_seed >= 4.0)
+    );
+    println!(
+        "  nft / seed (client middle)  {:>6.2}x",
+        dp.paired_ratio(&nft, &seed_mid)
+    );
+    println!(
+        "  iptables / seed (last)      {:>6.2}x",
+        dp.paired_ratio(&ipt, &seed)
+    );
+    println!(
+        "  iptables / conntrack-only   {:>6.2}x",
+        dp.paired_ratio(&ipt, &ct)
+    );
+    println!(
+        "  conntrack-only / no fw      {:>6.2}x",
+        dp.paired_ratio(&ct, "no firewall")
+    );
+    let first = format!("netwarden nft, {} peers", params.peer_counts[0]);
+    let mut growth = Vec::new();
+    for k in &params.peer_counts {
+        let label = format!("netwarden nft, {k} peers");
+        let r = dp.paired_ratio(&label, &first);
+        growth.push(r);
+        println!(
+            "  nft rate at {k:>6} peers     {:>8.0} c/s ({r:.2}x the {}-peer rate)",
+            median(&dp.rates[&label]),
+            params.peer_counts[0]
+        );
+    }
+    // "Does not fall": within the run-to-run noise of this machine (5%).
+    let flat = growth.iter().all(|r| *r >= 0.95);
+    println!(
+        "  rate does not fall from {} to {} peers (within 5%): {}",
+        params.peer_counts[0],
+        n,
+        verdict(flat)
+    );
+    debug_assert!(dp.labels.iter().all(|l| dp.rates.contains_key(l)));
+}
+
+// ----- 2. control --------------------------------------------------------------------------
+
+fn rule_counts(opts: &RenderOptions) {
+    println!(
+        "\nrules per pod (server pod, one NetworkPolicy rule allowing N peers on TCP {PORT}):"
+    );
+    println!(
+        "  {:>7} {:>10} {:>12} {:>15} {:>14} {:>11}",
+        "peers", "nft rules", "nft set elts", "iptables rules", "ipset entries", "seed rules"
+    );
+    let mut nft_counts = Vec::new();
+    let mut ipt_counts = Vec::new();
+    for n in [10, 1_000, 10_000] {
+        let rules = server_rules(n);
+        let nft = render_nft(&rules, opts);
+        let ipt = render_ruleset(Backend::Iptables, &rules, opts);
+        let seed = seed_text(&peer_list(n, n - 1))
+            .lines()
+            .filter(|l| l.starts_with("-A "))
+            .count();
+        let (nc, ic) = (rule_count(&nft), iptables_rule_lines(&ipt));
+        println!(
+            "  {n:>7} {nc:>10} {:>12} {ic:>15} {:>14} {seed:>11}",
+            nft_set_elements(&rules, opts),
+            ipset_entries(&ipt)
+        );
+        nft_counts.push(nc);
+        ipt_counts.push(ic);
+    }
+    // The layout's promise: peers live in sets, so the rule count does not depend on them.
+    assert!(nft_counts.windows(2).all(|w| w[0] == w[1]), "{nft_counts:?}");
+    assert!(ipt_counts.windows(2).all(|w| w[0] == w[1]), "{ipt_counts:?}");
+}
+
+/// A pod with a handful of policy rules (~20 nft rules) whose main peer set holds 1,000
+/// addresses; `variant` moves one peer so that two variants always differ.
+fn apply_model(variant: usize) -> PodRules {
+    let mut engine = Engine::new(EngineOptions::default());
+    for i in 0..1_000 {
+        let addr = if i == 0 { filler(5_000 + variant) } else { filler(i) };
+        engine.set_pod(pod(
+            NS,
+            &format!("peer-{i}"),
+            &[("role", "peer")],
+            &[&addr.to_string()],
+        ));
+    }
+    for i in 0..5 {
+        engine.set_pod(pod(
+            NS,
+            &format!("mon-{i}"),
+            &[("role", "monitoring")],
+            &[&format!("10.98.0.{}", i + 1)],
+        ));
+    }
+    engine.set_pod(pod(
+        NS,
+        "server",
+        &[("app", "server")],
+        &[&SERVER.to_string(), "fd00:99::1"],
+    ));
+    let peers = || pods_peer(Some(selector(&[("role", "peer")])), None);
+    let monitoring = || pods_peer(Some(selector(&[("role", "monitoring")])), None);
+    let udp = |port| netwarden_engine::PolicyPort {
+        protocol: Protocol::Udp,
+        port: Some(netwarden_engine::PortRef::Number(port)),
+        end_port: None,
+    };
+    engine.set_policy(netpol(
+        NS,
+        "server",
+        selector(&[("app", "server")]),
+        Some(vec![
+            rule(vec![peers()], vec![tcp(80), tcp(443)]),
+            rule(vec![peers()], vec![udp(5353)]),
+            rule(vec![monitoring()], vec![tcp(9090)]),
+            rule(
+                vec![ip_block("172.16.0.0/12", &["172.16.5.0/24"])],
+                vec![tcp(8080)],
+            ),
+            rule(vec![ip_block("fd00:1::/64", &[])], vec![tcp(8443)]),
+        ]),
+        Some(vec![
+            rule(vec![peers()], vec![tcp(5432)]),
+            rule(vec![monitoring()], vec![]),
+            rule(
+                vec![ip_block("0.0.0.0/0", &["10.0.0.0/8", "192.168.0.0/16"])],
+                vec![tcp(443)],
+            ),
+        ]),
+    ));
+    engine
+        .pod_rules(&PodKey::new(NS, "server"))
+        .expect("server pod")
+}
+
+fn apply_latency(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
+    let models = [apply_model(0), apply_model(1)];
+    let nft_text = render_nft(&models[0], opts);
+    println!(
+        "\napply latency, one netns: {} nft rules, {} set elements ({} iptables rules, {} ipset entries); {} applies alternating two variants",
+        rule_count(&nft_text),
+        nft_set_elements(&models[0], opts),
+        iptables_rule_lines(&render_ruleset(Backend::Iptables, &models[0], opts)),
+        ipset_entries(&render_ruleset(Backend::Iptables, &models[0], opts)),
+        params.apply_iterations
+    );
+    let backends: [(Backend, Box<dyn Dataplane>); 2] = [
+        (Backend::Nft, Box::new(NftDataplane::new())),
+        (Backend::Iptables, Box::new(IptablesDataplane::new())),
+    ];
+    for (backend, mut dp) in backends {
+        let path = guard.create(&format!("{}apply-{}", prefix(), backend.as_str()));
+        let rulesets = models
+            .iter()
+            .map(|m| render_ruleset(backend, m, opts))
+            .collect::<Vec<_>>();
+        assert_ne!(rulesets[0], rulesets[1]);
+        let mut times = Vec::with_capacity(params.apply_iterations);
+        for i in 0..params.apply_iterations {
+            let start = Instant::now();
+            let outcome = dp
+                .apply(&path, &rulesets[i % 2])
+                .unwrap_or_else(|e| panic!("{e}"));
+            times.push(start.elapsed());
+            assert_eq!(outcome, ApplyOutcome::Applied);
+        }
+        times.sort();
+        let p50 = percentile(&times, 0.5);
+        println!(
+            "  {:<9} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms   (target p50 < 5 ms: {})",
+            backend.as_str(),
+            ms(p50),
+            ms(percentile(&times, 0.99)),
+            ms(*times.last().expect("times")),
+            verdict(p50 < Duration::from_millis(5))
+        );
+    }
+}
+
+/// `namespaces` × `per_namespace` pods, each in a netns of its own, with a typical policy per
+/// namespace (same-namespace ingress on 8080, monitoring namespace on 9090, egress inside the
+/// namespace and HTTPS out of the cluster).
+fn sync_model(params: &Params, paths: &[PathBuf]) -> (Engine, Vec<PodKey>) {
+    let mut engine = Engine::new(EngineOptions::default());
+    let mut keys = Vec::new();
+    for n in 0..params.sync_namespaces {
+        let ns = format!("ns{n}");
+        engine.set_namespace(namespace(&ns, &[]));
+        for p in 0..params.sync_pods_per_namespace {
+            let index = n * params.sync_pods_per_namespace + p;
+            let mut pd = pod(
+                &ns,
+                &format!("pod-{p}"),
+                &[("app", &format!("app{}", p % 3))],
+                &[&format!("10.50.{n}.{}", p + 1)],
+            );
+            pd.netns = Some(paths[index].to_string_lossy().into_owned());
+            keys.push(pd.key.clone());
+            engine.set_pod(pd);
+        }
+        engine.set_policy(netpol(
+            &ns,
+            "default",
+            LabelSelector::everything(),
+            Some(vec![
+                rule(vec![pods_peer(Some(LabelSelector::everything()), None)], vec![tcp(8080)]),
+                rule(
+                    vec![pods_peer(
+                        None,
+                        Some(selector(&[("kubernetes.io/metadata.name", "ns0")])),
+                    )],
+                    vec![tcp(9090)],
+                ),
+            ]),
+            Some(vec![
+                rule(vec![pods_peer(Some(LabelSelector::everything()), None)], vec![]),
+                rule(vec![ip_block("0.0.0.0/0", &["10.0.0.0/8"])], vec![tcp(443)]),
+            ]),
+        ));
+    }
+    (engine, keys)
+}
+
+fn full_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
+    let total = params.sync_namespaces * params.sync_pods_per_namespace;
+    let created = Instant::now();
+    let paths: Vec<PathBuf> = (0..total)
+        .map(|i| guard.create(&format!("{}pod{i}", prefix())))
+        .collect();
+    println!(
+        "\nfull sync of {total} pods, one netns each (created in {:.0} ms), NftDataplane:",
+        ms(created.elapsed())
+    );
+    let (mut engine, keys) = sync_model(params, &paths);
+    let mut syncer = Syncer::new(Box::new(NftDataplane::new()), Backend::Nft, *opts);
+    let mut times = Vec::new();
+    for rep in 0..params.sync_repeats {
+        syncer.dataplane.forget_all();
+        let report = syncer.sync(&mut engine, keys.iter().cloned());
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.applied, total, "{report}");
+        println!(
+            "  run {}: {:>8.1} ms total, {:.2} ms per pod  ({report})",
+            rep + 1,
+            ms(report.duration),
+            ms(report.duration) / total as f64
+        );
+        times.push(report.duration);
+    }
+    let again = syncer.sync(&mut engine, keys.iter().cloned());
+    assert_eq!(again.unchanged, total, "{again}");
+    times.sort();
+    let med = times[times.len() / 2];
+    println!(
+        "  median {:.1} ms (target < 1 s for 110 pods: {}); nothing changed: {:.1} ms",
+        ms(med),
+        verdict(total < 110 || med < Duration::from_secs(1)),
+        ms(again.duration)
+    );
+    let leftovers = syncer.remove_all();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+// ----- main --------------------------------------------------------------------------------
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    if !is_root() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            eprintln!("dataplane benchmark: needs root (CI=true, so this is a failure)");
+            std::process::exit(1);
+        }
+        println!("skipped: needs root");
+        return;
+    }
+    let params = Params::new(quick);
+    let opts = RenderOptions::default();
+    let started = Instant::now();
+    println!(
+        "netwarden data-plane benchmark ({} mode; kernel {}, {} CPUs, iptables {:?})",
+        if params.quick {
+            "quick (pass --bench for the full run)"
+        } else {
+            "full"
+        },
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        iptables_variant().ok(),
+    );
+    let mut guard = NetnsGuard::new();
+    rule_counts(&opts);
+    apply_latency(&params, &mut guard, &opts);
+    full_sync(&params, &mut guard, &opts);
+    let dp = data_path(&params, &mut guard);
+    report_ratios(&params, &dp);
+    drop(guard);
+    println!("\ndone in {:.1} s", started.elapsed().as_secs_f64());
+}
