@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    bind, connect, listen, setsockopt, shutdown, socket, sockopt, AddressFamily, Backlog,
-    Shutdown, SockFlag, SockType, SockaddrIn,
+    bind, connect, listen, setsockopt, shutdown, socket, sockopt, AddressFamily, Backlog, Shutdown,
+    SockFlag, SockType, SockaddrIn,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
@@ -45,9 +45,7 @@ use netwarden_dataplane::netns::{create_named, delete_named, exec_in, is_root};
 use netwarden_dataplane::{
     ApplyOutcome, Backend, Dataplane, IptablesDataplane, Netns, NftDataplane, RenderedRuleset,
 };
-use netwarden_engine::testing::{
-    ip_block, namespace, netpol, pod, pods_peer, rule, selector, tcp,
-};
+use netwarden_engine::testing::{ip_block, namespace, netpol, pod, pods_peer, rule, selector, tcp};
 use netwarden_engine::{Engine, EngineOptions, LabelSelector, PodKey, PodRules, Protocol};
 use netwarden_render::nft::build_table;
 use netwarden_render::{render_nft, rule_count, RenderOptions};
@@ -289,7 +287,15 @@ fn build_topology(guard: &mut NetnsGuard) -> Topology {
     ]);
     let (client, denied, server) = (CLIENT.to_string(), DENIED.to_string(), SERVER.to_string());
     for a in [&client, &denied] {
-        ip(&["-n", &cli_name, "addr", "add", &format!("{a}/32"), "dev", "c0"]);
+        ip(&[
+            "-n",
+            &cli_name,
+            "addr",
+            "add",
+            &format!("{a}/32"),
+            "dev",
+            "c0",
+        ]);
     }
     ip(&["-n", &cli_name, "link", "set", "lo", "up"]);
     ip(&["-n", &cli_name, "link", "set", "c0", "up"]);
@@ -305,16 +311,50 @@ fn build_topology(guard: &mut NetnsGuard) -> Topology {
         &client,
     ]);
     ip(&[
-        "-n", &cli_name, "neigh", "replace", &server, "lladdr", SERVER_MAC, "dev", "c0", "nud",
+        "-n",
+        &cli_name,
+        "neigh",
+        "replace",
+        &server,
+        "lladdr",
+        SERVER_MAC,
+        "dev",
+        "c0",
+        "nud",
         "permanent",
     ]);
-    ip(&["-n", &srv_name, "addr", "add", &format!("{server}/32"), "dev", "eth0"]);
+    ip(&[
+        "-n",
+        &srv_name,
+        "addr",
+        "add",
+        &format!("{server}/32"),
+        "dev",
+        "eth0",
+    ]);
     ip(&["-n", &srv_name, "link", "set", "lo", "up"]);
     ip(&["-n", &srv_name, "link", "set", "eth0", "up"]);
     for a in [&client, &denied] {
-        ip(&["-n", &srv_name, "route", "add", &format!("{a}/32"), "dev", "eth0"]);
         ip(&[
-            "-n", &srv_name, "neigh", "replace", a, "lladdr", CLIENT_MAC, "dev", "eth0", "nud",
+            "-n",
+            &srv_name,
+            "route",
+            "add",
+            &format!("{a}/32"),
+            "dev",
+            "eth0",
+        ]);
+        ip(&[
+            "-n",
+            &srv_name,
+            "neigh",
+            "replace",
+            a,
+            "lladdr",
+            CLIENT_MAC,
+            "dev",
+            "eth0",
+            "nud",
             "permanent",
         ]);
     }
@@ -846,8 +886,14 @@ fn rule_counts(opts: &RenderOptions) {
         ipt_counts.push(ic);
     }
     // The layout's promise: peers live in sets, so the rule count does not depend on them.
-    assert!(nft_counts.windows(2).all(|w| w[0] == w[1]), "{nft_counts:?}");
-    assert!(ipt_counts.windows(2).all(|w| w[0] == w[1]), "{ipt_counts:?}");
+    assert!(
+        nft_counts.windows(2).all(|w| w[0] == w[1]),
+        "{nft_counts:?}"
+    );
+    assert!(
+        ipt_counts.windows(2).all(|w| w[0] == w[1]),
+        "{ipt_counts:?}"
+    );
 }
 
 /// A pod with a handful of policy rules (~20 nft rules) whose main peer set holds 1,000
@@ -855,7 +901,11 @@ fn rule_counts(opts: &RenderOptions) {
 fn apply_model(variant: usize) -> PodRules {
     let mut engine = Engine::new(EngineOptions::default());
     for i in 0..1_000 {
-        let addr = if i == 0 { filler(5_000 + variant) } else { filler(i) };
+        let addr = if i == 0 {
+            filler(5_000 + variant)
+        } else {
+            filler(i)
+        };
         engine.set_pod(pod(
             NS,
             &format!("peer-{i}"),
@@ -982,7 +1032,10 @@ fn sync_model(params: &Params, paths: &[PathBuf]) -> (Engine, Vec<PodKey>) {
             "default",
             LabelSelector::everything(),
             Some(vec![
-                rule(vec![pods_peer(Some(LabelSelector::everything()), None)], vec![tcp(8080)]),
+                rule(
+                    vec![pods_peer(Some(LabelSelector::everything()), None)],
+                    vec![tcp(8080)],
+                ),
                 rule(
                     vec![pods_peer(
                         None,
@@ -992,7 +1045,10 @@ fn sync_model(params: &Params, paths: &[PathBuf]) -> (Engine, Vec<PodKey>) {
                 ),
             ]),
             Some(vec![
-                rule(vec![pods_peer(Some(LabelSelector::everything()), None)], vec![]),
+                rule(
+                    vec![pods_peer(Some(LabelSelector::everything()), None)],
+                    vec![],
+                ),
                 rule(vec![ip_block("0.0.0.0/0", &["10.0.0.0/8"])], vec![tcp(443)]),
             ]),
         ));

@@ -13,7 +13,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use netwarden_dataplane::Backend;
-use netwarden_engine::{Engine, EngineOptions, ObjectKey, PodKey, PolicyRef};
+use netwarden_dataplane::DiscoveredInterface;
+use netwarden_engine::{
+    Engine, EngineOptions, NetworkId, NetworkType, ObjectKey, Pod, PodInterface, PodKey, PolicyRef,
+};
 use netwarden_manifest::{load_paths, Inventory, LoadOptions};
 use netwarden_render::RenderOptions;
 use tracing::{info, warn};
@@ -168,6 +171,53 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     out
 }
 
+/// Completes a pod's interfaces with what its netns really has (SPEC 2: a pod interface is any
+/// kernel interface with an L3 address, except `lo`). An interface the manifests describe keeps
+/// its network and gains any address the kernel shows beyond the manifests'; an interface they
+/// do not describe joins with a network of its own (`interface:<name>`), so only policies that
+/// isolate every interface (DanmNetworkPolicy) cover it and only peers without a network
+/// selector contribute its addresses.
+pub fn merge_discovered(pod: &mut Pod, discovered: &[DiscoveredInterface]) {
+    for found in discovered {
+        if netwarden_manifest::validate::ifname(&found.name).is_err() {
+            continue;
+        }
+        match pod.interfaces.iter_mut().find(|i| i.name == found.name) {
+            Some(iface) => {
+                for net in &found.addrs {
+                    if !iface.ips.contains(&net.addr()) {
+                        iface.ips.push(net.addr());
+                        iface.prefix_lens.push(net.prefix_len());
+                    }
+                }
+            }
+            None => pod.interfaces.push(PodInterface {
+                name: found.name.clone(),
+                network: NetworkId::Named {
+                    kind: NetworkType::NetworkAttachmentDefinition,
+                    namespace: None,
+                    name: format!("interface:{}", found.name),
+                },
+                ips: found.addrs.iter().map(|n| n.addr()).collect(),
+                prefix_lens: found.addrs.iter().map(|n| n.prefix_len()).collect(),
+            }),
+        }
+    }
+}
+
+/// Applies [`merge_discovered`] to every pod whose netns can be read.
+fn discover_interfaces(inventory: &mut Inventory) {
+    for pod in inventory.pods.iter_mut().filter(|p| !p.host_network) {
+        let Some(path) = pod.netns.clone() else {
+            continue;
+        };
+        match netwarden_dataplane::interfaces(Path::new(&path)) {
+            Ok(found) => merge_discovered(pod, &found),
+            Err(e) => warn!("{}: cannot list the interfaces of {path}: {e}", pod.key),
+        }
+    }
+}
+
 /// Feeds `engine` with `next`, removing what `previous` had and `next` lacks. Unchanged objects
 /// are ignored by the engine itself, so only affected pods become dirty.
 pub fn apply_inventory(engine: &mut Engine, previous: Option<&Inventory>, next: &Inventory) {
@@ -228,7 +278,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         let now = fingerprint(&config.paths);
         if now != seen || previous.is_none() {
             seen = now;
-            let inventory = load_paths(&config.paths, &config.load);
+            let mut inventory = load_paths(&config.paths, &config.load);
+            discover_interfaces(&mut inventory);
             for problem in &inventory.problems {
                 let line = problem.to_string();
                 if reported.insert(line.clone()) {
@@ -261,5 +312,46 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             }
         }
         std::thread::sleep(config.interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwarden_engine::testing::pod;
+
+    fn found(name: &str, addrs: &[&str]) -> DiscoveredInterface {
+        DiscoveredInterface {
+            name: name.into(),
+            index: 2,
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            link_local: Vec::new(),
+            up: true,
+        }
+    }
+
+    #[test]
+    fn kernel_interfaces_complete_the_model() {
+        let mut p = pod("x", "a", &[], &["10.0.0.1"]);
+        merge_discovered(
+            &mut p,
+            &[
+                found("eth0", &["10.0.0.1/24", "10.0.0.9/24"]),
+                found("net7", &["192.168.7.1/24"]),
+            ],
+        );
+        assert_eq!(p.interfaces.len(), 2);
+        assert_eq!(p.interfaces[0].network, NetworkId::Primary);
+        assert_eq!(
+            p.interfaces[0].ips.len(),
+            2,
+            "the kernel's extra address is added"
+        );
+        assert_eq!(p.interfaces[1].name, "net7");
+        assert_eq!(p.interfaces[1].network.to_string(), "interface:net7");
+        assert_eq!(p.interfaces[1].prefix_lens, vec![24]);
+        // Unsafe names never make it into the model.
+        merge_discovered(&mut p, &[found("bad\"name", &["192.168.8.1/24"])]);
+        assert_eq!(p.interfaces.len(), 2);
     }
 }

@@ -36,14 +36,24 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
         let scope = match &p.scope {
             PolicyScope::Primary => "the cluster network".to_string(),
             PolicyScope::AllInterfaces => "every interface".to_string(),
-            PolicyScope::Networks(nets) => nets.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+            PolicyScope::Networks(nets) => nets
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
         };
         let mode = match (p.mode, &p.replaces) {
             (Mode::Enforce, _) => "enforced".to_string(),
             (Mode::Monitor, None) => "MONITORED".to_string(),
-            (Mode::Monitor, Some(r)) => format!("MONITORED, previews replacing {}/{r}", p.key.namespace),
+            (Mode::Monitor, Some(r)) => {
+                format!("MONITORED, previews replacing {}/{r}", p.key.namespace)
+            }
         };
-        println!("   {:18} {:28} on {scope} ({mode})", p.kind.as_str(), p.key.to_string());
+        println!(
+            "   {:18} {:28} on {scope} ({mode})",
+            p.kind.as_str(),
+            p.key.to_string()
+        );
     }
     println!("\n== building the lab: a netns per pod, a bridge per network, veths with the pods' addresses");
     let mut lab = EnforcedLab::up(&inventory, &options)?;

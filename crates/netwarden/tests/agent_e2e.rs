@@ -116,13 +116,19 @@ fn write_pods(dir: &TempDir, lab: &Lab) {
 }
 
 fn write_policy(dir: &TempDir, file: &str, name: &str, target: &str, roles: &[&str]) {
-    dir.write(file, &docs_text(&[ingress_policy(name, target, roles, false)]));
+    dir.write(
+        file,
+        &docs_text(&[ingress_policy(name, target, roles, false)]),
+    );
 }
 
 fn wait_for(what: &str, agent: &mut Agent, cond: impl FnMut() -> bool) {
     if !wait_until(TIMEOUT, cond) {
         agent.assert_running();
-        panic!("timed out waiting until {what}; agent log:\n{}", agent.log());
+        panic!(
+            "timed out waiting until {what}; agent log:\n{}",
+            agent.log()
+        );
     }
 }
 
@@ -167,22 +173,47 @@ fn agent_e2e(backend: Backend) {
         "first sync; log:\n{}",
         agent.log()
     );
-    assert_probes(&lab, &probes("client-no", "server"), false, "denied by the agent's rules");
-    assert_probes(&lab, &probes("client-ok", "server"), true, "allowed by the agent's rules");
+    assert_probes(
+        &lab,
+        &probes("client-no", "server"),
+        false,
+        "denied by the agent's rules",
+    );
+    assert_probes(
+        &lab,
+        &probes("client-ok", "server"),
+        true,
+        "allowed by the agent's rules",
+    );
     let server_rules = rules_snapshot(backend, &server);
     let other_rules = rules_snapshot(backend, &other);
 
     // 2. Edit the server's policy: the denied client becomes allowed; only the server is
     // re-applied.
-    write_policy(&dir, "server-policy.yaml", "server-in", "server", &["ok", "no"]);
+    write_policy(
+        &dir,
+        "server-policy.yaml",
+        "server-in",
+        "server",
+        &["ok", "no"],
+    );
     wait_for("the edited policy lets client-no in", &mut agent, || {
         lab.probe(&probes("client-no", "server"))
             .iter()
             .all(|o| o.connected)
     });
     assert_probes(&lab, &probes("client-ok", "server"), true, "still allowed");
-    assert_probes(&lab, &probes("client-no", "other"), false, "other unchanged");
-    assert_eq!(rules_snapshot(backend, &other), other_rules, "other's rules were touched");
+    assert_probes(
+        &lab,
+        &probes("client-no", "other"),
+        false,
+        "other unchanged",
+    );
+    assert_eq!(
+        rules_snapshot(backend, &other),
+        other_rules,
+        "other's rules were touched"
+    );
     // The rules are in before the agent logs its report: wait for the line too.
     let run1 = logs.path.join("run1.log");
     wait_for("the second sync is logged", &mut agent, || {
@@ -215,15 +246,28 @@ fn agent_e2e(backend: Backend) {
         "the deletion should remove the server's rules only: {third:?}; log:\n{}",
         agent.log()
     );
-    assert_probes(&lab, &probes("client-no", "server"), true, "server open again");
+    assert_probes(
+        &lab,
+        &probes("client-no", "server"),
+        true,
+        "server open again",
+    );
     agent.assert_running();
-    println!("{} agent: syncs of the first run: {syncs:?}", backend.as_str());
+    println!(
+        "{} agent: syncs of the first run: {syncs:?}",
+        backend.as_str()
+    );
 
     // 4. Kill the agent: the rules stay. Change the manifests while it is down (the server's
     // policy back, the other's policy gone), restart: it converges without error.
     agent.kill();
     assert!(has_rules(backend, &other), "rules must survive the agent");
-    assert_probes(&lab, &probes("client-no", "other"), false, "enforced with the agent down");
+    assert_probes(
+        &lab,
+        &probes("client-no", "other"),
+        false,
+        "enforced with the agent down",
+    );
     write_policy(&dir, "server-policy.yaml", "server-in", "server", &["ok"]);
     dir.remove("other-policy.yaml");
     let mut agent = Agent::start(&dir.path, backend, logs.path.join("run2.log"));
@@ -236,15 +280,33 @@ fn agent_e2e(backend: Backend) {
         "restart sync {restart:?}; log:\n{}",
         agent.log()
     );
-    assert_eq!(rules_snapshot(backend, &server), server_rules, "server rules after restart");
-    assert_eq!(netwarden_leftovers(backend, &other), Vec::<String>::new(), "stale rules of other");
+    assert_eq!(
+        rules_snapshot(backend, &server),
+        server_rules,
+        "server rules after restart"
+    );
+    assert_eq!(
+        netwarden_leftovers(backend, &other),
+        Vec::<String>::new(),
+        "stale rules of other"
+    );
     assert_probes(&lab, &probes("client-no", "server"), false, "after restart");
     assert_probes(&lab, &probes("client-ok", "server"), true, "after restart");
-    assert_probes(&lab, &probes("client-no", "other"), true, "other open after restart");
+    assert_probes(
+        &lab,
+        &probes("client-no", "other"),
+        true,
+        "other open after restart",
+    );
     // Nothing changes: no further sync happens.
     std::thread::sleep(Duration::from_millis(600));
     agent.assert_running();
-    assert_eq!(agent.syncs().len(), 1, "idle agent synced again:\n{}", agent.log());
+    assert_eq!(
+        agent.syncs().len(),
+        1,
+        "idle agent synced again:\n{}",
+        agent.log()
+    );
     agent.kill();
     drop(agent);
 
@@ -262,7 +324,11 @@ fn agent_e2e(backend: Backend) {
         .output()
         .expect("run netwarden apply");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "netwarden apply failed: {}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "netwarden apply failed: {}\n{stderr}",
+        out.status
+    );
     assert_eq!(
         sync_lines(&stderr),
         vec![SyncLine {
@@ -273,13 +339,79 @@ fn agent_e2e(backend: Backend) {
         }],
         "{stderr}"
     );
-    assert_eq!(rules_snapshot(backend, &server), server_rules, "server rules after apply");
-    assert_eq!(rules_snapshot(backend, &other), other_rules, "other rules after apply");
+    assert_eq!(
+        rules_snapshot(backend, &server),
+        server_rules,
+        "server rules after apply"
+    );
+    assert_eq!(
+        rules_snapshot(backend, &other),
+        other_rules,
+        "other rules after apply"
+    );
     assert_probes(&lab, &probes("client-no", "server"), false, "after apply");
     assert_probes(&lab, &probes("client-no", "other"), false, "after apply");
 
     lab.down().expect("lab down");
     assert_eq!(named_netns_with_prefix(&prefix), Vec::<String>::new());
+}
+
+/// A named netns this test creates, deleted when dropped.
+struct NamedNetns(String);
+
+impl Drop for NamedNetns {
+    fn drop(&mut self) {
+        let _ = netwarden_dataplane::netns::delete_named(&self.0);
+    }
+}
+
+/// A pod whose netns does not exist yet when the agent starts (its sync fails) is programmed
+/// once the netns appears, without any manifest change: failed pods are retried.
+fn agent_retries_failed_pods(backend: Backend) {
+    if !root_or_skip() {
+        return;
+    }
+    let _lock = lab_lock();
+    let prefix = prefix(&format!("nwrt{}", &backend.as_str()[..1]));
+    let name = format!("{prefix}-late");
+    let path = netwarden_dataplane::netns::named_path(&name).expect("netns name");
+    assert!(!path.exists(), "{} already exists", path.display());
+    let dir = TempDir::new(&format!("retry-{}", backend.as_str()));
+    let logs = TempDir::new(&format!("retry-logs-{}", backend.as_str()));
+    let docs = vec![namespace_doc(), pod_doc(pod_def("server"), Some(&path))];
+    dir.write("pods.yaml", &docs_text(&docs));
+    write_policy(&dir, "server-policy.yaml", "server-in", "server", &["ok"]);
+
+    let log = logs.path.join("run.log");
+    let mut agent = Agent::start(&dir.path, backend, log.clone());
+    wait_for("the first sync is logged", &mut agent, || {
+        !agent_syncs_quick(&log).is_empty()
+    });
+    let first = agent.syncs()[0];
+    assert_eq!((first.considered, first.errors), (1, 1), "{}", agent.log());
+
+    // The pod's netns appears (as when a CNI finishes after the pod object was written).
+    netwarden_dataplane::netns::create_named(&name).expect("create the late netns");
+    let _guard = NamedNetns(name.clone());
+    wait_for("the late netns is programmed", &mut agent, || {
+        has_rules(backend, &path)
+    });
+    agent.assert_running();
+    let last = *agent.syncs().last().expect("a sync");
+    assert_eq!((last.applied, last.errors), (1, 0), "{}", agent.log());
+    agent.kill();
+    drop(_guard);
+    assert_eq!(named_netns_with_prefix(&prefix), Vec::<String>::new());
+}
+
+#[test]
+fn agent_retries_failed_pods_nft() {
+    agent_retries_failed_pods(Backend::Nft);
+}
+
+#[test]
+fn agent_retries_failed_pods_iptables() {
+    agent_retries_failed_pods(Backend::Iptables);
 }
 
 /// The sync lines of a log file (for polling without borrowing the agent).

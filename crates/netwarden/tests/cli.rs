@@ -8,15 +8,25 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn netwarden(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_netwarden")).args(args).output().expect("run netwarden")
+    Command::new(env!("CARGO_BIN_EXE_netwarden"))
+        .args(args)
+        .output()
+        .expect("run netwarden")
 }
 
 fn example() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet").display().to_string()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/multinet")
+        .display()
+        .to_string()
 }
 
 fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
@@ -29,12 +39,29 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn reach_json_contract() {
-    let v = json(&netwarden(&["reach", "-f", &example(), "--port", "8080/TCP", "-o", "json"]));
+    let v = json(&netwarden(&[
+        "reach",
+        "-f",
+        &example(),
+        "--port",
+        "8080/TCP",
+        "-o",
+        "json",
+    ]));
     let probes = v["probes"].as_array().unwrap();
     // 4 pods on default (dual-stack: 2 families) + 3 on storage-net (IPv4): 16*2 + 9 probes.
     assert_eq!(probes.len(), 16 * 2 + 9);
     for p in probes {
-        for field in ["from", "to", "network", "port", "protocol", "allowed", "staged_allowed", "family"] {
+        for field in [
+            "from",
+            "to",
+            "network",
+            "port",
+            "protocol",
+            "allowed",
+            "staged_allowed",
+            "family",
+        ] {
             assert!(p.get(field).is_some(), "missing {field} in {p}");
         }
         if p["from"] == p["to"] {
@@ -46,16 +73,38 @@ fn reach_json_contract() {
     assert_eq!(net("data/storage-net"), 9);
     // Filters.
     let v = json(&netwarden(&[
-        "reach", "-f", &example(), "--port", "8080/TCP", "--from", "web/*", "--to", "data/db", "--network", "default",
+        "reach",
+        "-f",
+        &example(),
+        "--port",
+        "8080/TCP",
+        "--from",
+        "web/*",
+        "--to",
+        "data/db",
+        "--network",
+        "default",
     ]));
     let probes = v["probes"].as_array().unwrap();
     assert_eq!(probes.len(), 4);
-    assert!(probes.iter().all(|p| p["to"] == "data/db" && p["from"].as_str().unwrap().starts_with("web/")));
+    assert!(probes
+        .iter()
+        .all(|p| p["to"] == "data/db" && p["from"].as_str().unwrap().starts_with("web/")));
 }
 
 #[test]
 fn explain_agrees_with_reach_on_every_pair() {
-    let v = json(&netwarden(&["reach", "-f", &example(), "--port", "8080/TCP", "--port", "5432/TCP", "-o", "json"]));
+    let v = json(&netwarden(&[
+        "reach",
+        "-f",
+        &example(),
+        "--port",
+        "8080/TCP",
+        "--port",
+        "5432/TCP",
+        "-o",
+        "json",
+    ]));
     for p in v["probes"].as_array().unwrap() {
         let port = format!("{}/{}", p["port"], p["protocol"].as_str().unwrap());
         let family = p["family"].as_str().unwrap();
@@ -84,17 +133,61 @@ fn explain_agrees_with_reach_on_every_pair() {
 
 #[test]
 fn explain_names_policies_and_rules() {
-    let out = netwarden(&["explain", "-f", &example(), "--from", "data/db", "--to", "web/frontend", "--port", "8080/TCP", "--family", "ipv4"]);
+    let out = netwarden(&[
+        "explain",
+        "-f",
+        &example(),
+        "--from",
+        "data/db",
+        "--to",
+        "web/frontend",
+        "--port",
+        "8080/TCP",
+        "--family",
+        "ipv4",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    assert!(text.contains("verdict: ALLOWED (staged: DENIED, would-deny: replaced-allow)"), "{text}");
-    assert!(text.contains("allowed by NetworkPolicy web/frontend-http-only ingress[0]"), "{text}");
+    assert!(
+        text.contains("verdict: ALLOWED (staged: DENIED, would-deny: replaced-allow)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("allowed by NetworkPolicy web/frontend-http-only ingress[0]"),
+        "{text}"
+    );
     assert!(text.contains("web/frontend-same-namespace"), "{text}");
-    let out = netwarden(&["explain", "-f", &example(), "--from", "web/api", "--to", "data/backup", "--port", "5432/TCP", "--network", "data/storage-net"]);
+    let out = netwarden(&[
+        "explain",
+        "-f",
+        &example(),
+        "--from",
+        "web/api",
+        "--to",
+        "data/backup",
+        "--port",
+        "5432/TCP",
+        "--network",
+        "data/storage-net",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("verdict: DENIED") && text.contains("isolated by DanmNetworkPolicy data/backup-lockdown"), "{text}");
+    assert!(
+        text.contains("verdict: DENIED")
+            && text.contains("isolated by DanmNetworkPolicy data/backup-lockdown"),
+        "{text}"
+    );
     assert!(text.contains("no rule allows 192.168.50.11"), "{text}");
-    let out = netwarden(&["explain", "-f", &example(), "--from", "web/nope", "--to", "data/db", "--port", "80"]);
+    let out = netwarden(&[
+        "explain",
+        "-f",
+        &example(),
+        "--from",
+        "web/nope",
+        "--to",
+        "data/db",
+        "--port",
+        "80",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("web/nope"));
 }
@@ -144,18 +237,32 @@ fn validate_reports_every_problem_and_the_rest_keeps_working() {
     assert_eq!(out.status.code(), Some(1), "errors make validate fail");
     let problems: Value = serde_json::from_slice(&out.stdout).unwrap();
     let text = problems.to_string();
-    assert!(text.contains("bad-cidr") && text.contains("ipBlock.cidr"), "{text}");
-    assert!(text.contains("bad-port") && text.contains("ports[0].port"), "{text}");
+    assert!(
+        text.contains("bad-cidr") && text.contains("ipBlock.cidr"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bad-port") && text.contains("ports[0].port"),
+        "{text}"
+    );
     // The valid policy still applies: b reaches a, and x/a's other peers are denied.
-    let v = json(&netwarden(&["reach", "-f", &d, "--port", "80/TCP", "--to", "x/a"]));
+    let v = json(&netwarden(&[
+        "reach", "-f", &d, "--port", "80/TCP", "--to", "x/a",
+    ]));
     let probes = v["probes"].as_array().unwrap();
-    assert!(probes.iter().any(|p| p["from"] == "x/b" && p["allowed"] == true));
+    assert!(probes
+        .iter()
+        .any(|p| p["from"] == "x/b" && p["allowed"] == true));
     // --strict makes any problem fatal.
     let out = netwarden(&["reach", "-f", &d, "--port", "80/TCP", "--strict"]);
     assert!(!out.status.success());
     // A clean input validates.
     let out = netwarden(&["validate", "-f", &example()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -165,10 +272,24 @@ fn render_both_backends() {
     let nft = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(nft.contains("table inet netwarden"), "{nft}");
-    assert!(nft.contains("log group 100 prefix \"nw:wd:"), "monitor rules present: {nft}");
-    let out = netwarden(&["render", "-f", &example(), "--pod", "web/api", "--backend", "iptables"]);
+    assert!(
+        nft.contains("log group 100 prefix \"nw:wd:"),
+        "monitor rules present: {nft}"
+    );
+    let out = netwarden(&[
+        "render",
+        "-f",
+        &example(),
+        "--pod",
+        "web/api",
+        "--backend",
+        "iptables",
+    ]);
     let ipt = String::from_utf8_lossy(&out.stdout);
-    assert!(ipt.contains("DANM_INGRESS_V4") && ipt.contains("DANM_INGRESS_V6"), "{ipt}");
+    assert!(
+        ipt.contains("DANM_INGRESS_V4") && ipt.contains("DANM_INGRESS_V6"),
+        "{ipt}"
+    );
     assert!(ipt.contains("COMMIT"), "{ipt}");
 }
 
@@ -180,13 +301,29 @@ fn report_aggregates_events() {
             r#"{{"time":"{t}","node":"n1","action":"would-deny","direction":"ingress","pod":"web/frontend-6d4cf56db6-x2k9p","interface":"eth0","network":"default","peer":"data/db-0","src":"10.0.0.2","dst":"10.0.0.1","sport":{sport},"dport":8080,"protocol":"TCP","policies":["web/narrow"],"enforced_policies":["web/wide"],"cause":"replaced-allow"}}"#
         )
     };
-    let events = format!("{}\n{}\n", line("2026-01-01T00:00:00Z", 1000), line("2026-01-01T00:05:00Z", 1001));
+    let events = format!(
+        "{}\n{}\n",
+        line("2026-01-01T00:00:00Z", 1000),
+        line("2026-01-01T00:05:00Z", 1001)
+    );
     std::fs::write(dir.join("events.jsonl"), events).unwrap();
-    let out = netwarden(&["report", "-e", &dir.join("events.jsonl").display().to_string(), "-o", "json"]);
+    let out = netwarden(&[
+        "report",
+        "-e",
+        &dir.join("events.jsonl").display().to_string(),
+        "-o",
+        "json",
+    ]);
     let v = json(&out);
     let text = v.to_string();
     assert!(text.contains("web/narrow"), "{text}");
-    assert!(text.contains("web/frontend") && text.contains("data/db"), "workloads: {text}");
-    assert!(text.contains("2026-01-01T00:00:00") && text.contains("2026-01-01T00:05:00"), "{text}");
+    assert!(
+        text.contains("web/frontend") && text.contains("data/db"),
+        "workloads: {text}"
+    );
+    assert!(
+        text.contains("2026-01-01T00:00:00") && text.contains("2026-01-01T00:05:00"),
+        "{text}"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }

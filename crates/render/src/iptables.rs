@@ -58,6 +58,13 @@ use netwarden_engine::{
 };
 
 use crate::logkey::{log_key_for, log_prefix, LogAction, LogKey};
+
+/// The fastest rate `-m limit` can hold: it counts in 1/10,000 s, so 10,000/s (600,000/min).
+/// iptables-restore rejects the whole ruleset for a faster rate ("Rate too fast"), so a faster
+/// asked rate is clamped: the closest the backend can do (nft has no such ceiling).
+const LIMIT_MAX_PER_MINUTE: u32 = 600_000;
+/// The largest `--limit-burst` iptables accepts (above it the restore fails).
+const LIMIT_MAX_BURST: u32 = 10_000;
 use crate::options::RenderOptions;
 
 /// The entry chains of seed 004.
@@ -349,8 +356,8 @@ impl FamilyRenderer<'_> {
             .unwrap_or_default();
         let spec = format!(
             "{mark}-m conntrack --ctstate NEW -m limit --limit {}/min --limit-burst {} -j NFLOG --nflog-group {} --nflog-prefix \"{}\"",
-            o.log_rate_per_minute,
-            o.log_burst,
+            o.log_rate_per_minute.min(LIMIT_MAX_PER_MINUTE),
+            o.log_burst.min(LIMIT_MAX_BURST),
             o.nflog_group,
             log_prefix(action, LogKey(key)),
         );
@@ -737,5 +744,18 @@ mod tests {
         );
         // Staged view isolated with no rule: no staged mark is ever set.
         assert!(!r.v4.contains("--set-xmark 0x100/0x100"), "{}", r.v4);
+        // A rate or burst beyond what `-m limit` holds is clamped, not passed to a restore
+        // that would reject the whole ruleset.
+        let fast = RenderOptions {
+            log_rate_per_minute: 1_000_000,
+            log_burst: 1_000_000,
+            ..opts
+        };
+        let r = render_iptables(&pod, &fast);
+        assert!(
+            r.v4.contains("-m limit --limit 600000/min --limit-burst 10000 -j NFLOG"),
+            "{}",
+            r.v4
+        );
     }
 }
