@@ -18,5 +18,6 @@ pub mod nft_apply;
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
 pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
+pub use iptables_apply::IptablesDataplane;
 pub use netns::{exec_in, run_in, Netns, NetnsError};
 pub use nft_apply::NftDataplane;

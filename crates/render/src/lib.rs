@@ -24,5 +24,6 @@ pub use logkey::{
     log_key_for, log_keys, log_prefix, parse_log_prefix, LogAction, LogKey, LogKeyInfo,
 };
 
+pub use iptables::{render_iptables, IptablesRuleset};
 pub use nft::{render_nft, rule_count};
 pub use options::RenderOptions;
