@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use netwarden_engine::model::{NetworkId, Pod, PodInterface, PodKey, Protocol};
-use netwarden_lab::{Lab, LabSpec, ProbeSpec};
+use netwarden_lab::{install_signal_cleanup, Lab, LabSpec, ProbeSpec};
 
 fn pods(n: usize) -> Vec<Pod> {
     (0..n)
@@ -41,6 +41,8 @@ fn main() {
         eprintln!("skipped: needs root");
         return;
     }
+    // Interrupted (Ctrl-C, timeout): the lab is removed all the same.
+    install_signal_cleanup().expect("signal handler");
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
