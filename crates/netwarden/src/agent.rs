@@ -5,11 +5,12 @@
 //! times; a change reloads them and the same diff-by-object logic applies. Rules stay in place
 //! when the agent stops; a restarted agent re-applies each isolated pod once (an atomic
 //! replacement per netns, so no window opens) and removes rules from pods no longer isolated.
+//! A pod whose sync fails (e.g. its netns does not exist yet) is retried, backing off.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
 use netwarden_dataplane::Backend;
@@ -261,6 +262,9 @@ pub fn apply_inventory(engine: &mut Engine, previous: Option<&Inventory>, next: 
     }
 }
 
+/// The longest wait before retrying a pod whose sync failed.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
+
 /// Runs the agent (`once`: a single pass, exit status says whether every pod was applied).
 pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut engine = Engine::new(config.engine.clone());
@@ -274,6 +278,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut previous: Option<Inventory> = None;
     let mut seen = Vec::new();
     let mut reported: BTreeSet<String> = BTreeSet::new();
+    // Pods whose last sync failed: when to retry them, and the delay that led there.
+    let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     loop {
         let now = fingerprint(&config.paths);
         if now != seen || previous.is_none() {
@@ -289,10 +295,26 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             apply_inventory(&mut engine, previous.as_ref(), &inventory);
             previous = Some(inventory);
         }
-        let dirty = engine.take_dirty();
+        let mut dirty = engine.take_dirty();
+        let tick = Instant::now();
+        dirty.extend(
+            retry
+                .iter()
+                .filter(|(_, (at, _))| *at <= tick)
+                .map(|(key, _)| key.clone()),
+        );
         if !dirty.is_empty() || once {
-            let report = syncer.sync(&mut engine, dirty);
+            let report = syncer.sync(&mut engine, dirty.iter().cloned());
             syncer.converge_removals = false;
+            // Nothing marks a failed pod dirty again (its netns may not exist yet, or the
+            // failure may pass): retry it, backing off, until a sync of it succeeds.
+            retry.retain(|key, _| !dirty.contains(key) || report.failed.contains(key));
+            for key in &report.failed {
+                let delay = retry
+                    .get(key)
+                    .map_or(config.interval, |(_, d)| (*d * 2).min(MAX_RETRY_DELAY));
+                retry.insert(key.clone(), (Instant::now() + delay, delay));
+            }
             info!("{report}");
             if let Some(monitor) = monitor.as_mut() {
                 monitor

@@ -43,6 +43,9 @@ pub struct SyncReport {
     pub removed: usize,
     pub skipped_no_netns: usize,
     pub errors: Vec<String>,
+    /// The pods behind `errors`: nothing marks them dirty again, so the caller retries them
+    /// (their netns may appear later, or the failure may pass).
+    pub failed: BTreeSet<PodKey>,
     pub duration: Duration,
 }
 
@@ -120,7 +123,10 @@ impl Syncer {
                         Err(e) if e.netns_gone() => {
                             self.programmed.remove(&key);
                         }
-                        Err(e) => report.errors.push(format!("{key}: {e}")),
+                        Err(e) => {
+                            report.errors.push(format!("{key}: {e}"));
+                            report.failed.insert(key.clone());
+                        }
                     }
                 }
             }
@@ -135,7 +141,10 @@ impl Syncer {
                     match self.dataplane.remove(netns) {
                         Ok(()) => {}
                         Err(e) if e.netns_gone() => {}
-                        Err(e) => report.errors.push(format!("{key}: {e}")),
+                        Err(e) => {
+                            report.errors.push(format!("{key}: {e}"));
+                            report.failed.insert(key.clone());
+                        }
                     }
                 }
                 continue;
@@ -158,6 +167,7 @@ impl Syncer {
                 Err(e) => {
                     self.dataplane.forget(&netns);
                     report.errors.push(format!("{key}: {e}"));
+                    report.failed.insert(key);
                 }
             }
         }

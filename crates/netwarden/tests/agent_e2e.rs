@@ -396,9 +396,13 @@ fn agent_retries_failed_pods(backend: Backend) {
     wait_for("the late netns is programmed", &mut agent, || {
         has_rules(backend, &path)
     });
+    // The rules are in before the agent logs its report: wait for the line too.
+    wait_for("the successful retry is logged", &mut agent, || {
+        agent_syncs_quick(&log)
+            .last()
+            .is_some_and(|s| (s.applied, s.errors) == (1, 0))
+    });
     agent.assert_running();
-    let last = *agent.syncs().last().expect("a sync");
-    assert_eq!((last.applied, last.errors), (1, 0), "{}", agent.log());
     agent.kill();
     drop(_guard);
     assert_eq!(named_netns_with_prefix(&prefix), Vec::<String>::new());
