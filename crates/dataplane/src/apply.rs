@@ -143,6 +143,44 @@ pub(crate) fn netns_gone(e: &NetnsError) -> bool {
     matches!(e, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
+/// How many netns a batch applies to at once. Each apply is a child process that mostly waits
+/// on the kernel (committing and releasing the previous rules), so a few more workers than
+/// cores keep the machine busy without flooding it with processes.
+pub const APPLY_WORKERS: usize = 8;
+
+/// Runs `work` over `items` on up to `workers` threads; results come back in the order of
+/// `items`. Used by the backends' batch applies.
+pub fn run_parallel<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    work: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    if items.len() <= 1 || workers <= 1 {
+        return items.iter().map(work).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<R>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(items.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = work(item);
+                *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect("every item was processed")
+        })
+        .collect()
+}
+
 /// Programs pod netns with rendered rules. One implementation per backend.
 pub trait Dataplane: Send {
     /// Replaces everything netwarden owns in `netns` with `ruleset`, atomically per netns.
@@ -165,6 +203,33 @@ pub trait Dataplane: Send {
 
     /// Forgets everything (after a failure whose extent is unknown, or to force a full resync).
     fn forget_all(&mut self);
+
+    /// Applies a batch, one ruleset per distinct netns; results in the order of `batch`.
+    /// Backends whose applies mostly wait (on the kernel or a child process) override this to
+    /// apply to several netns at once; the default applies one after the other.
+    fn apply_many(
+        &mut self,
+        batch: &[(PathBuf, RenderedRuleset)],
+    ) -> Vec<Result<ApplyOutcome, ApplyError>> {
+        batch
+            .iter()
+            .map(|(netns, ruleset)| self.apply(netns, ruleset))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod parallel_tests {
+    use super::run_parallel;
+
+    #[test]
+    fn results_keep_the_order_of_items() {
+        let items: Vec<u32> = (0..100).collect();
+        let out = run_parallel(&items, 8, |x| x * 2);
+        assert_eq!(out, items.iter().map(|x| x * 2).collect::<Vec<_>>());
+        assert_eq!(run_parallel(&[7u32], 8, |x| x + 1), vec![8]);
+        assert!(run_parallel(&[] as &[u32], 8, |x| *x).is_empty());
+    }
 }
 
 #[cfg(test)]

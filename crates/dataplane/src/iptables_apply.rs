@@ -28,7 +28,10 @@ use std::time::Duration;
 
 use netwarden_render::iptables::{empty_filter_table, is_owned_set, set_names, IptablesRuleset};
 
-use crate::apply::{netns_gone, ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
+use crate::apply::{
+    netns_gone, run_parallel, ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset,
+    APPLY_WORKERS,
+};
 use crate::netns::{self, exec_in, NetnsError};
 
 #[derive(Debug, thiserror::Error)]
@@ -295,6 +298,59 @@ impl Dataplane for IptablesDataplane {
         })?;
         self.remember(netns, Some(hash));
         Ok(ApplyOutcome::Applied)
+    }
+
+    /// Applies the changed rulesets of a batch to several netns at once (each restore mostly
+    /// waits on the kernel); removals and unchanged rulesets are handled in order first.
+    fn apply_many(
+        &mut self,
+        batch: &[(PathBuf, RenderedRuleset)],
+    ) -> Vec<Result<ApplyOutcome, ApplyError>> {
+        let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
+            Vec::with_capacity(batch.len());
+        let mut todo: Vec<usize> = Vec::new();
+        for (i, (netns, ruleset)) in batch.iter().enumerate() {
+            let direct = ruleset.backend != Backend::Iptables
+                || ruleset.is_removal()
+                || self.cached(netns) == Some(ruleset.content_hash());
+            if direct {
+                results.push(Some(self.apply(netns, ruleset)));
+            } else {
+                // Forget first: if the apply fails, the next sync must re-apply in full.
+                self.remember(netns, None);
+                results.push(None);
+                todo.push(i);
+            }
+        }
+        fn text(t: &Option<String>) -> &str {
+            t.as_deref().unwrap_or_default()
+        }
+        let outcomes = run_parallel(&todo, APPLY_WORKERS, |&i| {
+            let (netns, r) = &batch[i];
+            apply_uncached(
+                netns,
+                text(&r.ipset),
+                text(&r.iptables_v4),
+                text(&r.iptables_v6),
+            )
+        });
+        for (i, outcome) in todo.into_iter().zip(outcomes) {
+            let (netns, ruleset) = &batch[i];
+            results[i] = Some(match outcome {
+                Ok(_) => {
+                    self.remember(netns, Some(ruleset.content_hash()));
+                    Ok(ApplyOutcome::Applied)
+                }
+                Err(e) => Err(ApplyError::Apply {
+                    netns: netns.to_owned(),
+                    source: e.into_netns_error(),
+                }),
+            });
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every item has a result"))
+            .collect()
     }
 
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {

@@ -105,6 +105,7 @@ impl Syncer {
         let start = Instant::now();
         let mut report = SyncReport::default();
         let pods: BTreeSet<PodKey> = pods.into_iter().collect();
+        let mut batch: Vec<(PodKey, PathBuf, RenderedRuleset)> = Vec::new();
         for key in pods {
             report.pods_considered += 1;
             let rules = engine.pod_rules(&key);
@@ -154,7 +155,17 @@ impl Syncer {
                 continue;
             };
             let ruleset = render_ruleset(self.backend, &rules, &self.options);
-            match self.dataplane.apply(&netns, &ruleset) {
+            batch.push((key, netns, ruleset));
+        }
+        // Render first, then apply everything at once: the backends can overlap the applies'
+        // waits (each `nft`/`iptables-restore` run mostly waits on the kernel).
+        let items: Vec<(PathBuf, RenderedRuleset)> = batch
+            .iter()
+            .map(|(_, netns, r)| (netns.clone(), r.clone()))
+            .collect();
+        let results = self.dataplane.apply_many(&items);
+        for ((key, netns, _), result) in batch.into_iter().zip(results) {
+            match result {
                 Ok(ApplyOutcome::Applied) => {
                     report.applied += 1;
                     self.programmed.insert(key, netns);
