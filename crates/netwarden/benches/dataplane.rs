@@ -49,7 +49,7 @@ use netwarden_dataplane::iptables_apply::{iptables_variant, IptablesDataplane, I
 use netwarden_dataplane::netns::{create_named, delete_named, exec_in, is_root};
 use netwarden_dataplane::{ApplyOutcome, Backend, Dataplane, Netns, NftDataplane, RenderedRuleset};
 use netwarden_engine::testing::{ip_block, namespace, netpol, pod, pods_peer, rule, selector, tcp};
-use netwarden_engine::{Engine, EngineOptions, LabelSelector, PodKey, PodRules, Protocol};
+use netwarden_engine::{Engine, EngineOptions, LabelSelector, Mode, PodKey, PodRules, Protocol};
 use netwarden_render::nft::build_table;
 use netwarden_render::{render_nft, rule_count, RenderOptions};
 
@@ -164,6 +164,61 @@ fn server_rules(n: usize) -> PodRules {
         )]),
         None,
     ));
+    engine
+        .pod_rules(&PodKey::new(NS, "server"))
+        .expect("server pod")
+}
+
+/// The same server pod with the monitor evaluation active beside enforcement: a monitored
+/// policy previews replacing `allow-peers` with one that allows the same peers on TCP 80 (so
+/// the staged view runs on every new connection), or, with `would_deny`, one that allows only
+/// the filler peers (so every connection from the client is also a would-deny, logged through
+/// the rate-limited NFLOG rule while it passes).
+fn server_rules_monitored(n: usize, would_deny: bool) -> PodRules {
+    let mut engine = Engine::new(EngineOptions::default());
+    for (i, addr) in peer_list(n, n - 1).iter().enumerate() {
+        let role = if *addr == CLIENT { "client" } else { "filler" };
+        engine.set_pod(pod(
+            NS,
+            &format!("peer-{i}"),
+            &[("role", "peer"), ("kind", role)],
+            &[&addr.to_string()],
+        ));
+    }
+    engine.set_pod(pod(
+        NS,
+        "server",
+        &[("app", "server")],
+        &[&SERVER.to_string()],
+    ));
+    engine.set_policy(netpol(
+        NS,
+        "allow-peers",
+        selector(&[("app", "server")]),
+        Some(vec![rule(
+            vec![pods_peer(Some(selector(&[("role", "peer")])), None)],
+            vec![tcp(PORT)],
+        )]),
+        None,
+    ));
+    let staged_peers = if would_deny {
+        selector(&[("kind", "filler")])
+    } else {
+        selector(&[("role", "peer")])
+    };
+    let mut monitored = netpol(
+        NS,
+        "preview",
+        selector(&[("app", "server")]),
+        Some(vec![rule(
+            vec![pods_peer(Some(staged_peers), None)],
+            vec![tcp(PORT)],
+        )]),
+        None,
+    );
+    monitored.mode = Mode::Monitor;
+    monitored.replaces = Some("allow-peers".into());
+    engine.set_policy(monitored);
     engine
         .pod_rules(&PodKey::new(NS, "server"))
         .expect("server pod")
@@ -648,6 +703,19 @@ fn configs(params: &Params, opts: &RenderOptions) -> Vec<Config> {
             filters: true,
         });
     }
+    for (would_deny, what) in [
+        (false, "monitor active"),
+        (true, "monitor, every conn would-deny"),
+    ] {
+        let rules = server_rules_monitored(n, would_deny);
+        for backend in [Backend::Nft, Backend::Iptables] {
+            out.push(Config {
+                label: format!("netwarden {}, {n} peers, {what}", backend.as_str()),
+                firewall: Firewall::Netwarden(render_ruleset(backend, &rules, opts)),
+                filters: true,
+            });
+        }
+    }
     out.push(Config {
         label: format!("netwarden iptables, {n} peers"),
         firewall: Firewall::Netwarden(render_ruleset(Backend::Iptables, &headline, opts)),
@@ -871,6 +939,17 @@ fn report_ratios(params: &Params, dp: &DataPath) {
     line("iptables / seed (client last)", &ipt, &seed, None);
     line("iptables / conntrack-only", &ipt, ct, None);
     line("conntrack-only / no firewall", ct, "no firewall", None);
+    for backend in ["nft", "iptables"] {
+        let enforced = format!("netwarden {backend}, {n} peers");
+        for what in ["monitor active", "monitor, every conn would-deny"] {
+            line(
+                &format!("{backend} {what} / {backend}"),
+                &format!("netwarden {backend}, {n} peers, {what}"),
+                &enforced,
+                Some(0.9),
+            );
+        }
+    }
     let first = format!("netwarden nft, {} peers", params.peer_counts[0]);
     let mut flat = true;
     for k in &params.peer_counts[1..] {
