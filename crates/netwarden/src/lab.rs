@@ -159,54 +159,15 @@ impl EnforcedLab {
 
     /// Probes every pair the `reach` query names, with real connections.
     pub fn probe(&mut self, ports: &[PortProto]) -> Vec<ObservedProbe> {
-        let rules = self.engine.all_pod_rules();
-        let query = ReachQuery {
-            ports: ports.to_vec(),
-            network: None,
-            from: PodSelectorArg::All,
-            to: PodSelectorArg::All,
-        };
-        let predicted = reach(&self.engine, &rules, &query).probes;
+        let predicted = predict(&mut self.engine, ports);
         let unsupported = self.lab.unsupported_ports().to_vec();
-        let mut specs = Vec::new();
-        let mut index = Vec::new();
-        for (i, p) in predicted.iter().enumerate() {
-            let protocol = Protocol::parse(&p.protocol).unwrap_or(Protocol::Tcp);
-            if unsupported.contains(&(p.port, protocol)) {
-                continue;
-            }
-            let (Some(from), Some(to)) = (parse_key(&p.from), parse_key(&p.to)) else {
-                continue;
-            };
-            if self.lab.pod_netns(&from).is_none() || self.lab.pod_netns(&to).is_none() {
-                continue;
-            }
-            index.push(i);
-            specs.push(ProbeSpec {
-                from,
-                to,
-                src_ip: Some(p.src),
-                dst_ip: p.dst,
-                port: p.port,
-                protocol,
-            });
-        }
-        let outcomes = self.lab.probe(&specs);
-        let mut observed: Vec<ObservedProbe> = predicted
-            .into_iter()
-            .map(|predicted| ObservedProbe {
-                predicted,
-                observed: None,
-                detail: None,
-                elapsed_ms: None,
-            })
-            .collect();
-        for (i, outcome) in index.into_iter().zip(outcomes) {
-            observed[i].observed = Some(outcome.connected);
-            observed[i].elapsed_ms = Some(outcome.elapsed.as_secs_f64() * 1e3);
-            observed[i].detail = Some(outcome.detail);
-        }
-        observed
+        let lab = &self.lab;
+        observe(
+            predicted,
+            |key| lab.pod_netns(key).is_some(),
+            &unsupported,
+            |specs| lab.probe(specs),
+        )
     }
 
     /// The events logged so far (waits until the kernel has been quiet for a moment).
@@ -242,6 +203,67 @@ impl EnforcedLab {
         }
         Ok(())
     }
+}
+
+/// What `reach` predicts for every pod pair on every network, for `ports`.
+fn predict(engine: &mut Engine, ports: &[PortProto]) -> Vec<Probe> {
+    let rules = engine.all_pod_rules();
+    let query = ReachQuery {
+        ports: ports.to_vec(),
+        network: None,
+        from: PodSelectorArg::All,
+        to: PodSelectorArg::All,
+    };
+    reach(engine, &rules, &query).probes
+}
+
+/// Sends a real connection for every predicted probe whose pods are in the lab (`in_lab`) and
+/// whose port can be served (not in `unsupported`), through `run`; sets what happened beside
+/// each prediction.
+fn observe(
+    predicted: Vec<Probe>,
+    in_lab: impl Fn(&PodKey) -> bool,
+    unsupported: &[(u16, Protocol)],
+    run: impl FnOnce(&[ProbeSpec]) -> Vec<netwarden_lab::ProbeOutcome>,
+) -> Vec<ObservedProbe> {
+    let mut specs = Vec::new();
+    let mut index = Vec::new();
+    for (i, p) in predicted.iter().enumerate() {
+        let Some(protocol) = Protocol::parse(&p.protocol) else {
+            continue;
+        };
+        let (Some(from), Some(to)) = (parse_key(&p.from), parse_key(&p.to)) else {
+            continue;
+        };
+        if unsupported.contains(&(p.port, protocol)) || !in_lab(&from) || !in_lab(&to) {
+            continue;
+        }
+        index.push(i);
+        specs.push(ProbeSpec {
+            from,
+            to,
+            src_ip: Some(p.src),
+            dst_ip: p.dst,
+            port: p.port,
+            protocol,
+        });
+    }
+    let outcomes = run(&specs);
+    let mut observed: Vec<ObservedProbe> = predicted
+        .into_iter()
+        .map(|predicted| ObservedProbe {
+            predicted,
+            observed: None,
+            detail: None,
+            elapsed_ms: None,
+        })
+        .collect();
+    for (i, outcome) in index.into_iter().zip(outcomes) {
+        observed[i].observed = Some(outcome.connected);
+        observed[i].elapsed_ms = Some(outcome.elapsed.as_secs_f64() * 1e3);
+        observed[i].detail = Some(outcome.detail);
+    }
+    observed
 }
 
 fn parse_key(s: &str) -> Option<PodKey> {
@@ -414,56 +436,23 @@ pub fn probe_session(
 ) -> Result<LabReport> {
     let inventory = netwarden_manifest::load_paths(paths, load);
     let mut engine = engine_from(&inventory, engine_options);
-    let rules = engine.all_pod_rules();
-    let query = ReachQuery {
-        ports: ports.to_vec(),
-        network: None,
-        from: PodSelectorArg::All,
-        to: PodSelectorArg::All,
-    };
-    let predicted = reach(&engine, &rules, &query).probes;
+    let predicted = predict(&mut engine, ports);
     let sources: BTreeMap<PodKey, PathBuf> = session
         .netns
         .iter()
         .filter_map(|(k, p)| parse_key(k).map(|k| (k, p.clone())))
         .collect();
-    let mut specs = Vec::new();
-    let mut index = Vec::new();
-    for (i, p) in predicted.iter().enumerate() {
-        let protocol = Protocol::parse(&p.protocol).unwrap_or(Protocol::Tcp);
-        let (Some(from), Some(to)) = (parse_key(&p.from), parse_key(&p.to)) else {
-            continue;
-        };
-        if protocol == Protocol::Sctp || !sources.contains_key(&from) || !sources.contains_key(&to)
-        {
-            continue;
-        }
-        index.push(i);
-        specs.push(ProbeSpec {
-            from,
-            to,
-            src_ip: Some(p.src),
-            dst_ip: p.dst,
-            port: p.port,
-            protocol,
-        });
-    }
-    let outcomes =
-        netwarden_lab::probe_paths(&sources, &specs, &netwarden_lab::ProbeConfig::default());
-    let mut probes: Vec<ObservedProbe> = predicted
-        .into_iter()
-        .map(|predicted| ObservedProbe {
-            predicted,
-            observed: None,
-            detail: None,
-            elapsed_ms: None,
-        })
+    let sctp: Vec<(u16, Protocol)> = ports
+        .iter()
+        .filter(|p| p.protocol == Protocol::Sctp)
+        .map(|p| (p.port, p.protocol))
         .collect();
-    for (i, outcome) in index.into_iter().zip(outcomes) {
-        probes[i].observed = Some(outcome.connected);
-        probes[i].elapsed_ms = Some(outcome.elapsed.as_secs_f64() * 1e3);
-        probes[i].detail = Some(outcome.detail);
-    }
+    let probes = observe(
+        predicted,
+        |key| sources.contains_key(key),
+        &sctp,
+        |specs| netwarden_lab::probe_paths(&sources, specs, &netwarden_lab::ProbeConfig::default()),
+    );
     let mismatches = probes.iter().filter(|p| p.mismatch()).count();
     let backend = if session.backend == "iptables" {
         "iptables"

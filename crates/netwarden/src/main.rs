@@ -366,16 +366,33 @@ fn pod_key(s: &str) -> Result<PodKey> {
     }
 }
 
+fn engine_options(input: &Input, dataplane: &DataplaneArgs) -> EngineOptions {
+    EngineOptions {
+        allow_dns: !input.no_dns,
+        log_all_denies: dataplane.log_denies,
+    }
+}
+
+fn lab_options(
+    input: &Input,
+    dataplane: &DataplaneArgs,
+    ports: Vec<PortProto>,
+) -> Result<netwarden::lab::LabCheckOptions> {
+    Ok(netwarden::lab::LabCheckOptions {
+        backend: dataplane.backend.backend(),
+        ports,
+        engine: engine_options(input, dataplane),
+        render: dataplane.render_options(!input.no_dns)?,
+    })
+}
+
 fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
     Ok(netwarden::agent::AgentConfig {
         paths: args.input.paths.clone(),
         load: LoadOptions {
             network_policy_enabled: !args.input.no_network_policy,
         },
-        engine: EngineOptions {
-            allow_dns: !args.input.no_dns,
-            log_all_denies: args.dataplane.log_denies,
-        },
+        engine: engine_options(&args.input, &args.dataplane),
         render: args.dataplane.render_options(!args.input.no_dns)?,
         backend: args.dataplane.backend.backend(),
         interval: args.interval,
@@ -462,15 +479,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let load = LoadOptions {
                 network_policy_enabled: !args.input.no_network_policy,
             };
-            let options = netwarden::lab::LabCheckOptions {
-                backend: args.dataplane.backend.backend(),
-                ports: args.ports,
-                engine: EngineOptions {
-                    allow_dns: !args.input.no_dns,
-                    log_all_denies: args.dataplane.log_denies,
-                },
-                render: args.dataplane.render_options(!args.input.no_dns)?,
-            };
+            let options = lab_options(&args.input, &args.dataplane, args.ports)?;
             let report = netwarden::lab::check(&args.input.paths, &load, &options)?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -494,15 +503,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if ports.is_empty() {
                 ports = netwarden::lab::default_ports(&inventory);
             }
-            let options = netwarden::lab::LabCheckOptions {
-                backend: args.dataplane.backend.backend(),
-                ports,
-                engine: EngineOptions {
-                    allow_dns: !args.input.no_dns,
-                    log_all_denies: args.dataplane.log_denies,
-                },
-                render: args.dataplane.render_options(!args.input.no_dns)?,
-            };
+            let options = lab_options(&args.input, &args.dataplane, ports)?;
             let mut lab = netwarden::lab::EnforcedLab::up(&inventory, &options)?;
             // `lab up` prints no events: leave the pods' NFLOG group free for an agent under test.
             lab.collector.close_all();
