@@ -16,7 +16,7 @@ use crate::netns::NetnsError;
 /// Which tool programs the netns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// One `nft -f` transaction replacing table `inet netwarden`.
+    /// One `nft -f` transaction updating table `inet netwarden` in place.
     Nft,
     /// `ipset restore` then `iptables-restore` / `ip6tables-restore` (seed 004).
     Iptables,

@@ -1,6 +1,7 @@
 //! Real-kernel test of the nft dataplane in a throwaway netns pair joined by a veth:
 //! apply, read back, skip unchanged, atomic failure, TCP allowed/refused with RST, removal that
-//! leaves other tables alone.
+//! leaves other tables alone; in-place updates that keep the sets old rules use for one more
+//! apply and collect them (and departed interfaces' chains) afterwards, also after a restart.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -42,6 +43,11 @@ const POD_IP: &str = "10.231.77.1";
 const CLIENT_IP: &str = "10.231.77.2";
 
 fn pod_rules(allowed_ports: &[u16]) -> PodRules {
+    pod_rules_with(allowed_ports, &[CLIENT_IP], &["nwv0"])
+}
+
+/// Ingress on each of `ifaces` allowing `allowed_ports` from `peers`.
+fn pod_rules_with(allowed_ports: &[u16], peers: &[&str], ifaces: &[&str]) -> PodRules {
     let policy = PolicyRef {
         kind: PolicyKind::NetworkPolicy,
         key: ObjectKey::new("t", "allow"),
@@ -54,7 +60,9 @@ fn pod_rules(allowed_ports: &[u16]) -> PodRules {
             mode: Mode::Enforce,
         },
         clauses: vec![Clause {
-            peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs([CLIENT_IP.parse().unwrap()]))),
+            peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(
+                peers.iter().map(|p| p.parse().unwrap()),
+            ))),
             ports: PortMatch::Only(
                 allowed_ports
                     .iter()
@@ -70,20 +78,23 @@ fn pod_rules(allowed_ports: &[u16]) -> PodRules {
     PodRules {
         pod: ObjectKey::new("t", "pod"),
         netns: None,
-        interfaces: vec![InterfaceRules {
-            name: "nwv0".into(),
-            network: NetworkId::Primary,
-            ips: vec![POD_IP.parse().unwrap()],
-            ingress: DirectionRules {
-                enforced: iso.clone(),
-                staged: iso,
-                enforced_policies: vec![policy],
-                monitored_policies: vec![],
-                replaced_policies: vec![],
-                log_denies: false,
-            },
-            egress: DirectionRules::open(),
-        }],
+        interfaces: ifaces
+            .iter()
+            .map(|name| InterfaceRules {
+                name: name.to_string(),
+                network: NetworkId::Primary,
+                ips: vec![POD_IP.parse().unwrap()],
+                ingress: DirectionRules {
+                    enforced: iso.clone(),
+                    staged: iso.clone(),
+                    enforced_policies: vec![policy.clone()],
+                    monitored_policies: vec![],
+                    replaced_policies: vec![],
+                    log_denies: false,
+                },
+                egress: DirectionRules::open(),
+            })
+            .collect(),
     }
 }
 
@@ -209,7 +220,7 @@ fn nft_dataplane_in_real_netns() {
 
     // A failing transaction changes nothing and forgets the hash.
     let bad = RenderedRuleset::nft(
-        "table inet netwarden {}\ndelete table inet netwarden\ntable inet netwarden { chain x { bogus-statement } }\n".into(),
+        "add table inet netwarden\nadd chain inet netwarden x\nflush chain inet netwarden x\nadd rule inet netwarden x bogus-statement\n".into(),
     );
     assert!(dp.apply(&pod, &bad).is_err());
     assert_eq!(
@@ -328,4 +339,120 @@ fn monitor_rules_never_block_in_the_kernel() {
         std::io::ErrorKind::ConnectionRefused
     );
     assert!(took < Duration::from_secs(1));
+}
+
+/// The sets and chains of our table, read with `nft` (not through the dataplane under test).
+fn objects(ns: &Path) -> (Vec<String>, Vec<String>) {
+    let out = exec_in(
+        ns,
+        "nft",
+        &["-t", "list", "table", "inet", "netwarden"],
+        None,
+    )
+    .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let named = |kind: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix(kind)?.strip_suffix(" {"))
+            .map(str::to_string)
+            .collect()
+    };
+    (named("set "), named("chain "))
+}
+
+/// Updates happen in place: a changed peer list is a new set, the old one survives the apply
+/// that stops using it and goes with the next; a departed interface's chain goes at once; a
+/// restarted agent keeps every set it finds for one apply. Allowed traffic passes throughout.
+#[test]
+fn updates_in_place_and_collects_stale_objects() {
+    if !root_or_skip() {
+        return;
+    }
+    let (_guard, pod, client) = topology("g");
+    let _l = listen(&pod, 8080);
+    wait_reachable(&client, 8080);
+    let opts = RenderOptions::default();
+    let ruleset = |peers: &[&str], ifaces: &[&str]| {
+        let rules = pod_rules_with(&[8080], peers, ifaces);
+        let table = netwarden_render::nft::build_table(&rules, &opts).unwrap();
+        let sets: Vec<String> = table.sets.iter().map(|s| s.name.clone()).collect();
+        (RenderedRuleset::nft(render_nft(&rules, &opts)), sets)
+    };
+    let (a, set_a) = ruleset(&[CLIENT_IP, "10.231.77.10"], &["nwv0", "nwv9"]);
+    let (b, set_b) = ruleset(&[CLIENT_IP, "10.231.77.11"], &["nwv0"]);
+    let (c, set_c) = ruleset(&[CLIENT_IP, "10.231.77.12"], &["nwv0"]);
+    assert_ne!(set_a, set_b);
+
+    let mut dp = NftDataplane::new();
+    assert_eq!(dp.apply(&pod, &a).unwrap(), ApplyOutcome::Applied);
+    let (sets, chains) = objects(&pod);
+    assert_eq!(sets, set_a);
+    assert!(chains.contains(&"in_1".to_string()), "{chains:?}");
+    assert!(connect(&client, 8080).0.is_ok());
+
+    assert_eq!(dp.apply(&pod, &b).unwrap(), ApplyOutcome::Applied);
+    let (sets, chains) = objects(&pod);
+    assert!(
+        sets.contains(&set_a[0]) && sets.contains(&set_b[0]),
+        "{sets:?}"
+    );
+    assert!(!chains.contains(&"in_1".to_string()), "{chains:?}");
+    assert!(connect(&client, 8080).0.is_ok());
+
+    assert_eq!(dp.apply(&pod, &c).unwrap(), ApplyOutcome::Applied);
+    let (mut sets, _) = objects(&pod);
+    sets.sort();
+    let mut want = vec![set_b[0].clone(), set_c[0].clone()];
+    want.sort();
+    assert_eq!(sets, want, "A two applies stale is gone, B kept");
+    assert!(connect(&client, 8080).0.is_ok());
+
+    // A restarted agent (new dataplane): every set found is kept once, then collected.
+    let mut dp = NftDataplane::new();
+    assert_eq!(dp.apply(&pod, &a).unwrap(), ApplyOutcome::Applied);
+    assert_eq!(objects(&pod).0.len(), 3);
+    assert_eq!(dp.apply(&pod, &b).unwrap(), ApplyOutcome::Applied);
+    let (mut sets, _) = objects(&pod);
+    sets.sort();
+    let mut want = vec![set_a[0].clone(), set_b[0].clone()];
+    want.sort();
+    assert_eq!(sets, want);
+    assert!(connect(&client, 8080).0.is_ok());
+
+    // A failed transaction leaves the state unknown: re-read, nothing lost.
+    let bad = RenderedRuleset::nft(format!(
+        "{}add rule inet netwarden in_0 bogus-statement\n",
+        c.nft.as_deref().unwrap()
+    ));
+    assert!(dp.apply(&pod, &bad).is_err());
+    assert!(dp.state(&pod).is_none());
+    assert_eq!(dp.apply(&pod, &c).unwrap(), ApplyOutcome::Applied);
+    assert_eq!(
+        objects(&pod).0.len(),
+        3,
+        "unknown state keeps every set once"
+    );
+    assert!(connect(&client, 8080).0.is_ok());
+
+    // A batch over two netns (applied in parallel): each gets its own planned transaction.
+    let batch = vec![(pod.clone(), b.clone()), (client.clone(), a.clone())];
+    let out = dp.apply_many(&batch);
+    assert!(
+        out.iter().all(|r| matches!(r, Ok(ApplyOutcome::Applied))),
+        "{out:?}"
+    );
+    assert_eq!(objects(&client).0, set_a);
+    assert!(dp.state(&client).is_some() && dp.state(&pod).is_some());
+    assert!(connect(&client, 8080).0.is_ok());
+    let again = dp.apply_many(&batch);
+    assert!(
+        again
+            .iter()
+            .all(|r| matches!(r, Ok(ApplyOutcome::Unchanged))),
+        "{again:?}"
+    );
+    dp.remove(&client).unwrap();
+    dp.remove(&pod).unwrap();
+    assert!(tables(&pod).trim().is_empty());
+    assert!(tables(&client).trim().is_empty());
 }

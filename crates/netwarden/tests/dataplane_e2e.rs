@@ -196,7 +196,6 @@ fn atomicity(backend: Backend) {
 }
 
 #[test]
-#[ignore = "nft table replacement has a window in this version; being fixed (transaction keeps sets stable)"]
 fn atomic_replacement_nft() {
     atomicity(Backend::Nft);
 }

@@ -1,7 +1,9 @@
 //! netwarden-render: pure functions from the engine's [`PodRules`](netwarden_engine::PodRules)
 //! to the text a pod netns is programmed with.
 //!
-//! - [`nft`]: one `nft -f` transaction replacing table `inet netwarden` (the default backend).
+//! - [`nft`]: one `nft -f` transaction updating table `inet netwarden` in place (the default
+//!   backend): chains flushed and refilled, peer sets named by content, no set deleted while a
+//!   rule being replaced may still look it up.
 //! - [`iptables`]: `iptables-restore`/`ip6tables-restore` text (seed 004's compatibility backend).
 //! - [`options`]: marks, NFLOG group, rate limits and the switches of SPEC 3.1.
 //! - [`logkey`]: the NFLOG prefix contract between the rules and the event collector.

@@ -1,5 +1,5 @@
-//! The nftables renderer: one `nft -f` transaction per pod netns that atomically replaces table
-//! `inet netwarden`.
+//! The nftables renderer: one `nft -f` transaction per pod netns that brings table
+//! `inet netwarden` to the desired rules in place, with no window (SPEC 5).
 //!
 //! The rules are first built as a small intermediate representation ([`Table`] of [`Chain`]s of
 //! [`Rule`]s, in the spirit of knftables), then printed. The [`tracer`](crate::tracer) walks the
@@ -8,8 +8,8 @@
 //! Layout of the table (only what a pod needs is emitted):
 //!
 //! ```text
-//! input   (hook input)   lo, established/related, ICMPv6 ND → accept; iifname vmap → in_<n>
-//! output  (hook output)  lo, established/related, ICMPv6 ND, DNS → accept; oifname vmap → out_<n>
+//! input   (hook input)   lo, established/related, ICMPv6 ND → accept; iifname "X" jump in_<n>
+//! output  (hook output)  lo, established/related, ICMPv6 ND, DNS → accept; oifname "X" jump out_<n>
 //! forward (hook forward) reject everything (when an interface is enforced-isolated)
 //! in_<n> / out_<n>       one chain per isolated (interface, direction):
 //!   enforce only:  <allow clause> accept … [deny log] reject
@@ -18,14 +18,34 @@
 //!                  mark&ALLOW==ALLOW → clear bits, accept; [deny log] reject
 //! ```
 //!
-//! Peer addresses live in named interval sets (`p4_<n>`, `p6_<n>`) shared by every rule with
-//! the same content, so the rule count does not grow with the number of peers. Chain, set and
-//! limit names are generated; the only outside strings in the text are interface names (validated
-//! as kernel ifnames at the edge) and they are always quoted.
+//! Peer addresses live in named interval sets shared by every rule with the same content, so
+//! the rule count does not grow with the number of peers. Chain, set and limit names are
+//! generated; the only outside strings in the text are interface names (validated as kernel
+//! ifnames at the edge) and they are always quoted.
 //!
-//! The first two lines (`table inet netwarden {}` + `delete table inet netwarden`) make the file
-//! work whether the table exists or not: `nft -f` runs the whole file as one transaction, so the
-//! old table is replaced atomically and a failure leaves it untouched.
+//! # Why the transaction looks the way it does
+//!
+//! nf_tables commits a transaction by flipping a generation bit. Rules are switched per chain
+//! as a whole (a packet that started on the old rules keeps walking old rules, even across
+//! jumps), but a set lookup checks the element against the generation *current at lookup
+//! time*: a packet still walking an old rule that looks into a set this transaction deletes or
+//! empties finds nothing. Replacing the whole table therefore opened a window in which an
+//! allowed connection could be refused (peer set miss) or a denied one accepted (dispatch map
+//! miss → `policy accept`). So the transaction never removes an element an old rule may look
+//! up:
+//!
+//! - the table is never deleted while the pod stays isolated: `add table`, then every chain is
+//!   `add chain` (idempotent) + `flush chain` + its rules;
+//! - no anonymous sets or maps at all: dispatch is one `iifname "eth0" jump in_0` rule per
+//!   interface, ICMPv6 ND one rule per type, ports explicit `th dport` matches (one rule per
+//!   port range; still independent of the number of peers);
+//! - peer sets are named by their content (`p4_<hash>`, `p6_<hash>`): `add set` + `add element`
+//!   of identical content is a no-op on a set that already exists, and a changed peer list is a
+//!   new set, so the sets old rules use are left untouched.
+//!
+//! The text is valid whether the table exists or not. Deleting what is no longer used (sets two
+//! applies stale, chains of interfaces that left) is the dataplane's part (it knows what the
+//! kernel holds): see `netwarden_dataplane::nft_apply`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -76,7 +96,36 @@ pub enum IfBy {
     Out,
 }
 
-/// One condition of a rule; all of a rule's matches must hold.
+/// The ICMPv6 neighbour-discovery types accepted before any policy (one rule each: a set of
+/// types would be an anonymous set, see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NdType {
+    NeighborSolicit,
+    NeighborAdvert,
+    RouterSolicit,
+    RouterAdvert,
+}
+
+impl NdType {
+    pub const ALL: [NdType; 4] = [
+        NdType::NeighborSolicit,
+        NdType::NeighborAdvert,
+        NdType::RouterSolicit,
+        NdType::RouterAdvert,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            NdType::NeighborSolicit => "nd-neighbor-solicit",
+            NdType::NeighborAdvert => "nd-neighbor-advert",
+            NdType::RouterSolicit => "nd-router-solicit",
+            NdType::RouterAdvert => "nd-router-advert",
+        }
+    }
+}
+
+/// One condition of a rule; all of a rule's matches must hold. None of them is a set or map
+/// lookup except [`Match::Addr`], whose sets are named by content (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Match {
     /// `iif "lo"`
@@ -84,14 +133,18 @@ pub enum Match {
     /// `oif "lo"`
     OifLoopback,
     Ct(CtMatch),
-    /// `icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, nd-router-advert }`
-    Icmpv6NeighborDiscovery,
-    /// `meta l4proto tcp` / `meta l4proto { tcp, udp }`
-    L4Proto(Vec<Protocol>),
-    /// `th dport 80` / `th dport { 80, 1000-2000 }` (always after an `L4Proto`), sorted and
-    /// merged ranges.
-    DPort(Vec<(u16, u16)>),
-    /// `ip saddr @p4_0` etc.
+    /// `icmpv6 type nd-neighbor-solicit` etc.
+    Icmpv6Nd(NdType),
+    /// `meta l4proto tcp`
+    L4Proto(Protocol),
+    /// `th dport 80` / `th dport 1000-2000` (inclusive; always after an `L4Proto`).
+    DPort(u16, u16),
+    /// `iifname "eth0"` / `oifname "eth0"`: the interface a base chain dispatches on.
+    IfName {
+        by: IfBy,
+        name: String,
+    },
+    /// `ip saddr @p4_<hash>` etc.
     Addr {
         family: Family,
         end: AddrEnd,
@@ -131,12 +184,8 @@ pub enum Verdict {
     RejectTcpReset,
     /// `reject with icmpx type port-unreachable` (ICMP or ICMPv6, whichever the packet needs).
     RejectPortUnreachable,
-    /// `iifname vmap { "eth0" : jump in_0 }`: jump to the chain of the packet's interface, or go
-    /// on when it has none.
-    Dispatch {
-        by: IfBy,
-        entries: Vec<(String, String)>,
-    },
+    /// `jump in_0`: run that chain, then go on here unless it decided.
+    Jump(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -186,7 +235,8 @@ pub struct Chain {
     pub rules: Vec<Rule>,
 }
 
-/// A named interval set of peer addresses.
+/// A named interval set of peer addresses. Its name is derived from its content
+/// ([`set_name`]), so the same peers always give the same set, in every apply.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AddrSetDef {
     pub name: String,
@@ -249,12 +299,37 @@ fn element(lo: u128, hi: u128, bits: u32, show: impl Fn(u128) -> String) -> Stri
     format!("{}-{}", show(lo), show(hi))
 }
 
+/// FNV-1a, 64 bits: a hash that is the same in every build and process (set names outlive
+/// the agent that created them), unlike `std`'s hasher.
+fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The content-derived name of a peer set: `p4_`/`p6_` and 16 hex digits of a hash of the
+/// family and the (sorted, merged) ranges.
+pub fn set_name(family: Family, ranges: &[(u128, u128)]) -> String {
+    let (tag, prefix) = match family {
+        Family::V4 => (4u8, "p4"),
+        Family::V6 => (6u8, "p6"),
+    };
+    let bytes = std::iter::once(tag).chain(
+        ranges
+            .iter()
+            .flat_map(|&(lo, hi)| lo.to_be_bytes().into_iter().chain(hi.to_be_bytes())),
+    );
+    format!("{prefix}_{:016x}", fnv1a64(bytes))
+}
+
 /// Builds the IR, deduplicating address sets by content.
 struct Builder<'a> {
     opts: &'a RenderOptions,
     sets: BTreeMap<(Family, Vec<(u128, u128)>), String>,
     set_defs: Vec<AddrSetDef>,
-    counters: [usize; 2],
     used_limits: [bool; 2],
 }
 
@@ -263,12 +338,19 @@ impl<'a> Builder<'a> {
         if let Some(name) = self.sets.get(&(family, ranges.clone())) {
             return name.clone();
         }
-        let (idx, prefix, bits) = match family {
-            Family::V4 => (0, "p4", 32),
-            Family::V6 => (1, "p6", 128),
+        let bits = match family {
+            Family::V4 => 32,
+            Family::V6 => 128,
         };
-        let name = format!("{prefix}_{}", self.counters[idx]);
-        self.counters[idx] += 1;
+        let mut name = set_name(family, &ranges);
+        // Two contents with one hash in one table would merge into one set: astronomically
+        // unlikely, but then the second gets a suffix rather than the union of both.
+        let base = name.clone();
+        let mut n = 1;
+        while self.set_defs.iter().any(|d| d.name == name) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
         let elements = ranges
             .iter()
             .map(|&(lo, hi)| match family {
@@ -395,7 +477,7 @@ impl<'a> Builder<'a> {
     fn reject_rules() -> Vec<Rule> {
         vec![
             Rule::new(
-                vec![Match::L4Proto(vec![Protocol::Tcp])],
+                vec![Match::L4Proto(Protocol::Tcp)],
                 vec![],
                 Verdict::RejectTcpReset,
             ),
@@ -477,7 +559,8 @@ fn v4_ranges(set: &AddrSet) -> Vec<(u128, u128)> {
 }
 
 /// The port alternatives of a clause: nothing (`Any`), or per protocol (TCP, UDP, SCTP order)
-/// either just the protocol (all its ports) or the protocol and merged port ranges.
+/// either just the protocol (all its ports) or the protocol and one merged port range per
+/// alternative (explicit ranges, not an anonymous set: see the module doc).
 fn port_alternatives(ports: &PortMatch) -> Vec<Vec<Match>> {
     let ranges = match ports {
         PortMatch::Any => return vec![vec![]],
@@ -494,20 +577,22 @@ fn port_alternatives(ports: &PortMatch) -> Vec<Vec<Match>> {
             (None, Some(_)) => {}
         }
     }
-    per_proto
-        .into_iter()
-        .map(|(proto, ports)| {
-            let mut m = vec![Match::L4Proto(vec![proto])];
-            if let Some(list) = ports {
-                m.push(Match::DPort(merge_ports(list)));
-            }
-            m
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (proto, ports) in per_proto {
+        match ports {
+            None => out.push(vec![Match::L4Proto(proto)]),
+            Some(list) => out.extend(
+                merge_ports(list)
+                    .into_iter()
+                    .map(|(lo, hi)| vec![Match::L4Proto(proto), Match::DPort(lo, hi)]),
+            ),
+        }
+    }
+    out
 }
 
-/// Sorts and merges overlapping or adjacent port ranges (nft refuses overlapping intervals in a
-/// set, and merged ranges are what a reader expects).
+/// Sorts and merges overlapping or adjacent port ranges (fewer rules, and merged ranges are
+/// what a reader expects).
 pub(crate) fn merge_ports(mut list: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
     list.sort_unstable();
     let mut out: Vec<(u16, u16)> = Vec::with_capacity(list.len());
@@ -534,7 +619,6 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
         opts,
         sets: BTreeMap::new(),
         set_defs: Vec::new(),
-        counters: [0, 0],
         used_limits: [false, false],
     };
     // Sorted by name so chain numbering does not depend on the engine's interface order.
@@ -568,11 +652,19 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
     }
 
     let nd = || {
-        Rule::new(
-            vec![Match::Icmpv6NeighborDiscovery],
-            vec![],
-            Verdict::Accept,
-        )
+        NdType::ALL
+            .into_iter()
+            .map(|t| Rule::new(vec![Match::Icmpv6Nd(t)], vec![], Verdict::Accept))
+    };
+    // One `iifname "X" jump chain` rule per interface: a string compare, no map lookup.
+    let dispatch = |by: IfBy, entries: Vec<(String, String)>| {
+        entries.into_iter().map(move |(name, chain)| {
+            Rule::new(
+                vec![Match::IfName { by, name }],
+                vec![],
+                Verdict::Jump(chain),
+            )
+        })
     };
     let established = || {
         Rule::new(
@@ -583,49 +675,35 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
     };
     let mut base = Vec::new();
     if !dispatch_in.is_empty() {
+        let mut r = vec![
+            Rule::new(vec![Match::IifLoopback], vec![], Verdict::Accept),
+            established(),
+        ];
+        r.extend(nd());
+        r.extend(dispatch(IfBy::In, dispatch_in));
         base.push(Chain {
             name: "input".into(),
             hook: Some(Hook::Input),
-            rules: vec![
-                Rule::new(vec![Match::IifLoopback], vec![], Verdict::Accept),
-                established(),
-                nd(),
-                Rule::new(
-                    vec![],
-                    vec![],
-                    Verdict::Dispatch {
-                        by: IfBy::In,
-                        entries: dispatch_in,
-                    },
-                ),
-            ],
+            rules: r,
         });
     }
     if !dispatch_out.is_empty() {
         let mut r = vec![
             Rule::new(vec![Match::OifLoopback], vec![], Verdict::Accept),
             established(),
-            nd(),
         ];
+        r.extend(nd());
         if opts.allow_dns {
             // Before the dispatch, so DNS passes in both the enforced and the staged view.
-            r.push(Rule::new(
-                vec![
-                    Match::L4Proto(vec![Protocol::Tcp, Protocol::Udp]),
-                    Match::DPort(vec![(53, 53)]),
-                ],
-                vec![],
-                Verdict::Accept,
-            ));
+            for proto in [Protocol::Tcp, Protocol::Udp] {
+                r.push(Rule::new(
+                    vec![Match::L4Proto(proto), Match::DPort(53, 53)],
+                    vec![],
+                    Verdict::Accept,
+                ));
+            }
         }
-        r.push(Rule::new(
-            vec![],
-            vec![],
-            Verdict::Dispatch {
-                by: IfBy::Out,
-                entries: dispatch_out,
-            },
-        ));
+        r.extend(dispatch(IfBy::Out, dispatch_out));
         base.push(Chain {
             name: "output".into(),
             hook: Some(Hook::Output),
@@ -670,27 +748,25 @@ fn render_match(m: &Match, out: &mut String) {
         Match::OifLoopback => out.push_str("oif \"lo\""),
         Match::Ct(CtMatch::EstablishedRelated) => out.push_str("ct state established,related"),
         Match::Ct(CtMatch::New) => out.push_str("ct state new"),
-        Match::Icmpv6NeighborDiscovery => out.push_str(
-            "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, nd-router-advert }",
-        ),
-        Match::L4Proto(protos) => {
-            if let [p] = protos.as_slice() {
-                let _ = write!(out, "meta l4proto {}", proto_name(*p));
+        Match::Icmpv6Nd(t) => {
+            let _ = write!(out, "icmpv6 type {}", t.as_str());
+        }
+        Match::L4Proto(p) => {
+            let _ = write!(out, "meta l4proto {}", proto_name(*p));
+        }
+        Match::DPort(lo, hi) => {
+            if lo == hi {
+                let _ = write!(out, "th dport {lo}");
             } else {
-                let list: Vec<&str> = protos.iter().map(|p| proto_name(*p)).collect();
-                let _ = write!(out, "meta l4proto {{ {} }}", list.join(", "));
+                let _ = write!(out, "th dport {lo}-{hi}");
             }
         }
-        Match::DPort(ranges) => {
-            let items: Vec<String> = ranges
-                .iter()
-                .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
-                .collect();
-            if items.len() == 1 {
-                let _ = write!(out, "th dport {}", items[0]);
-            } else {
-                let _ = write!(out, "th dport {{ {} }}", items.join(", "));
-            }
+        Match::IfName { by, name } => {
+            let key = match by {
+                IfBy::In => "iifname",
+                IfBy::Out => "oifname",
+            };
+            let _ = write!(out, "{key} {}", quote_ifname(name));
         }
         Match::Addr { family, end, set } => {
             let fam = match family {
@@ -736,16 +812,8 @@ fn render_verdict(v: &Verdict, out: &mut String) {
         Verdict::Accept => out.push_str("accept"),
         Verdict::RejectTcpReset => out.push_str("reject with tcp reset"),
         Verdict::RejectPortUnreachable => out.push_str("reject with icmpx type port-unreachable"),
-        Verdict::Dispatch { by, entries } => {
-            let key = match by {
-                IfBy::In => "iifname",
-                IfBy::Out => "oifname",
-            };
-            let items: Vec<String> = entries
-                .iter()
-                .map(|(ifname, chain)| format!("{} : jump {chain}", quote_ifname(ifname)))
-                .collect();
-            let _ = write!(out, "{key} vmap {{ {} }}", items.join(", "));
+        Verdict::Jump(chain) => {
+            let _ = write!(out, "jump {chain}");
         }
     }
 }
@@ -790,22 +858,38 @@ pub fn render_rule(rule: &Rule) -> String {
     out
 }
 
-/// The lines that (re)create the table whether it exists or not: an empty declaration then its
-/// deletion, in the same transaction as what follows.
+/// The lines that remove the table whether it exists or not: an empty declaration then its
+/// deletion, in one transaction.
 fn preamble(out: &mut String) {
     let _ = writeln!(out, "table {TABLE_FAMILY} {TABLE_NAME} {{}}");
     let _ = writeln!(out, "delete table {TABLE_FAMILY} {TABLE_NAME}");
 }
 
-/// Prints a table as an `nft -f` transaction (with the replacing preamble).
+/// Prints a table as an `nft -f` transaction that updates the table in place, whether it
+/// exists or not (see the module doc for why nothing is deleted here):
+///
+/// ```text
+/// add table inet netwarden
+/// add limit inet netwarden lim_in { rate 10/minute burst 10 packets }
+/// add set inet netwarden p4_<hash> { type ipv4_addr; flags interval; }
+/// add element inet netwarden p4_<hash> { 10.0.0.2, 10.0.1.0/24 }
+/// add chain inet netwarden input { type filter hook input priority filter; policy accept; }
+/// add chain inet netwarden in_0
+/// flush chain inet netwarden input
+/// add rule inet netwarden input iifname "eth0" jump in_0
+/// flush chain inet netwarden in_0
+/// add rule inet netwarden in_0 ip saddr @p4_<hash> meta l4proto tcp th dport 80 accept
+/// ```
+///
+/// Every chain is declared before any rule, so a `jump` never names a chain not yet declared.
 pub fn render_table(table: &Table) -> String {
+    let t = format!("{TABLE_FAMILY} {TABLE_NAME}");
     let mut out = String::new();
-    preamble(&mut out);
-    let _ = writeln!(out, "table {TABLE_FAMILY} {TABLE_NAME} {{");
+    let _ = writeln!(out, "add table {t}");
     for l in &table.limits {
         let _ = writeln!(
             out,
-            "\tlimit {} {{ rate {}/minute burst {} packets }}",
+            "add limit {t} {} {{ rate {}/minute burst {} packets }}",
             l.name, l.per_minute, l.burst
         );
     }
@@ -814,32 +898,45 @@ pub fn render_table(table: &Table) -> String {
             Family::V4 => "ipv4_addr",
             Family::V6 => "ipv6_addr",
         };
-        let _ = writeln!(out, "\tset {} {{", s.name);
-        let _ = writeln!(out, "\t\ttype {ty}");
-        let _ = writeln!(out, "\t\tflags interval");
-        let _ = writeln!(out, "\t\telements = {{ {} }}", s.elements.join(", "));
-        let _ = writeln!(out, "\t}}");
+        let _ = writeln!(
+            out,
+            "add set {t} {} {{ type {ty}; flags interval; }}",
+            s.name
+        );
+        let _ = writeln!(
+            out,
+            "add element {t} {} {{ {} }}",
+            s.name,
+            s.elements.join(", ")
+        );
     }
     for c in &table.chains {
-        let _ = writeln!(out, "\tchain {} {{", c.name);
-        if let Some(hook) = c.hook {
-            let _ = writeln!(
-                out,
-                "\t\ttype filter hook {} priority filter; policy accept;",
-                hook.as_str()
-            );
+        match c.hook {
+            Some(hook) => {
+                let _ = writeln!(
+                    out,
+                    "add chain {t} {} {{ type filter hook {} priority filter; policy accept; }}",
+                    c.name,
+                    hook.as_str()
+                );
+            }
+            None => {
+                let _ = writeln!(out, "add chain {t} {}", c.name);
+            }
         }
-        for r in &c.rules {
-            let _ = writeln!(out, "\t\t{}", render_rule(r));
-        }
-        let _ = writeln!(out, "\t}}");
     }
-    let _ = writeln!(out, "}}");
+    for c in &table.chains {
+        let _ = writeln!(out, "flush chain {t} {}", c.name);
+        for r in &c.rules {
+            let _ = writeln!(out, "add rule {t} {} {}", c.name, render_rule(r));
+        }
+    }
     out
 }
 
-/// The complete `nft -f` transaction for one pod netns. For a pod with nothing isolated it only
-/// deletes the table (if present).
+/// The complete `nft -f` transaction for one pod netns (the desired state; the dataplane adds
+/// the deletion of what became unused). For a pod with nothing isolated it only deletes the
+/// table (if present): the pod is open then, so no packet depends on what goes.
 pub fn render_nft(rules: &PodRules, opts: &RenderOptions) -> String {
     match build_table(rules, opts) {
         Some(table) => render_table(&table),
@@ -859,13 +956,17 @@ pub fn is_removal(text: &str) -> bool {
     text == render_removal()
 }
 
-/// Number of rules in an nft text (ours or `nft list` output): the lines inside chain blocks
-/// that are not the base-chain header.
+/// Number of rules in an nft text, ours (`add rule` lines) or `nft list` output (the lines
+/// inside chain blocks that are not the base-chain header).
 pub fn rule_count(text: &str) -> usize {
     let mut in_chain = false;
     let mut count = 0;
     for line in text.lines() {
         let l = line.trim();
+        if l.starts_with("add rule ") {
+            count += 1;
+            continue;
+        }
         if l.starts_with("chain ") && l.ends_with('{') {
             in_chain = true;
             continue;

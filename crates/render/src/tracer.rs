@@ -182,22 +182,13 @@ fn run_chain(st: &mut State<'_>, chain: &Chain, depth: usize) -> Outcome {
             Verdict::RejectPortUnreachable => {
                 return Outcome::Final(TraceVerdict::RejectPortUnreachable)
             }
-            Verdict::Dispatch { by, entries } => {
-                // A packet has one interface; lo never appears in a vmap.
-                let ifname = if st.packet.loopback {
-                    "lo"
-                } else {
-                    st.packet.interface.as_str()
-                };
-                debug_assert!(matches!(by, IfBy::In | IfBy::Out));
-                if let Some((_, target)) = entries.iter().find(|(i, _)| i == ifname) {
-                    let target = st
-                        .table
-                        .chain(target)
-                        .unwrap_or_else(|| panic!("vmap jumps to missing chain {target}"));
-                    if let Outcome::Final(v) = run_chain(st, target, depth + 1) {
-                        return Outcome::Final(v);
-                    }
+            Verdict::Jump(target) => {
+                let target = st
+                    .table
+                    .chain(target)
+                    .unwrap_or_else(|| panic!("jump to missing chain {target}"));
+                if let Outcome::Final(v) = run_chain(st, target, depth + 1) {
+                    return Outcome::Final(v);
                 }
             }
         }
@@ -232,14 +223,26 @@ fn matches(st: &State<'_>, m: &Match) -> bool {
         Match::OifLoopback => p.loopback && p.direction == Direction::Egress && !p.forwarded,
         Match::Ct(CtMatch::EstablishedRelated) => !p.new_connection,
         Match::Ct(CtMatch::New) => p.new_connection,
-        Match::Icmpv6NeighborDiscovery => {
-            p.protocol == TraceProtocol::NeighborDiscovery && p.peer.is_ipv6()
+        // The traced packet is "some ND message": each of the four type rules accepts it, so the
+        // first one stands for all.
+        Match::Icmpv6Nd(_) => p.protocol == TraceProtocol::NeighborDiscovery && p.peer.is_ipv6(),
+        Match::L4Proto(proto) => p.protocol == TraceProtocol::L4(*proto),
+        Match::DPort(lo, hi) => p.port >= *lo && p.port <= *hi,
+        Match::IfName { by, name } => {
+            // A packet has one interface: lo for the pod talking to itself. `iifname` is only
+            // set on the way in, `oifname` on the way out (both when forwarded).
+            let ifname = if p.loopback {
+                "lo"
+            } else {
+                p.interface.as_str()
+            };
+            let applies = p.forwarded
+                || match by {
+                    IfBy::In => p.direction == Direction::Ingress,
+                    IfBy::Out => p.direction == Direction::Egress,
+                };
+            applies && ifname == name
         }
-        Match::L4Proto(protos) => match p.protocol {
-            TraceProtocol::L4(proto) => protos.contains(&proto),
-            _ => false,
-        },
-        Match::DPort(ranges) => ranges.iter().any(|&(lo, hi)| p.port >= lo && p.port <= hi),
         Match::Addr { family, end, set } => {
             // The tracer only knows the peer; the other end is the pod itself.
             let expected_end = match p.direction {

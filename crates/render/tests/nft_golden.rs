@@ -1,6 +1,7 @@
 //! Golden tests of the nft renderer: every scenario of `common::scenarios` against
-//! `tests/golden/<name>.nft` (compared ignoring line order and indentation), and every golden
-//! text accepted by `nft -c -f -` inside a throwaway netns.
+//! `tests/golden/<name>.nft` (compared ignoring line order and indentation), every golden
+//! text accepted by `nft -c -f -` inside a throwaway netns, and applied for real there both
+//! onto no table and onto an existing one (the text updates the table in place).
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p netwarden-render --test nft_golden` rewrites the files; review
 //! the diff before committing.
@@ -11,7 +12,7 @@ use std::path::PathBuf;
 
 use common::*;
 use netwarden_engine::Direction;
-use netwarden_render::nft::{build_table, is_removal, render_removal};
+use netwarden_render::nft::{build_table, is_removal, render_removal, set_name};
 use netwarden_render::{log_key_for, log_prefix, render_nft, rule_count, LogAction, RenderOptions};
 
 fn golden_path(name: &str) -> PathBuf {
@@ -81,6 +82,84 @@ fn goldens_are_accepted_by_nft_check() {
         listed.trim().is_empty(),
         "nft -c left something behind: {listed}"
     );
+}
+
+/// The text must work whether the table exists or not (`nft -c` in a fresh netns only shows
+/// the first): apply every scenario twice for real, and every scenario over the previous one's
+/// table. Applying twice leaves each rule once (chains are flushed) and each set once.
+#[test]
+fn goldens_apply_onto_empty_and_existing_tables() {
+    let Some(ns) = ScratchNetns::new("apply") else {
+        return;
+    };
+    let list = |ns: &ScratchNetns| {
+        let (ok, listed, stderr) = ns.nft(&["list", "table", "inet", "netwarden"], "");
+        assert!(ok, "{stderr}");
+        listed
+    };
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        if is_removal(&text) {
+            continue;
+        }
+        for round in 0..2 {
+            let (ok, _, stderr) = ns.nft(&["-f", "-"], &text);
+            assert!(ok, "{name} round {round}: {stderr}\n{text}");
+            let listed = list(&ns);
+            assert_eq!(
+                rule_count(&listed),
+                rule_count(&text),
+                "{name} round {round}: rules duplicated or missing:\n{listed}"
+            );
+            let table = build_table(&rules, &opts).unwrap();
+            for set in &table.sets {
+                assert_eq!(
+                    listed.matches(&format!("set {} {{", set.name)).count(),
+                    1,
+                    "{name}: set {} missing:\n{listed}",
+                    set.name
+                );
+            }
+        }
+        let (ok, _, stderr) = ns.nft(&["delete", "table", "inet", "netwarden"], "");
+        assert!(ok, "{stderr}");
+    }
+    // Each scenario over whatever the previous one left (its chains and sets stay: deleting
+    // what became unused is the dataplane's part).
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        let (ok, _, stderr) = ns.nft(&["-f", "-"], &text);
+        assert!(ok, "{name} over the previous scenario: {stderr}\n{text}");
+    }
+    let (ok, _, stderr) = ns.nft(&["-f", "-"], &render_removal());
+    assert!(ok, "{stderr}");
+    let (ok, listed, _) = ns.nft(&["list", "tables"], "");
+    assert!(ok && listed.trim().is_empty(), "left behind: {listed}");
+}
+
+#[test]
+fn no_anonymous_sets_and_no_table_deletion() {
+    for (name, rules, opts) in scenarios() {
+        let text = render_nft(&rules, &opts);
+        if is_removal(&text) {
+            continue;
+        }
+        for line in text.lines() {
+            if line.starts_with("add rule ") {
+                // `{` in a rule is an anonymous set or map: its elements are looked up with the
+                // generation current at lookup time (the window this layout closes).
+                assert!(!line.contains('{'), "{name}: anonymous set in {line:?}");
+                assert!(!line.contains(" vmap "), "{name}: map in {line:?}");
+            }
+            assert!(!line.starts_with("delete "), "{name}: {line:?}");
+            assert!(!line.starts_with("flush table"), "{name}: {line:?}");
+        }
+        // Sets are named by content: the same peers give the same name in another pod.
+        let table = build_table(&rules, &opts).unwrap();
+        for set in &table.sets {
+            assert_eq!(set.name, set_name(set.family, &set.ranges), "{name}");
+        }
+    }
 }
 
 #[test]
