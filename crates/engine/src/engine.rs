@@ -51,7 +51,8 @@ pub struct Engine {
     namespaces: BTreeMap<String, Namespace>,
     pods: BTreeMap<PodKey, Pod>,
     pods_by_namespace: BTreeMap<String, BTreeSet<String>>,
-    policies: BTreeMap<PolicyRef, Policy>,
+    /// Shared so that computing a pod borrows its policies without copying them.
+    policies: BTreeMap<PolicyRef, Arc<Policy>>,
     policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
     services: BTreeMap<ObjectKey, Service>,
     cache: HashMap<RuleKey, Arc<ResolvedRule>>,
@@ -79,11 +80,11 @@ impl Engine {
     }
 
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
-        self.policies.values()
+        self.policies.values().map(Arc::as_ref)
     }
 
     pub fn policy(&self, reference: &PolicyRef) -> Option<&Policy> {
-        self.policies.get(reference)
+        self.policies.get(reference).map(Arc::as_ref)
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Labels {
@@ -167,7 +168,7 @@ impl Engine {
 
     pub fn set_policy(&mut self, policy: Policy) {
         let reference = policy.reference();
-        if self.policies.get(&reference) == Some(&policy) {
+        if self.policies.get(&reference).map(Arc::as_ref) == Some(&policy) {
             return;
         }
         self.remove_policy(&reference);
@@ -176,7 +177,7 @@ impl Engine {
             .entry(reference.key.namespace.clone())
             .or_default()
             .insert(reference.clone());
-        self.policies.insert(reference, policy);
+        self.policies.insert(reference, Arc::new(policy));
     }
 
     pub fn remove_policy(&mut self, reference: &PolicyRef) {
@@ -599,7 +600,7 @@ impl Engine {
     /// Computes everything netwarden programs for one pod (`None` for an unknown pod).
     pub fn pod_rules(&mut self, key: &PodKey) -> Option<PodRules> {
         let pod = self.pods.get(key)?.clone();
-        let policies: Vec<Policy> = if pod.host_network {
+        let policies: Vec<Arc<Policy>> = if pod.host_network {
             Vec::new()
         } else {
             self.policies_by_namespace
@@ -647,10 +648,10 @@ impl Engine {
         pod: &Pod,
         iface: &PodInterface,
         direction: Direction,
-        policies: &[Policy],
+        policies: &[Arc<Policy>],
         replaced_names: &BTreeSet<String>,
     ) -> DirectionRules {
-        let isolating: Vec<&Policy> = policies
+        let isolating: Vec<&Arc<Policy>> = policies
             .iter()
             .filter(|p| p.rules(direction).is_some() && p.covers_interface(iface))
             .collect();
@@ -665,7 +666,7 @@ impl Engine {
             let reference = policy.reference();
             let replaced =
                 policy.mode == Mode::Enforce && replaced_names.contains(&policy.key.name);
-            let rules = policy.rules(direction).unwrap_or_default().to_vec();
+            let rules = policy.rules(direction).unwrap_or_default();
             let allow: Vec<AllowRule> = rules
                 .iter()
                 .enumerate()
