@@ -4,6 +4,7 @@
 //! - [`discover`]: listing the interfaces and L3 addresses found inside a netns.
 //! - [`apply`]: the [`Dataplane`] trait (apply / remove / read back one pod netns's rules).
 //! - [`nft_apply`]: the nftables implementation (`nft -f -` in the pod netns, one transaction).
+//! - [`nft_session`]: a long-lived `nft -i` per netns, which [`nft_apply`] sends transactions to.
 //! - [`fake`]: an in-memory implementation for tests of the reconcile loop.
 
 #![forbid(unsafe_code)]
@@ -14,6 +15,7 @@ pub mod fake;
 pub mod iptables_apply;
 pub mod netns;
 pub mod nft_apply;
+pub mod nft_session;
 
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
 pub use discover::{interfaces, DiscoverError, DiscoveredInterface};

@@ -22,10 +22,23 @@
 //! table in place and packets never see a half-built table. Nothing here touches another table:
 //! removal deletes `inet netwarden` only, and only when it exists (the pod is open then, so no
 //! packet depends on what goes).
+//!
+//! Sessions (off by default, see [`SESSIONS_BY_DEFAULT`]; [`NftDataplane::with_sessions`]):
+//! transactions go through a long-lived `nft -i` per netns
+//! ([`NftSession`](crate::nft_session::NftSession): one input line is one batch, same
+//! all-or-nothing semantics), which saves the 12-20 ms every `nft` process costs when it ends.
+//! At most [`MAX_SESSIONS`] are kept (least recently used closed first); beyond, for a text
+//! that cannot be sent as one line, or when a session breaks (then re-planned against the
+//! kernel), the transaction goes through a one-shot `nft -f -`. A session holds its netns
+//! alive, so it is closed when the netns is removed or forgotten, and dropped when the path no
+//! longer names the namespace it runs in (checked before each use and at each batch).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Mutex;
 
 use netwarden_render::nft::{render_removal, TABLE_FAMILY, TABLE_NAME};
 
@@ -34,6 +47,7 @@ use crate::apply::{
     APPLY_WORKERS,
 };
 use crate::netns::{exec_in, exec_in_unchecked, NetnsError};
+use crate::nft_session::{netns_identity, NftSession, OneLine, SessionError};
 
 /// The named sets and chains of netwarden's table (or of a transaction), by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -219,6 +233,34 @@ pub fn plan_update(desired: &str, state: &NftNetnsState) -> NftUpdate {
         };
     }
     let t = format!("{TABLE_FAMILY} {TABLE_NAME}");
+    // Peer sets are named by their content: a set the kernel already holds already has these
+    // elements, so re-adding them (the bulk of a transaction: ~17 ms for 1,000 interval
+    // elements) is skipped. A new set name is a new content and is created in full.
+    let held: BTreeSet<&str> = declared
+        .sets
+        .iter()
+        .filter(|s| state.kernel.sets.contains(*s))
+        .map(String::as_str)
+        .collect();
+    if !held.is_empty() {
+        let creates_held_set = |line: &str| {
+            ["add set ", "add element "].iter().any(|verb| {
+                line.strip_prefix(verb)
+                    .and_then(|rest| rest.strip_prefix(t.as_str()))
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .is_some_and(|name| held.contains(name))
+            })
+        };
+        text = desired.lines().filter(|line| !creates_held_set(line)).fold(
+            String::with_capacity(text.len()),
+            |mut acc, line| {
+                acc.push_str(line);
+                acc.push('\n');
+                acc
+            },
+        );
+    }
     let stale_chains: Vec<&String> = state.kernel.chains.difference(&declared.chains).collect();
     for c in &stale_chains {
         let _ = writeln!(text, "flush chain {t} {c}");
@@ -255,6 +297,231 @@ pub fn plan_update(desired: &str, state: &NftNetnsState) -> NftUpdate {
     }
 }
 
+/// How many `nft -i` sessions (one per netns) an [`NftDataplane`] with sessions keeps open.
+pub const MAX_SESSIONS: usize = 128;
+
+/// Whether [`NftDataplane::new`] uses sessions: a long-lived `nft -i` per netns avoids the
+/// kernel's wait when an `nft` process closes its netlink socket (~15 ms per apply here).
+pub const SESSIONS_BY_DEFAULT: bool = true;
+
+/// How one transaction is to be sent.
+#[derive(Debug)]
+enum Lease {
+    /// Through this open session.
+    Session(NftSession),
+    /// Through a session to start (a slot is reserved for it).
+    Spawn,
+    /// Through a one-shot `nft -f -`.
+    OneShot,
+}
+
+/// The open sessions, by netns path, least recently used closed first.
+#[derive(Debug)]
+struct SessionPool {
+    max: usize,
+    open: HashMap<PathBuf, (NftSession, u64)>,
+    /// Sessions (or slots) handed out to a running apply: they count against `max`.
+    lent: usize,
+    tick: u64,
+}
+
+impl SessionPool {
+    fn new(max: usize) -> SessionPool {
+        SessionPool {
+            max,
+            open: HashMap::new(),
+            lent: 0,
+            tick: 0,
+        }
+    }
+
+    /// How the next transaction for `netns` goes; hand the lease back with [`Self::give_back`].
+    fn take(&mut self, netns: &Path) -> Lease {
+        if self.max == 0 {
+            return Lease::OneShot;
+        }
+        if let Some((mut session, _)) = self.open.remove(netns) {
+            if session.usable() {
+                self.lent += 1;
+                return Lease::Session(session);
+            }
+            // Dead, spent, or its netns is gone or replaced: dropping it kills it.
+        }
+        // A path naming no namespace gets the one-shot path and its error.
+        if netns_identity(netns).is_none() {
+            return Lease::OneShot;
+        }
+        while self.open.len() + self.lent >= self.max {
+            let Some(oldest) = self
+                .open
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(path, _)| path.clone())
+            else {
+                return Lease::OneShot;
+            };
+            self.open.remove(&oldest);
+        }
+        self.lent += 1;
+        Lease::Spawn
+    }
+
+    fn give_back(&mut self, netns: &Path, lease: Lease) {
+        match lease {
+            Lease::OneShot => return,
+            Lease::Spawn => {}
+            Lease::Session(session) => {
+                self.tick += 1;
+                self.open.insert(netns.to_owned(), (session, self.tick));
+            }
+        }
+        self.lent = self.lent.saturating_sub(1);
+    }
+
+    fn close(&mut self, netns: &Path) {
+        self.open.remove(netns);
+    }
+
+    fn close_all(&mut self) {
+        self.open.clear();
+    }
+
+    /// Closes the sessions whose netns path no longer names their namespace (deleted pods).
+    fn prune(&mut self) {
+        self.open
+            .retain(|_, (session, _)| session.names_same_netns());
+    }
+}
+
+impl Drop for SessionPool {
+    /// Kills every child, then waits for them all (they end in parallel), so that their netns
+    /// are released when the dataplane is gone.
+    fn drop(&mut self) {
+        for (session, _) in self.open.values_mut() {
+            session.kill();
+        }
+        for (session, _) in self.open.values_mut() {
+            session.kill_and_wait();
+        }
+    }
+}
+
+/// What running a transaction through a session gave.
+enum SessionRun {
+    /// Committed, or refused with this error (nothing applied).
+    Done(Result<(), NetnsError>),
+    /// Not sent (no session, or a text that is not safe as one line): use `nft -f`.
+    NotRun,
+    /// The session broke mid-way: whether the transaction committed is unknown.
+    Broken,
+}
+
+/// Running `nft` (the parts the parallel workers need; shared by reference).
+#[derive(Debug, Clone)]
+struct Nft {
+    program: String,
+}
+
+impl Nft {
+    fn table_exists(&self, netns: &Path) -> Result<bool, NetnsError> {
+        let out = exec_in(
+            netns,
+            &self.program,
+            &["list", "tables", TABLE_FAMILY],
+            None,
+        )?;
+        let wanted = format!("table {TABLE_FAMILY} {TABLE_NAME}");
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim() == wanted))
+    }
+
+    fn kernel_objects(&self, netns: &Path) -> Result<NftObjects, NetnsError> {
+        let args = ["-t", "list", "table", TABLE_FAMILY, TABLE_NAME];
+        let out = exec_in_unchecked(netns, &self.program, &args, None)?;
+        if out.status.success() {
+            return Ok(NftObjects::listed_in(&String::from_utf8_lossy(&out.stdout)));
+        }
+        // Failing because the table does not exist is an answer; anything else is an error.
+        if !self.table_exists(netns)? {
+            return Ok(NftObjects::default());
+        }
+        exec_in(netns, &self.program, &args, None)
+            .map(|out| NftObjects::listed_in(&String::from_utf8_lossy(&out.stdout)))
+    }
+
+    fn run_transaction(&self, netns: &Path, text: &str) -> Result<(), NetnsError> {
+        exec_in(netns, &self.program, &["-f", "-"], Some(text.as_bytes())).map(|_| ())
+    }
+
+    /// Sends `text` through the lease's session (starting it if the lease says so).
+    fn run_in_session(&self, netns: &Path, text: &str, lease: &mut Lease) -> SessionRun {
+        if matches!(lease, Lease::OneShot) {
+            return SessionRun::NotRun;
+        }
+        let Some(line) = OneLine::join(text) else {
+            return SessionRun::NotRun;
+        };
+        if matches!(lease, Lease::Spawn) {
+            *lease = match NftSession::spawn(netns, &self.program) {
+                Ok(session) => Lease::Session(session),
+                // The one-shot path reports whatever is wrong.
+                Err(_) => Lease::OneShot,
+            };
+        }
+        let Lease::Session(session) = lease else {
+            return SessionRun::NotRun;
+        };
+        match session.run(&line) {
+            Ok(()) => SessionRun::Done(Ok(())),
+            Err(SessionError::Refused(stderr)) => SessionRun::Done(Err(NetnsError::Command {
+                program: self.program.clone(),
+                args: vec!["-i".into()],
+                // What `nft -f` exits with when it refuses a transaction.
+                status: ExitStatus::from_raw(1 << 8),
+                stderr,
+            })),
+            Err(SessionError::Broken(_)) => {
+                // Make sure it no longer runs before looking at what the kernel holds.
+                session.kill_and_wait();
+                *lease = Lease::OneShot;
+                SessionRun::Broken
+            }
+        }
+    }
+
+    /// Plans against `state` (reading the kernel when unknown) and commits; returns the state
+    /// after the commit.
+    fn plan_and_run(
+        &self,
+        netns: &Path,
+        desired: &str,
+        state: Option<NftNetnsState>,
+        lease: &mut Lease,
+    ) -> Result<NftNetnsState, NetnsError> {
+        let state = match state {
+            Some(s) => s,
+            None => NftNetnsState::from_kernel(self.kernel_objects(netns)?),
+        };
+        let plan = plan_update(desired, &state);
+        match self.run_in_session(netns, &plan.text, lease) {
+            SessionRun::Done(result) => result.map(|()| plan.after),
+            SessionRun::NotRun => {
+                self.run_transaction(netns, &plan.text)?;
+                Ok(plan.after)
+            }
+            SessionRun::Broken => {
+                // The transaction may or may not have committed: plan again against what the
+                // kernel holds (every set found counts as in use), then send it with `nft -f`.
+                let state = NftNetnsState::from_kernel(self.kernel_objects(netns)?);
+                let plan = plan_update(desired, &state);
+                self.run_transaction(netns, &plan.text)?;
+                Ok(plan.after)
+            }
+        }
+    }
+}
+
 /// Applies nft rulesets, skipping those identical to the last successful apply of the netns.
 #[derive(Debug)]
 pub struct NftDataplane {
@@ -265,7 +532,9 @@ pub struct NftDataplane {
     /// `forget` (then read back from the kernel before the next apply).
     state: HashMap<PathBuf, NftNetnsState>,
     /// The `nft` program (a path in tests or unusual installs).
-    program: String,
+    nft: Nft,
+    /// Open `nft -i` sessions.
+    sessions: SessionPool,
 }
 
 impl Default for NftDataplane {
@@ -275,17 +544,60 @@ impl Default for NftDataplane {
 }
 
 impl NftDataplane {
+    /// The default: sessions when [`SESSIONS_BY_DEFAULT`], else one-shot `nft -f`.
     pub fn new() -> Self {
         Self::with_program("nft")
     }
 
-    /// Uses another `nft` binary.
+    /// Every transaction through a one-shot `nft -f -` (no sessions).
+    pub fn one_shot() -> Self {
+        Self::new().with_max_sessions(0)
+    }
+
+    /// Transactions through `nft -i` sessions (up to [`MAX_SESSIONS`]), else `nft -f`.
+    pub fn with_sessions() -> Self {
+        Self::new().with_max_sessions(MAX_SESSIONS)
+    }
+
+    /// Uses another `nft` binary (sessions as [`NftDataplane::new`]).
     pub fn with_program(program: impl Into<String>) -> Self {
         NftDataplane {
             last_applied: HashMap::new(),
             state: HashMap::new(),
-            program: program.into(),
+            nft: Nft {
+                program: program.into(),
+            },
+            sessions: SessionPool::new(if SESSIONS_BY_DEFAULT { MAX_SESSIONS } else { 0 }),
         }
+    }
+
+    /// Keeps at most `max` `nft -i` sessions open (0: none, every transaction by `nft -f`).
+    /// Sessions already open beyond the new bound are closed.
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.sessions.max = max;
+        while self.sessions.open.len() > max {
+            let Some(oldest) = self
+                .sessions
+                .open
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(path, _)| path.clone())
+            else {
+                break;
+            };
+            self.sessions.close(&oldest);
+        }
+        self
+    }
+
+    /// How many `nft -i` sessions are open.
+    pub fn sessions_open(&self) -> usize {
+        self.sessions.open.len()
+    }
+
+    /// The process id of the `nft -i` session of `netns`, if one is open.
+    pub fn session_pid(&self, netns: &Path) -> Option<u32> {
+        self.sessions.open.get(netns).map(|(s, _)| s.pid())
     }
 
     /// The netns this dataplane believes are programmed (applied and not forgotten).
@@ -301,76 +613,39 @@ impl NftDataplane {
 
     /// Whether table `inet netwarden` exists in `netns`.
     pub fn table_exists(&self, netns: &Path) -> Result<bool, NetnsError> {
-        let out = exec_in(
-            netns,
-            &self.program,
-            &["list", "tables", TABLE_FAMILY],
-            None,
-        )?;
-        let wanted = format!("table {TABLE_FAMILY} {TABLE_NAME}");
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .any(|l| l.trim() == wanted))
+        self.nft.table_exists(netns)
     }
 
     /// The sets and chains the table in `netns` holds (empty when there is no table). Terse
     /// listing: set elements are not printed.
     pub fn kernel_objects(&self, netns: &Path) -> Result<NftObjects, NetnsError> {
-        let args = ["-t", "list", "table", TABLE_FAMILY, TABLE_NAME];
-        let out = exec_in_unchecked(netns, &self.program, &args, None)?;
-        if out.status.success() {
-            return Ok(NftObjects::listed_in(&String::from_utf8_lossy(&out.stdout)));
-        }
-        // Failing because the table does not exist is an answer; anything else is an error.
-        if !self.table_exists(netns)? {
-            return Ok(NftObjects::default());
-        }
-        exec_in(netns, &self.program, &args, None)
-            .map(|out| NftObjects::listed_in(&String::from_utf8_lossy(&out.stdout)))
+        self.nft.kernel_objects(netns)
     }
 
     /// Runs `nft -c -f -` (check only, nothing changes) on `text` inside `netns`.
     pub fn check(&self, netns: &Path, text: &str) -> Result<(), NetnsError> {
         exec_in(
             netns,
-            &self.program,
+            &self.nft.program,
             &["-c", "-f", "-"],
             Some(text.as_bytes()),
         )
         .map(|_| ())
     }
 
-    fn run_transaction(&self, netns: &Path, text: &str) -> Result<(), NetnsError> {
-        exec_in(netns, &self.program, &["-f", "-"], Some(text.as_bytes())).map(|_| ())
-    }
-
-    fn remove_inner(&self, netns: &Path) -> Result<(), NetnsError> {
-        match self.table_exists(netns) {
+    /// Removal: the session goes first (netwarden owns nothing left in the netns, and a
+    /// vanished pod's netns must not be kept alive by it).
+    fn remove_inner(&mut self, netns: &Path) -> Result<(), NetnsError> {
+        self.sessions.close(netns);
+        match self.nft.table_exists(netns) {
             // The removal transaction (declare + delete) also succeeds if the table vanished
             // since we looked, and never names any other table.
-            Ok(true) => self.run_transaction(netns, &render_removal()),
+            Ok(true) => self.nft.run_transaction(netns, &render_removal()),
             Ok(false) => Ok(()),
             // The pod and its netns are gone: so are its rules.
             Err(e) if netns_gone(&e) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-
-    /// Plans against `state` (reading the kernel when unknown) and commits; returns the state
-    /// after the commit.
-    fn plan_and_run(
-        &self,
-        netns: &Path,
-        desired: &str,
-        state: Option<NftNetnsState>,
-    ) -> Result<NftNetnsState, NetnsError> {
-        let state = match state {
-            Some(s) => s,
-            None => NftNetnsState::from_kernel(self.kernel_objects(netns)?),
-        };
-        let plan = plan_update(desired, &state);
-        self.run_transaction(netns, &plan.text)?;
-        Ok(plan.after)
     }
 }
 
@@ -405,12 +680,13 @@ impl Dataplane for NftDataplane {
         let text = ruleset.nft.as_deref().unwrap_or_default();
         // Taken out: on failure the state stays unknown and the next apply reads the kernel.
         let state = self.state.remove(netns);
-        let after = self
-            .plan_and_run(netns, text, state)
-            .map_err(|source| ApplyError::Apply {
-                netns: netns.to_owned(),
-                source,
-            })?;
+        let mut lease = self.sessions.take(netns);
+        let result = self.nft.plan_and_run(netns, text, state, &mut lease);
+        self.sessions.give_back(netns, lease);
+        let after = result.map_err(|source| ApplyError::Apply {
+            netns: netns.to_owned(),
+            source,
+        })?;
         self.state.insert(netns.to_owned(), after);
         self.last_applied.insert(netns.to_owned(), hash);
         Ok(ApplyOutcome::Applied)
@@ -423,9 +699,12 @@ impl Dataplane for NftDataplane {
         &mut self,
         batch: &[(PathBuf, RenderedRuleset)],
     ) -> Vec<Result<ApplyOutcome, ApplyError>> {
+        // Sessions of pods deleted since the last batch go now (each holds a netns alive).
+        self.sessions.prune();
         let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
             Vec::with_capacity(batch.len());
-        let mut todo: Vec<(usize, Option<NftNetnsState>)> = Vec::new();
+        // Each worker owns its item's session while it runs (the Mutex is never contended).
+        let mut todo: Vec<(usize, Option<NftNetnsState>, Mutex<Lease>)> = Vec::new();
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
             let direct = ruleset.backend != Backend::Nft
                 || ruleset.is_removal()
@@ -435,17 +714,26 @@ impl Dataplane for NftDataplane {
             } else {
                 // Forget first: if the apply fails, the next sync must re-apply in full.
                 self.last_applied.remove(netns);
-                todo.push((i, self.state.remove(netns)));
+                let lease = self.sessions.take(netns);
+                todo.push((i, self.state.remove(netns), Mutex::new(lease)));
                 results.push(None);
             }
         }
-        let this = &*self;
-        let outcomes = run_parallel(&todo, APPLY_WORKERS, |(i, state)| {
+        let nft = &self.nft;
+        let outcomes = run_parallel(&todo, APPLY_WORKERS, |(i, state, lease)| {
             let (netns, r) = &batch[*i];
-            this.plan_and_run(netns, r.nft.as_deref().unwrap_or_default(), state.clone())
+            let mut lease = lease.lock().unwrap_or_else(|p| p.into_inner());
+            nft.plan_and_run(
+                netns,
+                r.nft.as_deref().unwrap_or_default(),
+                state.clone(),
+                &mut lease,
+            )
         });
-        for ((i, _), outcome) in todo.into_iter().zip(outcomes) {
+        for ((i, _, lease), outcome) in todo.into_iter().zip(outcomes) {
             let (netns, ruleset) = &batch[i];
+            let lease = lease.into_inner().unwrap_or_else(|p| p.into_inner());
+            self.sessions.give_back(netns, lease);
             results[i] = Some(match outcome {
                 Ok(after) => {
                     self.state.insert(netns.to_owned(), after);
@@ -485,7 +773,7 @@ impl Dataplane for NftDataplane {
         }
         let out = exec_in(
             netns,
-            &self.program,
+            &self.nft.program,
             &["list", "table", TABLE_FAMILY, TABLE_NAME],
             None,
         )
@@ -496,11 +784,13 @@ impl Dataplane for NftDataplane {
     fn forget(&mut self, netns: &Path) {
         self.last_applied.remove(netns);
         self.state.remove(netns);
+        self.sessions.close(netns);
     }
 
     fn forget_all(&mut self) {
         self.last_applied.clear();
         self.state.clear();
+        self.sessions.close_all();
     }
 }
 
@@ -590,6 +880,31 @@ mod tests {
         kernel.apply_transaction(&p.text).unwrap();
         assert_eq!(kernel.sets, names(&["p4_b"]));
         assert_eq!(p.after.kernel, kernel);
+    }
+
+    #[test]
+    fn sets_the_kernel_holds_are_not_refilled() {
+        let state = NftNetnsState::from_kernel(NftObjects {
+            sets: names(&["p4_a"]),
+            chains: names(&["input", "in_0"]),
+        });
+        let p = plan_update(&desired(&["input", "in_0"], &["p4_a", "p6_b"]), &state);
+        assert!(
+            !p.text.contains("add set inet netwarden p4_a "),
+            "{}",
+            p.text
+        );
+        assert!(
+            !p.text.contains("add element inet netwarden p4_a "),
+            "{}",
+            p.text
+        );
+        assert!(
+            p.text.contains("add set inet netwarden p6_b "),
+            "{}",
+            p.text
+        );
+        assert!(p.after.kernel.sets.contains("p4_a") && p.after.kernel.sets.contains("p6_b"));
     }
 
     #[test]

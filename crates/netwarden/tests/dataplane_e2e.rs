@@ -26,6 +26,8 @@ use netwarden_render::RenderOptions;
 
 /// How many times the atomicity test replaces the server's rules.
 const APPLIES: usize = 200;
+/// Probe rounds that must have started while replacements were running.
+const MIN_ROUNDS_DURING_APPLIES: usize = 30;
 
 fn engine_of(inventory: &netwarden_manifest::Inventory) -> Engine {
     netwarden::inventory::engine_from(inventory, EngineOptions::default())
@@ -127,7 +129,14 @@ fn atomicity(backend: Backend) {
         // Let the probers get going before the first replacement.
         std::thread::sleep(Duration::from_millis(100));
         applying.store(true, Ordering::SeqCst);
-        for i in 0..APPLIES {
+        // At least APPLIES replacements, and on until enough probe rounds overlapped them (a
+        // fast backend finishes 200 applies before one probe round does), within a time cap.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut i = 0;
+        while i < APPLIES
+            || (rounds_during_applies.load(Ordering::SeqCst) < MIN_ROUNDS_DURING_APPLIES
+                && Instant::now() < deadline)
+        {
             engine.set_policy(if i % 2 == 0 {
                 extra.clone()
             } else {
@@ -140,6 +149,7 @@ fn atomicity(backend: Backend) {
             assert_eq!(report.applied, 1, "apply {i}: {report}");
             applies += report.applied;
             apply_time += report.duration;
+            i += 1;
         }
         applying.store(false, Ordering::SeqCst);
         // A few more rounds on the final ruleset.
@@ -180,10 +190,10 @@ fn atomicity(backend: Backend) {
             &t.denied_not_refused[..t.denied_not_refused.len().min(5)]
         );
     }
-    assert_eq!(applies, APPLIES);
+    assert!(applies >= APPLIES);
     // The probes overlapped the applies (otherwise the test proves nothing).
     assert!(
-        rounds_during_applies.load(Ordering::SeqCst) >= 10,
+        rounds_during_applies.load(Ordering::SeqCst) >= MIN_ROUNDS_DURING_APPLIES,
         "only {} probe rounds ran during the applies",
         rounds_during_applies.load(Ordering::SeqCst)
     );
