@@ -79,6 +79,18 @@ impl Engine {
         self.pods.get(key)
     }
 
+    /// Which pod holds each address (any interface): how events name their `peer`.
+    pub fn pods_by_address(&self) -> std::collections::HashMap<IpAddr, PodKey> {
+        self.pods
+            .values()
+            .flat_map(|p| {
+                p.interfaces
+                    .iter()
+                    .flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone())))
+            })
+            .collect()
+    }
+
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.policies.values().map(Arc::as_ref)
     }

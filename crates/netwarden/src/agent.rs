@@ -132,14 +132,7 @@ impl Monitor {
         for (path, exit) in self.collector.reap() {
             info!("log listener of {} ended: {exit:?}", path.display());
         }
-        let map: HashMap<IpAddr, PodKey> = engine
-            .pods()
-            .flat_map(|p| {
-                p.interfaces
-                    .iter()
-                    .flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone())))
-            })
-            .collect();
+        let map = engine.pods_by_address();
         *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
         self.metrics.set_managed_pods(syncer.programmed().len());
     }

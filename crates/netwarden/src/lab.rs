@@ -174,15 +174,7 @@ impl EnforcedLab {
     pub fn events(&self) -> Vec<netwarden_monitor::Event> {
         let sink = Arc::new(MemorySink::new());
         let processor = EventProcessor::new(self.collector.metrics().clone(), sink.clone());
-        let by_addr: BTreeMap<std::net::IpAddr, PodKey> = self
-            .engine
-            .pods()
-            .flat_map(|p| {
-                p.interfaces
-                    .iter()
-                    .flat_map(move |i| i.ips.iter().map(move |ip| (*ip, p.key.clone())))
-            })
-            .collect();
+        let by_addr = self.engine.pods_by_address();
         let resolve = |ip: std::net::IpAddr| by_addr.get(&ip).cloned();
         processor.drain(
             &self.records,

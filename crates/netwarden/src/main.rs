@@ -366,6 +366,21 @@ fn pod_key(s: &str) -> Result<PodKey> {
     }
 }
 
+/// Prints a lab run (JSON or the matrices); fails when a real connection disagreed with the
+/// prediction.
+fn print_lab_report(report: &netwarden::lab::LabReport, json: bool) -> Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", netwarden::lab::render_text(report));
+    }
+    Ok(if report.mismatches == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 fn engine_options(input: &Input, dataplane: &DataplaneArgs) -> EngineOptions {
     EngineOptions {
         allow_dns: !input.no_dns,
@@ -481,16 +496,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let options = lab_options(&args.input, &args.dataplane, args.ports)?;
             let report = netwarden::lab::check(&args.input.paths, &load, &options)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", netwarden::lab::render_text(&report));
-            }
-            Ok(if report.mismatches == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            print_lab_report(&report, args.json)
         }
         Command::Lab(LabCommand::Up(args)) => {
             netwarden_lab::install_signal_cleanup()?;
@@ -547,16 +553,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let report =
                 netwarden::lab::probe_session(&session, &args.input.paths, &load, &ports, engine)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", netwarden::lab::render_text(&report));
-            }
-            Ok(if report.mismatches == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            print_lab_report(&report, args.json)
         }
         Command::Lab(LabCommand::Down(args)) => {
             let bytes = match std::fs::read(&args.state) {
