@@ -138,13 +138,23 @@ fn peer_list(n: usize, client_pos: usize) -> Vec<Ipv4Addr> {
 /// The server pod's rules when a NetworkPolicy allows TCP 80 from `n` peer pods (the client
 /// pod among them), computed by the engine like the agent does.
 fn server_rules(n: usize) -> PodRules {
+    let mut engine = server_engine(n);
+    engine
+        .pod_rules(&PodKey::new(NS, "server"))
+        .expect("server pod")
+}
+
+/// The engine behind [`server_rules`]: `n` peer pods (the client labelled `kind: client`, the
+/// fillers `kind: filler`), the server, and the enforced policy allowing every peer.
+fn server_engine(n: usize) -> Engine {
     let mut engine = Engine::new(EngineOptions::default());
     // Pods first, then the policy: the policy resolves its peer set once.
     for (i, addr) in peer_list(n, n - 1).iter().enumerate() {
+        let kind = if *addr == CLIENT { "client" } else { "filler" };
         engine.set_pod(pod(
             NS,
             &format!("peer-{i}"),
-            &[("role", "peer")],
+            &[("role", "peer"), ("kind", kind)],
             &[&addr.to_string()],
         ));
     }
@@ -165,8 +175,6 @@ fn server_rules(n: usize) -> PodRules {
         None,
     ));
     engine
-        .pod_rules(&PodKey::new(NS, "server"))
-        .expect("server pod")
 }
 
 /// The same server pod with the monitor evaluation active beside enforcement: a monitored
@@ -175,32 +183,7 @@ fn server_rules(n: usize) -> PodRules {
 /// the filler peers (so every connection from the client is also a would-deny, logged through
 /// the rate-limited NFLOG rule while it passes).
 fn server_rules_monitored(n: usize, would_deny: bool) -> PodRules {
-    let mut engine = Engine::new(EngineOptions::default());
-    for (i, addr) in peer_list(n, n - 1).iter().enumerate() {
-        let role = if *addr == CLIENT { "client" } else { "filler" };
-        engine.set_pod(pod(
-            NS,
-            &format!("peer-{i}"),
-            &[("role", "peer"), ("kind", role)],
-            &[&addr.to_string()],
-        ));
-    }
-    engine.set_pod(pod(
-        NS,
-        "server",
-        &[("app", "server")],
-        &[&SERVER.to_string()],
-    ));
-    engine.set_policy(netpol(
-        NS,
-        "allow-peers",
-        selector(&[("app", "server")]),
-        Some(vec![rule(
-            vec![pods_peer(Some(selector(&[("role", "peer")])), None)],
-            vec![tcp(PORT)],
-        )]),
-        None,
-    ));
+    let mut engine = server_engine(n);
     let staged_peers = if would_deny {
         selector(&[("kind", "filler")])
     } else {

@@ -275,27 +275,18 @@ fn run_case(
             failures.push(format!("{what}: {e}"));
             return;
         }
-        let prepared = match variant {
-            Some(v) => variant::objects(v, &objects).and_then(|o| {
-                Ok((
-                    o,
-                    variant::policies(v, &step.policies)?,
-                    variant::probes(v, &step.probes)?,
-                ))
-            }),
-            None => Ok((objects.clone(), step.policies.clone(), step.probes.clone())),
-        };
-        let (objs, policies, probes) = match prepared {
+        let variant::Prepared {
+            objects: objs,
+            policies,
+            probes,
+            ports,
+        } = match variant::prepare(variant, &objects, step) {
             Ok(p) => p,
             Err(e) => {
                 failures.push(format!("{what}: cannot build the variant: {e}"));
                 continue;
             }
         };
-        let ports: BTreeSet<(u16, String)> = probes
-            .iter()
-            .map(|p| (p.port, p.protocol.to_ascii_uppercase()))
-            .collect();
         let before = failures.len();
         let started = Instant::now();
         let records = {

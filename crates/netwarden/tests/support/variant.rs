@@ -297,6 +297,40 @@ pub fn probes(variant: Variant, probes: &[Probe]) -> Result<Vec<Probe>, String> 
     Ok(out)
 }
 
+/// A step made ready to run: the objects, policies and probes of `variant` (`None`: as
+/// written), and the `(port, PROTOCOL)` set to pass to `--port`.
+pub struct Prepared {
+    pub objects: Vec<Value>,
+    pub policies: Vec<Value>,
+    pub probes: Vec<Probe>,
+    pub ports: std::collections::BTreeSet<(u16, String)>,
+}
+
+pub fn prepare(
+    variant: Option<Variant>,
+    objects: &[Value],
+    step: &super::case::Step,
+) -> Result<Prepared, String> {
+    let (objects, policies, probes) = match variant {
+        Some(v) => (
+            self::objects(v, objects)?,
+            self::policies(v, &step.policies)?,
+            self::probes(v, &step.probes)?,
+        ),
+        None => (objects.to_vec(), step.policies.clone(), step.probes.clone()),
+    };
+    let ports = probes
+        .iter()
+        .map(|p| (p.port, p.protocol.to_ascii_uppercase()))
+        .collect();
+    Ok(Prepared {
+        objects,
+        policies,
+        probes,
+        ports,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
