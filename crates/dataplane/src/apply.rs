@@ -7,16 +7,20 @@
 //! unchanged ruleset is not sent again; any failure forgets that hash, so the next sync of the
 //! netns is a full one.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
+use netwarden_engine::PodRules;
+use netwarden_render::RenderError;
+
+use crate::libnft::LibnftError;
 use crate::netns::NetnsError;
 
 /// Which tool programs the netns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// One `nft -f` transaction updating table `inet netwarden` in place.
+    /// One libnftables transaction updating table `inet netwarden` in place.
     Nft,
     /// `ipset restore` then `iptables-restore` / `ip6tables-restore` (seed 004).
     Iptables,
@@ -28,72 +32,6 @@ impl Backend {
             Backend::Nft => "nft",
             Backend::Iptables => "iptables",
         }
-    }
-}
-
-/// The rendered rules of one pod netns, for one backend.
-///
-/// `None` text means "nothing of this kind" (an open pod for nft is the removal transaction in
-/// `nft`; the iptables backend leaves a family out when it has no rules).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RenderedRuleset {
-    pub backend: Backend,
-    /// `nft -f` transaction (backend Nft).
-    pub nft: Option<String>,
-    /// `iptables-restore` input (backend Iptables).
-    pub iptables_v4: Option<String>,
-    /// `ip6tables-restore` input (backend Iptables).
-    pub iptables_v6: Option<String>,
-    /// `ipset restore` input (backend Iptables).
-    pub ipset: Option<String>,
-}
-
-impl RenderedRuleset {
-    /// An nft ruleset from [`netwarden_render::render_nft`] output.
-    pub fn nft(text: String) -> Self {
-        RenderedRuleset {
-            backend: Backend::Nft,
-            nft: Some(text),
-            iptables_v4: None,
-            iptables_v6: None,
-            ipset: None,
-        }
-    }
-
-    /// An iptables ruleset (texts from the iptables renderer).
-    pub fn iptables(v4: Option<String>, v6: Option<String>, ipset: Option<String>) -> Self {
-        RenderedRuleset {
-            backend: Backend::Iptables,
-            nft: None,
-            iptables_v4: v4,
-            iptables_v6: v6,
-            ipset,
-        }
-    }
-
-    /// Whether applying this means "netwarden owns nothing in this netns".
-    ///
-    /// For nft: no text, or only the removal preamble ([`netwarden_render::nft::is_removal`]).
-    /// For iptables: no text at all.
-    pub fn is_removal(&self) -> bool {
-        match self.backend {
-            Backend::Nft => self
-                .nft
-                .as_deref()
-                .is_none_or(netwarden_render::nft::is_removal),
-            Backend::Iptables => {
-                self.iptables_v4.is_none() && self.iptables_v6.is_none() && self.ipset.is_none()
-            }
-        }
-    }
-
-    /// A hash of the whole ruleset, to skip re-applying identical text. Only compared within one
-    /// process (the std hasher is not stable across Rust versions); a restarted agent applies
-    /// everything once, which is atomic per netns and so opens no window.
-    pub fn content_hash(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.hash(&mut h);
-        h.finish()
     }
 }
 
@@ -111,17 +49,25 @@ pub enum ApplyOutcome {
 /// One variant per stage that can fail, each with its source.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    #[error("{backend} dataplane cannot apply a {got} ruleset")]
-    WrongBackend {
-        backend: &'static str,
-        got: &'static str,
+    /// The netns could not be opened or entered (gone, not a network namespace, the agent's
+    /// own...).
+    #[error("{}: {source}", netns.display())]
+    Netns { netns: PathBuf, source: NetnsError },
+    /// libnftables is missing or refused the transaction (nothing of it was applied).
+    #[error("{}: {source}", netns.display())]
+    Nft { netns: PathBuf, source: LibnftError },
+    /// What the kernel listed could not be read.
+    #[error("{}: unreadable nft listing: {source}", netns.display())]
+    Listing {
+        netns: PathBuf,
+        source: serde_json::Error,
     },
-    #[error("applying rules in {}: {source}", netns.display())]
-    Apply { netns: PathBuf, source: NetnsError },
-    #[error("removing rules in {}: {source}", netns.display())]
-    Remove { netns: PathBuf, source: NetnsError },
-    #[error("reading rules back in {}: {source}", netns.display())]
-    ReadBack { netns: PathBuf, source: NetnsError },
+    /// A stage of the iptables backend failed.
+    #[error("{}: {source}", netns.display())]
+    Iptables {
+        netns: PathBuf,
+        source: crate::iptables_apply::IptablesError,
+    },
     /// A failure injected into a [`FakeDataplane`](crate::fake::FakeDataplane).
     #[error("injected failure in {}", netns.display())]
     Injected { netns: PathBuf },
@@ -131,9 +77,8 @@ impl ApplyError {
     /// Whether the pod's netns no longer exists (the pod is gone: its rules went with it).
     pub fn netns_gone(&self) -> bool {
         match self {
-            ApplyError::Apply { source, .. }
-            | ApplyError::Remove { source, .. }
-            | ApplyError::ReadBack { source, .. } => netns_gone(source),
+            ApplyError::Netns { source, .. } => netns_gone(source),
+            ApplyError::Iptables { source, .. } => source.netns_gone(),
             _ => false,
         }
     }
@@ -141,6 +86,78 @@ impl ApplyError {
 
 pub(crate) fn netns_gone(e: &NetnsError) -> bool {
     matches!(e, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// The identity of the namespace a path names now: device and inode of the nsfs file (the
+/// same for a `/run/netns/NAME` bind mount and `/proc/PID/ns/net`). A netns deleted and created
+/// again at the same path (a pod sandbox restart) has a new identity. `None`: the path names
+/// nothing.
+pub fn netns_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// What a dataplane remembers of its last successful apply to one netns: which namespace it
+/// was (a recreated netns at the same path needs everything again) and what was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub identity: (u64, u64),
+    pub hash: u64,
+}
+
+/// Last successful applies, per netns path (the bookkeeping every backend shares).
+#[derive(Debug, Default)]
+pub struct AppliedLog {
+    applied: HashMap<PathBuf, Applied>,
+}
+
+impl AppliedLog {
+    /// Whether `hash` is what was last applied to the namespace `netns` names now.
+    pub fn is_current(&self, netns: &Path, hash: u64) -> bool {
+        self.applied
+            .get(netns)
+            .is_some_and(|a| a.hash == hash && netns_identity(netns) == Some(a.identity))
+    }
+
+    /// Records a successful apply (to the namespace `netns` names now; if it names nothing
+    /// any more, nothing is recorded, so the next apply is a full one).
+    pub fn record(&mut self, netns: &Path, hash: u64) {
+        match netns_identity(netns) {
+            Some(identity) => {
+                self.applied
+                    .insert(netns.to_owned(), Applied { identity, hash });
+            }
+            None => {
+                self.applied.remove(netns);
+            }
+        }
+    }
+
+    pub fn forget(&mut self, netns: &Path) {
+        self.applied.remove(netns);
+    }
+
+    pub fn forget_all(&mut self) {
+        self.applied.clear();
+    }
+
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.applied.keys().map(PathBuf::as_path)
+    }
+
+    /// Forgets, and returns, every netns whose path now names another namespace or nothing.
+    pub fn take_changed(&mut self) -> Vec<PathBuf> {
+        let changed: Vec<PathBuf> = self
+            .applied
+            .iter()
+            .filter(|(path, a)| netns_identity(path) != Some(a.identity))
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in &changed {
+            self.applied.remove(path);
+        }
+        changed
+    }
 }
 
 /// How many netns a batch applies to at once. Each apply is a child process that mostly waits
@@ -181,15 +198,40 @@ pub fn run_parallel<T: Sync, R: Send>(
         .collect()
 }
 
-/// Programs pod netns with rendered rules. One implementation per backend.
+/// Programs pod netns with rendered rules. One implementation per backend, each with its own
+/// ruleset type: a ruleset of one backend cannot be handed to another.
 pub trait Dataplane: Send {
+    /// What this backend programs into one netns; its [`Default`] is the removal (netwarden
+    /// owns nothing there).
+    type Ruleset: Clone + Default + PartialEq + Hash + Send + Sync + 'static;
+
+    /// The backend, for reports.
+    const BACKEND: Backend;
+
+    /// A pod's rules for this backend (pure; the options were given when the dataplane was
+    /// made). An error refuses the pod: its netns keeps what it has.
+    fn render(&self, rules: &PodRules) -> Result<Self::Ruleset, RenderError>;
+
+    /// Whether applying `ruleset` removes everything netwarden owns.
+    fn is_removal(ruleset: &Self::Ruleset) -> bool {
+        *ruleset == Self::Ruleset::default()
+    }
+
     /// Replaces everything netwarden owns in `netns` with `ruleset`, atomically per netns.
-    /// A removal ruleset removes (see [`RenderedRuleset::is_removal`]).
-    fn apply(
+    fn apply(&mut self, netns: &Path, ruleset: &Self::Ruleset) -> Result<ApplyOutcome, ApplyError>;
+
+    /// Applies a batch, one ruleset per distinct netns; results in the order of `batch`.
+    /// Backends whose applies mostly wait on the kernel override this to apply to several netns
+    /// at once; the default applies one after the other.
+    fn apply_many(
         &mut self,
-        netns: &Path,
-        ruleset: &RenderedRuleset,
-    ) -> Result<ApplyOutcome, ApplyError>;
+        batch: &[(PathBuf, Self::Ruleset)],
+    ) -> Vec<Result<ApplyOutcome, ApplyError>> {
+        batch
+            .iter()
+            .map(|(netns, ruleset)| self.apply(netns, ruleset))
+            .collect()
+    }
 
     /// Removes everything netwarden owns in `netns` and nothing else. A netns that no longer
     /// exists has nothing left to remove: that is success.
@@ -204,18 +246,9 @@ pub trait Dataplane: Send {
     /// Forgets everything (after a failure whose extent is unknown, or to force a full resync).
     fn forget_all(&mut self);
 
-    /// Applies a batch, one ruleset per distinct netns; results in the order of `batch`.
-    /// Backends whose applies mostly wait (on the kernel or a child process) override this to
-    /// apply to several netns at once; the default applies one after the other.
-    fn apply_many(
-        &mut self,
-        batch: &[(PathBuf, RenderedRuleset)],
-    ) -> Vec<Result<ApplyOutcome, ApplyError>> {
-        batch
-            .iter()
-            .map(|(netns, ruleset)| self.apply(netns, ruleset))
-            .collect()
-    }
+    /// The netns applied to whose path now names another namespace (deleted and created again:
+    /// a pod sandbox restart) or none. They are forgotten; the caller syncs their pods again.
+    fn changed_netns(&mut self) -> Vec<PathBuf>;
 }
 
 #[cfg(test)]
@@ -229,25 +262,5 @@ mod parallel_tests {
         assert_eq!(out, items.iter().map(|x| x * 2).collect::<Vec<_>>());
         assert_eq!(run_parallel(&[7u32], 8, |x| x + 1), vec![8]);
         assert!(run_parallel(&[] as &[u32], 8, |x| *x).is_empty());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn removal_and_hash() {
-        let removal = RenderedRuleset::nft(netwarden_render::nft::render_removal());
-        assert!(removal.is_removal());
-        assert!(RenderedRuleset::iptables(None, None, None).is_removal());
-        let some = RenderedRuleset::nft("table inet netwarden {}\n".into());
-        assert!(!some.is_removal());
-        assert_ne!(removal.content_hash(), some.content_hash());
-        assert_eq!(some.content_hash(), some.clone().content_hash());
-        // Same text, other backend: different rulesets.
-        let ipt = RenderedRuleset::iptables(Some("x".into()), None, None);
-        let ipt6 = RenderedRuleset::iptables(None, Some("x".into()), None);
-        assert_ne!(ipt.content_hash(), ipt6.content_hash());
     }
 }

@@ -22,15 +22,20 @@
 //! read back with the same variant that wrote them, and a pod whose own tools use the other
 //! variant would have two filter tables that both apply.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use netwarden_render::iptables::{empty_filter_table, is_owned_set, set_names, IptablesRuleset};
+use netwarden_engine::PodRules;
+use netwarden_render::iptables::{
+    empty_filter_table, is_owned_set, render_iptables, IptablesRuleset,
+};
+use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
-    netns_gone, run_parallel, ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset,
-    APPLY_WORKERS,
+    netns_gone, netns_identity, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend,
+    Dataplane, APPLY_WORKERS,
 };
 use crate::netns::{self, exec_in, NetnsError};
 
@@ -48,22 +53,20 @@ pub enum IptablesError {
     Destroy { name: String, source: NetnsError },
     #[error("cannot determine the iptables variant: {0}")]
     Version(String),
+    #[error("removing the nft backend's table: {0}")]
+    NftLeftover(String),
 }
 
 impl IptablesError {
-    /// The failed command (every stage but [`Version`](Self::Version) is one), whose program
-    /// and arguments name the stage.
-    fn into_netns_error(self) -> NetnsError {
+    /// Whether the failure is the netns being gone (the pod is gone, and its rules with it).
+    pub fn netns_gone(&self) -> bool {
         match self {
             IptablesError::Ipset(e)
             | IptablesError::RestoreV4(e)
             | IptablesError::RestoreV6(e)
             | IptablesError::ReadBack(e)
-            | IptablesError::Destroy { source: e, .. } => e,
-            IptablesError::Version(v) => NetnsError::Spawn {
-                program: "iptables".into(),
-                source: std::io::Error::other(v),
-            },
+            | IptablesError::Destroy { source: e, .. } => netns_gone(e),
+            IptablesError::Version(_) | IptablesError::NftLeftover(_) => false,
         }
     }
 }
@@ -98,15 +101,6 @@ pub fn iptables_variant() -> Result<IptablesVariant, IptablesError> {
     parse_variant(&String::from_utf8_lossy(&out.stdout))
 }
 
-/// What happened on an apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IptablesApplyOutcome {
-    /// The same texts were applied to this netns last time: nothing was run.
-    Unchanged,
-    /// Sets and both filter tables were (re)written.
-    Applied,
-}
-
 /// What the kernel holds in a pod netns, as the tools print it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IptablesState {
@@ -121,6 +115,18 @@ pub struct IptablesState {
 }
 
 impl IptablesState {
+    /// Whether the iptables backend left something here: one of its chains or sets (its
+    /// rules in INPUT/OUTPUT always come with its chains).
+    pub fn has_ours(&self) -> bool {
+        let chains = |t: &str| {
+            t.lines().any(|l| {
+                l.strip_prefix(':')
+                    .is_some_and(|c| c.starts_with(netwarden_render::iptables::CHAIN_PREFIX))
+            })
+        };
+        !self.sets.is_empty() || chains(&self.v4) || chains(&self.v6)
+    }
+
     /// Whether nothing of netwarden is left: no set of ours and no rule or user chain in
     /// either filter table.
     pub fn is_clean(&self) -> bool {
@@ -132,220 +138,145 @@ impl IptablesState {
     }
 }
 
+/// The iptables ruleset of one pod: `None` when nothing is isolated.
+pub type IptablesRulesetRef = Option<Arc<IptablesRuleset>>;
+
 /// The iptables backend: applies [`IptablesRuleset`]s into pod network namespaces, skipping
 /// netns whose ruleset did not change since the last successful apply.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IptablesDataplane {
-    /// [`RenderedRuleset::content_hash`] of the last ruleset applied successfully, per netns
-    /// path. In memory only: after an agent restart everything is re-applied once, which is
-    /// atomic and idempotent.
-    applied: HashMap<PathBuf, u64>,
-}
-
-/// The [`RenderedRuleset`] of a rendered [`IptablesRuleset`]: a pod nothing isolates (the empty
-/// ruleset) becomes the removal (no text at all); otherwise both families, and the ipset script
-/// when there are sets.
-pub fn rendered(ruleset: IptablesRuleset) -> RenderedRuleset {
-    if ruleset == IptablesRuleset::empty() {
-        return RenderedRuleset::iptables(None, None, None);
-    }
-    let ipset = (!ruleset.ipset.is_empty()).then_some(ruleset.ipset);
-    RenderedRuleset::iptables(Some(ruleset.v4), Some(ruleset.v6), ipset)
+    options: RenderOptions,
+    /// In memory only: after an agent restart everything is re-applied once, which is atomic
+    /// per table and idempotent.
+    applied: AppliedLog,
+    /// Netns (with the identity seen) whose nft-backend table was already looked for.
+    looked_for_nft: HashSet<(PathBuf, (u64, u64))>,
 }
 
 impl IptablesDataplane {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn cached(&self, netns: &Path) -> Option<u64> {
-        self.applied.get(netns).copied()
-    }
-
-    fn remember(&mut self, netns: &Path, hash: Option<u64>) {
-        match hash {
-            Some(h) => self.applied.insert(netns.to_owned(), h),
-            None => self.applied.remove(netns),
-        };
-    }
-
-    /// Applies the three texts of [`netwarden_render::iptables::render_iptables`] to the netns
-    /// at `netns`, unless they are what was last applied there. Empty `v4`/`v6` texts stand for
-    /// the empty filter table.
-    pub fn apply_texts(
-        &mut self,
-        netns: &Path,
-        ipset: &str,
-        v4: &str,
-        v6: &str,
-    ) -> Result<IptablesApplyOutcome, IptablesError> {
-        let hash = RenderedRuleset::iptables(Some(v4.into()), Some(v6.into()), Some(ipset.into()))
-            .content_hash();
-        if self.cached(netns) == Some(hash) {
-            return Ok(IptablesApplyOutcome::Unchanged);
+    pub fn new(options: RenderOptions) -> Self {
+        IptablesDataplane {
+            options,
+            applied: AppliedLog::default(),
+            looked_for_nft: HashSet::new(),
         }
-        // Forget first: if anything below fails, the next sync must re-apply in full.
-        self.remember(netns, None);
-        apply_uncached(netns, ipset, v4, v6)?;
-        self.remember(netns, Some(hash));
-        Ok(IptablesApplyOutcome::Applied)
-    }
-
-    /// [`apply_texts`](Self::apply_texts) of a rendered [`IptablesRuleset`].
-    pub fn apply_ruleset(
-        &mut self,
-        netns: &Path,
-        ruleset: &IptablesRuleset,
-    ) -> Result<IptablesApplyOutcome, IptablesError> {
-        self.apply_texts(netns, &ruleset.ipset, &ruleset.v4, &ruleset.v6)
-    }
-
-    /// Removes everything netwarden programmed: empty filter tables for both families and no
-    /// set of ours. A netns that no longer exists has nothing left to clean.
-    pub fn remove_from(&mut self, netns: &Path) -> Result<(), IptablesError> {
-        self.remember(netns, None);
-        if !netns.exists() {
-            return Ok(());
-        }
-        let empty = empty_filter_table();
-        exec_in(netns, "iptables-restore", &["-w"], Some(empty.as_bytes()))
-            .map_err(IptablesError::RestoreV4)?;
-        exec_in(netns, "ip6tables-restore", &["-w"], Some(empty.as_bytes()))
-            .map_err(IptablesError::RestoreV6)?;
-        destroy_stale_sets(netns, &BTreeSet::new())
     }
 
     /// What the kernel holds in the netns: both filter tables and the sets of ours.
     pub fn read_state(&self, netns: &Path) -> Result<IptablesState, IptablesError> {
-        let save = |program: &str| -> Result<String, IptablesError> {
-            let out = exec_in(netns, program, &["-t", "filter"], None)
-                .map_err(IptablesError::ReadBack)?;
-            Ok(String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(|l| format!("{l}\n"))
-                .collect())
+        read_state(netns)
+    }
+
+    /// Removes the nft backend's table the first time this process touches `netns` (moving
+    /// from nft to iptables), after the iptables rules are in place.
+    fn remove_nft_leftovers(&mut self, netns: &Path) -> Result<(), IptablesError> {
+        let Some(identity) = netns_identity(netns) else {
+            return Ok(());
         };
-        let v4 = save("iptables-save")?;
-        let v6 = save("ip6tables-save")?;
-        let sets = owned_sets(netns)?;
-        let out = exec_in(netns, "ipset", &["save"], None).map_err(IptablesError::ReadBack)?;
-        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.split_whitespace().nth(1).is_some_and(is_owned_set))
-            .map(str::to_string)
-            .collect();
-        // `create` sorts before `add` for the same set name once keyed by (name, verb).
-        lines.sort_by(|a, b| {
-            let key = |l: &str| {
-                let mut w = l.split_whitespace();
-                let verb = w.next().unwrap_or_default() != "create";
-                (
-                    w.next().unwrap_or_default().to_string(),
-                    verb,
-                    l.to_string(),
-                )
-            };
-            key(a).cmp(&key(b))
-        });
-        let ipset = lines.into_iter().map(|l| l + "\n").collect();
-        Ok(IptablesState {
-            v4,
-            v6,
-            ipset,
-            sets,
+        if !self.looked_for_nft.insert((netns.to_owned(), identity)) {
+            return Ok(());
+        }
+        if !crate::libnft::available() {
+            // Without libnftables the nft backend never ran on this machine.
+            return Ok(());
+        }
+        match crate::nft_apply::NftDataplane::remove_table(netns) {
+            Ok(_) => Ok(()),
+            Err(e) if e.netns_gone() => Ok(()),
+            Err(e) => Err(IptablesError::NftLeftover(e.to_string())),
+        }
+    }
+
+    fn finish(
+        &mut self,
+        netns: &Path,
+        ruleset: &IptablesRulesetRef,
+        result: Result<(), IptablesError>,
+    ) -> Result<ApplyOutcome, ApplyError> {
+        let err = |source| ApplyError::Iptables {
+            netns: netns.to_owned(),
+            source,
+        };
+        match (result, ruleset) {
+            (Err(e), None) if e.netns_gone() => return Ok(ApplyOutcome::Removed),
+            (Err(e), _) => return Err(err(e)),
+            (Ok(()), _) => {}
+        }
+        self.remove_nft_leftovers(netns).map_err(err)?;
+        self.applied
+            .record(netns, netwarden_render::hash::content_hash(ruleset));
+        Ok(if ruleset.is_some() {
+            ApplyOutcome::Applied
+        } else {
+            ApplyOutcome::Removed
         })
     }
 }
 
+/// Applies `ruleset` (`None`: removes what is ours) to `netns`.
+fn apply_to(netns: &Path, ruleset: &IptablesRulesetRef) -> Result<(), IptablesError> {
+    match ruleset {
+        Some(r) => apply_uncached(netns, r),
+        None => remove_from(netns),
+    }
+}
+
 impl Dataplane for IptablesDataplane {
+    type Ruleset = IptablesRulesetRef;
+    const BACKEND: Backend = Backend::Iptables;
+
+    fn render(&self, rules: &PodRules) -> Result<IptablesRulesetRef, RenderError> {
+        if !rules.is_isolated() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(render_iptables(rules, &self.options)?)))
+    }
+
     fn apply(
         &mut self,
         netns: &Path,
-        ruleset: &RenderedRuleset,
+        ruleset: &IptablesRulesetRef,
     ) -> Result<ApplyOutcome, ApplyError> {
-        if ruleset.backend != Backend::Iptables {
-            return Err(ApplyError::WrongBackend {
-                backend: Backend::Iptables.as_str(),
-                got: ruleset.backend.as_str(),
-            });
-        }
-        let hash = ruleset.content_hash();
-        if ruleset.is_removal() {
-            if self.cached(netns) == Some(hash) {
-                return Ok(ApplyOutcome::Unchanged);
-            }
-            self.remove(netns)?;
-            self.remember(netns, Some(hash));
-            return Ok(ApplyOutcome::Removed);
-        }
-        if self.cached(netns) == Some(hash) {
+        if self
+            .applied
+            .is_current(netns, netwarden_render::hash::content_hash(ruleset))
+        {
             return Ok(ApplyOutcome::Unchanged);
         }
-        self.remember(netns, None);
-        fn text(t: &Option<String>) -> &str {
-            t.as_deref().unwrap_or_default()
-        }
-        apply_uncached(
-            netns,
-            text(&ruleset.ipset),
-            text(&ruleset.iptables_v4),
-            text(&ruleset.iptables_v6),
-        )
-        .map_err(|e| ApplyError::Apply {
-            netns: netns.to_owned(),
-            source: e.into_netns_error(),
-        })?;
-        self.remember(netns, Some(hash));
-        Ok(ApplyOutcome::Applied)
+        // Forget first: if anything below fails, the next sync must re-apply in full.
+        self.applied.forget(netns);
+        let result = apply_to(netns, ruleset);
+        self.finish(netns, ruleset, result)
     }
 
     /// Applies the changed rulesets of a batch to several netns at once (each restore mostly
-    /// waits on the kernel); removals and unchanged rulesets are handled in order first.
+    /// waits on the kernel).
     fn apply_many(
         &mut self,
-        batch: &[(PathBuf, RenderedRuleset)],
+        batch: &[(PathBuf, IptablesRulesetRef)],
     ) -> Vec<Result<ApplyOutcome, ApplyError>> {
         let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
             Vec::with_capacity(batch.len());
         let mut todo: Vec<usize> = Vec::new();
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
-            let direct = ruleset.backend != Backend::Iptables
-                || ruleset.is_removal()
-                || self.cached(netns) == Some(ruleset.content_hash());
-            if direct {
-                results.push(Some(self.apply(netns, ruleset)));
+            if self
+                .applied
+                .is_current(netns, netwarden_render::hash::content_hash(ruleset))
+            {
+                results.push(Some(Ok(ApplyOutcome::Unchanged)));
             } else {
-                // Forget first: if the apply fails, the next sync must re-apply in full.
-                self.remember(netns, None);
+                self.applied.forget(netns);
                 results.push(None);
                 todo.push(i);
             }
         }
-        fn text(t: &Option<String>) -> &str {
-            t.as_deref().unwrap_or_default()
-        }
         let outcomes = run_parallel(&todo, APPLY_WORKERS, |&i| {
-            let (netns, r) = &batch[i];
-            apply_uncached(
-                netns,
-                text(&r.ipset),
-                text(&r.iptables_v4),
-                text(&r.iptables_v6),
-            )
+            let (netns, ruleset) = &batch[i];
+            apply_to(netns, ruleset)
         });
         for (i, outcome) in todo.into_iter().zip(outcomes) {
             let (netns, ruleset) = &batch[i];
-            results[i] = Some(match outcome {
-                Ok(_) => {
-                    self.remember(netns, Some(ruleset.content_hash()));
-                    Ok(ApplyOutcome::Applied)
-                }
-                Err(e) => Err(ApplyError::Apply {
-                    netns: netns.to_owned(),
-                    source: e.into_netns_error(),
-                }),
-            });
+            results[i] = Some(self.finish(netns, ruleset, outcome));
         }
         results
             .into_iter()
@@ -354,28 +285,23 @@ impl Dataplane for IptablesDataplane {
     }
 
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
-        match self.remove_from(netns) {
+        self.applied.forget(netns);
+        match remove_from(netns).and_then(|()| self.remove_nft_leftovers(netns)) {
             Ok(()) => Ok(()),
-            Err(e) => {
-                let source = e.into_netns_error();
-                if netns_gone(&source) {
-                    Ok(())
-                } else {
-                    Err(ApplyError::Remove {
-                        netns: netns.to_owned(),
-                        source,
-                    })
-                }
-            }
+            Err(e) if e.netns_gone() => Ok(()),
+            Err(source) => Err(ApplyError::Iptables {
+                netns: netns.to_owned(),
+                source,
+            }),
         }
     }
 
     /// Both filter tables and our sets, as `### ipset` / `### v4` / `### v6` sections; `None`
     /// when no rule, user chain or set of ours is left.
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
-        let state = self.read_state(netns).map_err(|e| ApplyError::ReadBack {
+        let state = read_state(netns).map_err(|source| ApplyError::Iptables {
             netns: netns.to_owned(),
-            source: e.into_netns_error(),
+            source,
         })?;
         if state.is_clean() {
             return Ok(None);
@@ -387,28 +313,101 @@ impl Dataplane for IptablesDataplane {
     }
 
     fn forget(&mut self, netns: &Path) {
-        self.remember(netns, None);
+        self.applied.forget(netns);
     }
 
     fn forget_all(&mut self) {
-        self.applied.clear();
+        self.applied.forget_all();
+    }
+
+    fn changed_netns(&mut self) -> Vec<PathBuf> {
+        self.applied.take_changed()
     }
 }
 
+/// Removes everything of the iptables backend from `netns` — empty filter tables for both
+/// families and no set of ours — when something of it is there (a netns holding nothing of
+/// ours is not touched: its filter table may be another tool's). Also used by the nft backend
+/// to clean up after a switch of backends. A netns that no longer exists has nothing to clean.
+pub fn remove_from(netns: &Path) -> Result<(), IptablesError> {
+    if !netns.exists() {
+        return Ok(());
+    }
+    if !read_state(netns)?.has_ours() {
+        return Ok(());
+    }
+    let empty = empty_filter_table();
+    exec_in(netns, "iptables-restore", &["-w"], Some(empty.as_bytes()))
+        .map_err(IptablesError::RestoreV4)?;
+    exec_in(netns, "ip6tables-restore", &["-w"], Some(empty.as_bytes()))
+        .map_err(IptablesError::RestoreV6)?;
+    destroy_stale_sets(netns, &BTreeSet::new())
+}
+
+/// What the kernel holds in the netns: both filter tables and the sets of ours.
+pub fn read_state(netns: &Path) -> Result<IptablesState, IptablesError> {
+    let save = |program: &str| -> Result<String, IptablesError> {
+        let out =
+            exec_in(netns, program, &["-t", "filter"], None).map_err(IptablesError::ReadBack)?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect())
+    };
+    let v4 = save("iptables-save")?;
+    let v6 = save("ip6tables-save")?;
+    let sets = owned_sets(netns)?;
+    let out = exec_in(netns, "ipset", &["save"], None).map_err(IptablesError::ReadBack)?;
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(is_owned_set))
+        .map(str::to_string)
+        .collect();
+    // `create` sorts before `add` for the same set name once keyed by (name, verb).
+    lines.sort_by(|a, b| {
+        let key = |l: &str| {
+            let mut w = l.split_whitespace();
+            let verb = w.next().unwrap_or_default() != "create";
+            (
+                w.next().unwrap_or_default().to_string(),
+                verb,
+                l.to_string(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let ipset = lines.into_iter().map(|l| l + "\n").collect();
+    Ok(IptablesState {
+        v4,
+        v6,
+        ipset,
+        sets,
+    })
+}
+
 /// Sets, then both tables, then stale sets (see the module doc for why in this order).
-fn apply_uncached(netns: &Path, ipset: &str, v4: &str, v6: &str) -> Result<(), IptablesError> {
-    if !ipset.trim().is_empty() {
+fn apply_uncached(netns: &Path, ruleset: &IptablesRuleset) -> Result<(), IptablesError> {
+    let ipset = ruleset.ipset_script();
+    if !ipset.is_empty() {
         exec_in(netns, "ipset", &["restore"], Some(ipset.as_bytes()))
             .map_err(IptablesError::Ipset)?;
     }
-    let empty = empty_filter_table();
-    let v4 = if v4.trim().is_empty() { &empty } else { v4 };
-    let v6 = if v6.trim().is_empty() { &empty } else { v6 };
-    exec_in(netns, "iptables-restore", &["-w"], Some(v4.as_bytes()))
-        .map_err(IptablesError::RestoreV4)?;
-    exec_in(netns, "ip6tables-restore", &["-w"], Some(v6.as_bytes()))
-        .map_err(IptablesError::RestoreV6)?;
-    destroy_stale_sets(netns, &set_names(ipset))
+    exec_in(
+        netns,
+        "iptables-restore",
+        &["-w"],
+        Some(ruleset.v4.as_bytes()),
+    )
+    .map_err(IptablesError::RestoreV4)?;
+    exec_in(
+        netns,
+        "ip6tables-restore",
+        &["-w"],
+        Some(ruleset.v6.as_bytes()),
+    )
+    .map_err(IptablesError::RestoreV6)?;
+    destroy_stale_sets(netns, &ruleset.set_names())
 }
 
 /// Names of the sets of ours present in the netns.

@@ -2,22 +2,28 @@
 //!
 //! - [`netns`]: entering a network namespace (on a dedicated thread) and running commands in it.
 //! - [`discover`]: listing the interfaces and L3 addresses found inside a netns.
-//! - [`apply`]: the [`Dataplane`] trait (apply / remove / read back one pod netns's rules).
-//! - [`nft_apply`]: the nftables implementation (`nft -f -` in the pod netns, one transaction).
-//! - [`nft_session`]: a long-lived `nft -i` per netns, which [`nft_apply`] sends transactions to.
-//! - [`fake`]: an in-memory implementation for tests of the reconcile loop.
+//! - [`apply`]: the [`Dataplane`] trait (render, apply, remove, read back one pod netns's
+//!   rules), one implementation per backend, each with its own ruleset type.
+//! - [`nft_apply`]: the nftables implementation; [`nft_plan`] plans its transactions (pure),
+//!   [`libnft`] commits them in process, [`nft_contexts`] keeps a context per netns.
+//! - [`iptables_apply`]: the iptables compatibility implementation (seed 004).
+//! - [`fake`]: an in-memory nft implementation for tests of the reconcile loop.
 
-#![forbid(unsafe_code)]
+// Unsafe code is confined to the modules that talk to C (libnftables) or the kernel directly,
+// each with its reasons; everything else is safe Rust.
+#![deny(unsafe_code)]
 
 pub mod apply;
 pub mod discover;
 pub mod fake;
 pub mod iptables_apply;
+pub mod libnft;
 pub mod netns;
 pub mod nft_apply;
-pub mod nft_session;
+pub mod nft_contexts;
+pub mod nft_plan;
 
-pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
+pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane};
 pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;

@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use netwarden_dataplane::apply::{ApplyOutcome, Dataplane};
-use netwarden_dataplane::iptables_apply::{iptables_variant, rendered, IptablesDataplane};
+use netwarden_dataplane::iptables_apply::{
+    iptables_variant, IptablesDataplane, IptablesRulesetRef,
+};
 use netwarden_dataplane::netns::{self, create_named, delete_named, exec_in, run_in};
 use netwarden_engine::{
     Engine, EngineOptions, LabelSelector, Mode, NetworkId, ObjectKey, Peer, Pod, PodInterface,
     PodKey, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope, PortRef, Protocol,
 };
-use netwarden_render::iptables::render_iptables;
 use netwarden_render::RenderOptions;
 
 fn root_or_skip() -> bool {
@@ -251,7 +252,7 @@ fn from(apps: &[&str], port: u16) -> PolicyRule {
 }
 
 /// The server's rules under `policies`, rendered for the iptables backend.
-fn server_ruleset(policies: Vec<Policy>) -> netwarden_dataplane::apply::RenderedRuleset {
+fn server_ruleset(policies: Vec<Policy>) -> IptablesRulesetRef {
     let mut engine = Engine::new(EngineOptions::default());
     engine.set_pod(pod(
         "server",
@@ -279,7 +280,9 @@ fn server_ruleset(policies: Vec<Policy>) -> netwarden_dataplane::apply::Rendered
         engine.set_policy(p);
     }
     let rules = engine.pod_rules(&PodKey::new("ns", "server")).unwrap();
-    rendered(render_iptables(&rules, &RenderOptions::default()))
+    IptablesDataplane::new(RenderOptions::default())
+        .render(&rules)
+        .unwrap()
 }
 
 fn our_sets(ns: &Path) -> Vec<String> {
@@ -312,7 +315,7 @@ fn iptables_backend_enforces_updates_and_removes() {
         listen(&s, "[fd31::1]:9090"),
         listen(&b, "10.231.0.2:7070"),
     ];
-    let mut dp = IptablesDataplane::new();
+    let mut dp = IptablesDataplane::new(RenderOptions::default());
 
     // Before any rule: everything connects.
     assert_connects(&b, "10.231.0.1:9090");
@@ -395,7 +398,7 @@ fn iptables_backend_enforces_updates_and_removes() {
 
     // 6. The pod is no longer selected: the empty ruleset is a removal.
     let open = server_ruleset(vec![]);
-    assert!(open.is_removal());
+    assert!(open.is_none());
     assert_eq!(dp.apply(&s, &open).unwrap(), ApplyOutcome::Removed);
     assert_eq!(dp.read_back(&s).unwrap(), None);
     assert!(our_sets(&s).is_empty());
@@ -416,22 +419,19 @@ fn failed_restore_keeps_old_rules_and_forces_full_resync() {
     let topo = topology("fail");
     let (s, b) = (topo.server.clone(), topo.client_b.clone());
     let _l = [listen(&s, "10.231.0.1:8080"), listen(&s, "10.231.0.1:9090")];
-    let mut dp = IptablesDataplane::new();
+    let mut dp = IptablesDataplane::new(RenderOptions::default());
     let mut danm = policy(PolicyKind::DanmNetworkPolicy, "danm");
     danm.ingress = Some(vec![from(&["client"], 8080)]);
     let good = server_ruleset(vec![danm]);
     assert_eq!(dp.apply(&s, &good).unwrap(), ApplyOutcome::Applied);
 
     // A v4 text the kernel refuses: the restore fails as a whole, the old table stays.
-    let mut bad = good.clone();
-    bad.iptables_v4 = Some(format!(
+    let mut bad = (*good.clone().unwrap()).clone();
+    bad.v4 = format!(
         "{}-A NO_SUCH_CHAIN -j ACCEPT\nCOMMIT\n",
-        good.iptables_v4
-            .clone()
-            .unwrap()
-            .trim_end_matches("COMMIT\n")
-    ));
-    assert!(dp.apply(&s, &bad).is_err());
+        bad.v4.trim_end_matches("COMMIT\n")
+    );
+    assert!(dp.apply(&s, &Some(std::sync::Arc::new(bad))).is_err());
     assert_connects(&b, "10.231.0.1:8080");
     assert_refused(&b, "10.231.0.1:9090");
     // The failure forgot the netns: the good ruleset is sent again in full.

@@ -14,22 +14,38 @@ use crate::addrset::AddrSet;
 use crate::model::*;
 use crate::rules::*;
 
-/// Switches that change what the engine computes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineOptions {
-    /// Outgoing DNS (TCP/UDP 53) is always allowed from isolated pods (SPEC 3.1).
-    pub allow_dns: bool,
-    /// Log every enforced deny, whatever the policies' `netwarden.io/log`.
-    pub log_all_denies: bool,
+/// Where outgoing DNS (TCP/UDP 53) is allowed without a rule (SPEC 3.1, `--dns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DnsMode {
+    /// Seed 004's rule for DanmNetworkPolicy: allowed on an interface that a
+    /// DanmNetworkPolicy isolates in egress. NetworkPolicy and MultiNetworkPolicy keep the exact
+    /// Kubernetes semantics (an egress-isolated pod reaches nothing its rules do not allow).
+    #[default]
+    Danm,
+    /// Allowed on every egress-isolated interface, whatever isolates it.
+    All,
+    /// Never implied: DNS needs a rule like any other port.
+    None,
 }
 
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            allow_dns: true,
-            log_all_denies: false,
+impl DnsMode {
+    /// Whether a view isolated by `policies` (their kinds) allows DNS without a rule.
+    pub fn allows(self, mut kinds: impl Iterator<Item = PolicyKind>) -> bool {
+        match self {
+            DnsMode::All => true,
+            DnsMode::None => false,
+            DnsMode::Danm => kinds.any(|k| k == PolicyKind::DanmNetworkPolicy),
         }
     }
+}
+
+/// Switches that change what the engine computes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineOptions {
+    /// Outgoing DNS without a rule (SPEC 3.1).
+    pub dns: DnsMode,
+    /// Log every enforced deny, whatever the policies' `netwarden.io/log`.
+    pub log_all_denies: bool,
 }
 
 /// Key of a policy rule in the cache.
@@ -704,6 +720,22 @@ impl Engine {
             }
         }
         out.log_denies |= self.options.log_all_denies;
+        if direction == Direction::Egress {
+            let dns = self.options.dns;
+            let kind_of = |r: &PolicyRef| r.kind;
+            out.implicit_dns = ImplicitDns {
+                enforced: !out.enforced_policies.is_empty()
+                    && dns.allows(out.enforced_policies.iter().map(kind_of)),
+                staged: any_staged
+                    && dns.allows(
+                        out.enforced_policies
+                            .iter()
+                            .filter(|p| !out.replaced_policies.contains(p))
+                            .chain(&out.monitored_policies)
+                            .map(kind_of),
+                    ),
+            };
+        }
         out.enforced = if out.enforced_policies.is_empty() {
             Isolation::Open
         } else {

@@ -22,7 +22,7 @@ pub mod engine;
 pub mod generate;
 pub mod rules;
 
-pub use engine::{Engine, EngineOptions};
+pub use engine::{DnsMode, Engine, EngineOptions};
 pub use rules::*;
 pub mod testing;
 pub mod verdict;

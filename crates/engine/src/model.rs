@@ -45,6 +45,40 @@ pub struct Namespace {
     pub labels: Labels,
 }
 
+/// An address family. One type for the whole project: `reach` output (`"ipv4"`/`"ipv6"`), the
+/// renderers' per-family sets and tables, and the lab's probes all use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Ipv4, Family::Ipv6];
+
+    pub fn of(ip: &IpAddr) -> Family {
+        if ip.is_ipv4() {
+            Family::Ipv4
+        } else {
+            Family::Ipv6
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// L4 protocols a NetworkPolicy port can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "UPPERCASE")]

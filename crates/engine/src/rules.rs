@@ -155,6 +155,24 @@ impl StagedCause {
     }
 }
 
+/// Outgoing DNS allowed without a rule (SPEC 3.1, [`DnsMode`](crate::engine::DnsMode)), in each
+/// view. Only ever set on egress, and only in a view that is isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct ImplicitDns {
+    pub enforced: bool,
+    pub staged: bool,
+}
+
+impl ImplicitDns {
+    pub fn in_view(self, staged: bool) -> bool {
+        if staged {
+            self.staged
+        } else {
+            self.enforced
+        }
+    }
+}
+
 /// One direction of one pod interface.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DirectionRules {
@@ -171,6 +189,8 @@ pub struct DirectionRules {
     pub replaced_policies: Vec<PolicyRef>,
     /// Log enforced denies (`netwarden.io/log` on an isolating policy, or the global switch).
     pub log_denies: bool,
+    /// Outgoing DNS allowed without a rule, per view (egress only).
+    pub implicit_dns: ImplicitDns,
 }
 
 impl DirectionRules {
@@ -182,6 +202,7 @@ impl DirectionRules {
             monitored_policies: Vec::new(),
             replaced_policies: Vec::new(),
             log_denies: false,
+            implicit_dns: ImplicitDns::default(),
         }
     }
 

@@ -6,7 +6,6 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::engine::EngineOptions;
 use crate::model::{Direction, PodKey, PolicyRef, Protocol};
 use crate::rules::{DirectionRules, InterfaceRules, RuleOrigin, StagedCause};
 
@@ -16,7 +15,7 @@ use crate::rules::{DirectionRules, InterfaceRules, RuleOrigin, StagedCause};
 pub enum AlwaysAllowed {
     /// A pod talking to itself goes through `lo`.
     Loopback,
-    /// Outgoing DNS from an isolated pod.
+    /// Outgoing DNS where the isolating policies imply it (SPEC 3.1, `--dns`).
     Dns,
 }
 
@@ -64,13 +63,34 @@ pub struct FlowEnd<'a> {
     pub ip: IpAddr,
 }
 
+/// Why one side allows the flow whatever its rules say, in one view: a pod talking to itself
+/// (loopback), or outgoing DNS where the view implies it (SPEC 3.1).
+#[derive(Debug, Clone, Copy)]
+struct Implicit {
+    loopback: bool,
+    /// The flow is to TCP/UDP 53 and this is the egress side.
+    dns_port: bool,
+}
+
+impl Implicit {
+    fn in_view(self, rules: &DirectionRules, staged: bool) -> Option<AlwaysAllowed> {
+        if self.loopback {
+            Some(AlwaysAllowed::Loopback)
+        } else if self.dns_port && rules.implicit_dns.in_view(staged) {
+            Some(AlwaysAllowed::Dns)
+        } else {
+            None
+        }
+    }
+}
+
 fn side(
     rules: &DirectionRules,
     staged: bool,
     peer: IpAddr,
     protocol: Protocol,
     port: u16,
-    always: Option<AlwaysAllowed>,
+    implicit: Implicit,
 ) -> SideVerdict {
     let isolation = if staged {
         &rules.staged
@@ -91,12 +111,17 @@ fn side(
         rules.enforced_policies.clone()
     };
     let isolated = isolation.is_isolated();
+    let always = if isolated {
+        implicit.in_view(rules, staged)
+    } else {
+        None
+    };
     SideVerdict {
-        allowed: allowed || (isolated && always.is_some()),
+        allowed: allowed || always.is_some(),
         isolated,
         policies,
         matched: matched.into_iter().map(|r| r.origin.clone()).collect(),
-        always_allowed: if isolated { always } else { None },
+        always_allowed: always,
     }
 }
 
@@ -106,15 +131,15 @@ fn side_verdicts(
     peer: IpAddr,
     protocol: Protocol,
     port: u16,
-    always: Option<AlwaysAllowed>,
+    implicit: Implicit,
 ) -> SideVerdicts {
     let rules = end.interface.direction(direction);
     SideVerdicts {
         direction,
         pod: end.pod.clone(),
         interface: end.interface.name.clone(),
-        enforced: side(rules, false, peer, protocol, port, always),
-        staged: side(rules, true, peer, protocol, port, always),
+        enforced: side(rules, false, peer, protocol, port, implicit),
+        staged: side(rules, true, peer, protocol, port, implicit),
     }
 }
 
@@ -124,25 +149,16 @@ pub fn flow_verdict(
     dst: FlowEnd<'_>,
     protocol: Protocol,
     port: u16,
-    options: &EngineOptions,
 ) -> FlowVerdict {
     let loopback = src.pod == dst.pod;
-    let dns = options.allow_dns && port == 53 && matches!(protocol, Protocol::Tcp | Protocol::Udp);
-    let egress_always = if loopback {
-        Some(AlwaysAllowed::Loopback)
-    } else if dns {
-        Some(AlwaysAllowed::Dns)
-    } else {
-        None
-    };
-    let ingress_always = loopback.then_some(AlwaysAllowed::Loopback);
+    let dns_port = port == 53 && matches!(protocol, Protocol::Tcp | Protocol::Udp);
     let egress = side_verdicts(
         Direction::Egress,
         src,
         dst.ip,
         protocol,
         port,
-        egress_always,
+        Implicit { loopback, dns_port },
     );
     let ingress = side_verdicts(
         Direction::Ingress,
@@ -150,7 +166,10 @@ pub fn flow_verdict(
         src.ip,
         protocol,
         port,
-        ingress_always,
+        Implicit {
+            loopback,
+            dns_port: false,
+        },
     );
     let allowed = egress.enforced.allowed && ingress.enforced.allowed;
     let staged_allowed = egress.staged.allowed && ingress.staged.allowed;

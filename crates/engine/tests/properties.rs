@@ -178,7 +178,6 @@ fn matrix(engine: &mut Engine) -> Matrix {
                             },
                             proto,
                             port,
-                            engine.options(),
                         );
                         out.insert(
                             (

@@ -47,7 +47,6 @@ fn verdict(
         },
         protocol,
         port,
-        engine.options(),
     );
     (v.allowed, v.staged_allowed)
 }
@@ -66,7 +65,11 @@ fn allowed(engine: &mut Engine, from: &str, to: &str, port: u16) -> bool {
 }
 
 fn base() -> Engine {
-    let mut e = Engine::new(EngineOptions::default());
+    base_with(EngineOptions::default())
+}
+
+fn base_with(options: EngineOptions) -> Engine {
+    let mut e = Engine::new(options);
     e.set_namespace(namespace("x", &[("ns", "x")]));
     e.set_namespace(namespace("y", &[("ns", "y")]));
     e.set_pod(pod("x", "a", &[("pod", "a")], &["10.0.0.1", "fd00::1"]));
@@ -308,44 +311,101 @@ fn egress_needs_both_sides() {
     assert!(allowed(&mut e, "x/a", "x/a", 80));
 }
 
+/// SPEC 3.1: outgoing DNS is implied only where a DanmNetworkPolicy isolates egress (seed 004's
+/// rule); NetworkPolicy and MultiNetworkPolicy keep the exact Kubernetes semantics. `--dns=all`
+/// implies it for every egress isolation, `--dns=none` never.
 #[test]
-fn dns_egress_always_allowed_from_isolated_pod() {
-    let mut e = base();
-    e.set_policy(netpol(
-        "x",
-        "eg",
-        selector(&[("pod", "a")]),
-        None,
-        Some(vec![]),
-    ));
-    assert!(allowed(&mut e, "x/a", "y/a", 53));
-    assert!(
-        verdict(
-            &mut e,
+fn dns_is_implied_only_by_danm_egress_isolation() {
+    let udp53 = |e: &mut Engine, staged: bool| {
+        let v = verdict(
+            e,
             "x/a",
             "y/a",
             &NetworkId::Primary,
             53,
             Protocol::Udp,
-            false
-        )
-        .0
-    );
-    assert!(!allowed(&mut e, "x/a", "y/a", 80));
-    let mut strict = Engine::new(EngineOptions {
-        allow_dns: false,
-        ..Default::default()
-    });
-    strict.set_pod(pod("x", "a", &[("pod", "a")], &["10.0.0.1"]));
-    strict.set_pod(pod("x", "b", &[], &["10.0.0.2"]));
-    strict.set_policy(netpol(
-        "x",
-        "eg",
-        selector(&[("pod", "a")]),
-        None,
+            false,
+        );
+        if staged {
+            v.1
+        } else {
+            v.0
+        }
+    };
+    let deny_egress = |kind: PolicyKind, name: &str| {
+        let mut p = policy(
+            kind,
+            "x",
+            name,
+            selector(&[("pod", "a")]),
+            None,
+            Some(vec![]),
+        );
+        if kind == PolicyKind::MultiNetworkPolicy {
+            p.scope = PolicyScope::Networks(vec![NetworkId::Primary]);
+        }
+        p
+    };
+    for (mode, kind, expected) in [
+        (DnsMode::Danm, PolicyKind::NetworkPolicy, false),
+        (DnsMode::Danm, PolicyKind::MultiNetworkPolicy, false),
+        (DnsMode::Danm, PolicyKind::DanmNetworkPolicy, true),
+        (DnsMode::All, PolicyKind::NetworkPolicy, true),
+        (DnsMode::All, PolicyKind::DanmNetworkPolicy, true),
+        (DnsMode::None, PolicyKind::DanmNetworkPolicy, false),
+        (DnsMode::None, PolicyKind::NetworkPolicy, false),
+    ] {
+        let mut e = base_with(EngineOptions {
+            dns: mode,
+            ..Default::default()
+        });
+        e.set_policy(deny_egress(kind, "eg"));
+        assert_eq!(udp53(&mut e, false), expected, "{mode:?} {kind:?} UDP");
+        assert_eq!(
+            allowed(&mut e, "x/a", "y/a", 53),
+            expected,
+            "{mode:?} {kind:?} TCP"
+        );
+        assert!(!allowed(&mut e, "x/a", "y/a", 80), "{mode:?} {kind:?} 80");
+    }
+    // Additive across kinds: a DanmNetworkPolicy beside a NetworkPolicy implies DNS.
+    let mut e = base();
+    e.set_policy(deny_egress(PolicyKind::NetworkPolicy, "np"));
+    assert!(!udp53(&mut e, false));
+    e.set_policy(deny_egress(PolicyKind::DanmNetworkPolicy, "danm"));
+    assert!(udp53(&mut e, false));
+    // Per view: an enforced NetworkPolicy denies DNS; a monitored DanmNetworkPolicy implies it
+    // in the staged view only (monitoring never changes enforcement).
+    let mut e = base();
+    e.set_policy(deny_egress(PolicyKind::NetworkPolicy, "np"));
+    let mut monitored = deny_egress(PolicyKind::DanmNetworkPolicy, "danm");
+    monitored.mode = Mode::Monitor;
+    e.set_policy(monitored);
+    assert!(!udp53(&mut e, false));
+    assert!(udp53(&mut e, true));
+    // And the reverse: an enforced Danm policy implies DNS, a monitored one replacing it with a
+    // NetworkPolicy would not (a would-deny).
+    let mut e = base();
+    e.set_policy(deny_egress(PolicyKind::DanmNetworkPolicy, "danm"));
+    let mut np = deny_egress(PolicyKind::NetworkPolicy, "np");
+    np.mode = Mode::Monitor;
+    np.replaces = Some("danm".into());
+    e.set_policy(np);
+    assert!(udp53(&mut e, false));
+    assert!(!udp53(&mut e, true));
+    // Ingress is never opened by the DNS allowance.
+    let mut e = base();
+    let mut ingress = policy(
+        PolicyKind::DanmNetworkPolicy,
+        "y",
+        "in",
+        selector(&[]),
         Some(vec![]),
-    ));
-    assert!(!allowed(&mut strict, "x/a", "x/b", 53));
+        None,
+    );
+    ingress.scope = PolicyScope::AllInterfaces;
+    e.set_policy(ingress);
+    assert!(!udp53(&mut e, false));
 }
 
 fn multinet() -> (Engine, NetworkId, NetworkId) {

@@ -44,12 +44,13 @@ use nix::sys::socket::{
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
-use netwarden::sync::{render_ruleset, Syncer};
+use netwarden::sync::{Reconciler, Syncer};
 use netwarden_dataplane::iptables_apply::{iptables_variant, IptablesDataplane, IptablesVariant};
 use netwarden_dataplane::netns::{create_named, delete_named, exec_in, is_root};
-use netwarden_dataplane::{ApplyOutcome, Backend, Dataplane, Netns, NftDataplane, RenderedRuleset};
+use netwarden_dataplane::{ApplyOutcome, Backend, Dataplane, Netns, NftDataplane};
 use netwarden_engine::testing::{ip_block, namespace, netpol, pod, pods_peer, rule, selector, tcp};
 use netwarden_engine::{Engine, EngineOptions, LabelSelector, Mode, PodKey, PodRules, Protocol};
+use netwarden_render::iptables::{render_iptables, IptablesRuleset};
 use netwarden_render::nft::build_table;
 use netwarden_render::{render_nft, rule_count, RenderOptions};
 
@@ -236,27 +237,26 @@ const CONNTRACK_ONLY: &str = "table inet nwbench_ct {\n\
     \t}\n\
     }\n";
 
-fn iptables_rule_lines(r: &RenderedRuleset) -> usize {
-    [&r.iptables_v4, &r.iptables_v6]
+fn iptables_of(rules: &PodRules, opts: &RenderOptions) -> IptablesRuleset {
+    render_iptables(rules, opts).expect("renders")
+}
+
+fn iptables_rule_lines(r: &IptablesRuleset) -> usize {
+    [&r.v4, &r.v6]
         .into_iter()
-        .flatten()
         .flat_map(|t| t.lines())
         .filter(|l| l.starts_with("-A "))
         .count()
 }
 
-fn ipset_entries(r: &RenderedRuleset) -> usize {
-    r.ipset
-        .as_deref()
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("add "))
-        .count()
+fn ipset_entries(r: &IptablesRuleset) -> usize {
+    r.sets.iter().map(|s| s.cidrs.len()).sum()
 }
 
 fn nft_set_elements(rules: &PodRules, opts: &RenderOptions) -> usize {
     build_table(rules, opts)
-        .map(|t| t.sets.iter().map(|s| s.elements.len()).sum())
+        .expect("renders")
+        .map(|t| t.sets.iter().map(|s| s.ranges.len()).sum())
         .unwrap_or(0)
 }
 
@@ -603,8 +603,8 @@ enum Firewall {
     NftText(String),
     /// Raw `iptables-restore` text.
     IptablesText(String),
-    /// Through netwarden's dataplane.
-    Netwarden(RenderedRuleset),
+    /// Through netwarden's dataplane, rendered by it.
+    Netwarden(Backend, PodRules),
 }
 
 struct Config {
@@ -643,23 +643,34 @@ fn install(
         Firewall::None => {}
         Firewall::NftText(t) => run_stdin(server, "nft", &["-f", "-"], Some(t)),
         Firewall::IptablesText(t) => run_stdin(server, "iptables-restore", &["-w"], Some(t)),
-        Firewall::Netwarden(rs) => {
-            let dp: &mut dyn Dataplane = match rs.backend {
-                Backend::Nft => &mut dps.nft,
-                Backend::Iptables => &mut dps.iptables,
-            };
+        Firewall::Netwarden(backend, rules) => {
             // The reset happened behind the dataplane's back.
-            dp.forget_all();
-            let outcome = dp
-                .apply(server, rs)
-                .unwrap_or_else(|e| panic!("{}: {e}", config.label));
-            assert_eq!(outcome, ApplyOutcome::Applied, "{}", config.label);
+            let outcome = match backend {
+                Backend::Nft => install_with(&mut dps.nft, server, rules),
+                Backend::Iptables => install_with(&mut dps.iptables, server, rules),
+            };
+            assert_eq!(
+                outcome.unwrap_or_else(|e| panic!("{}: {e}", config.label)),
+                ApplyOutcome::Applied,
+                "{}",
+                config.label
+            );
         }
     }
     start.elapsed()
 }
 
-fn configs(params: &Params, opts: &RenderOptions) -> Vec<Config> {
+fn install_with<D: Dataplane>(
+    dp: &mut D,
+    server: &Path,
+    rules: &PodRules,
+) -> Result<ApplyOutcome, netwarden_dataplane::ApplyError> {
+    dp.forget_all();
+    let ruleset = dp.render(rules).expect("renders");
+    dp.apply(server, &ruleset)
+}
+
+fn configs(params: &Params) -> Vec<Config> {
     let n = params.headline_peers();
     let mut out = vec![
         Config {
@@ -682,7 +693,7 @@ fn configs(params: &Params, opts: &RenderOptions) -> Vec<Config> {
         };
         out.push(Config {
             label: format!("netwarden nft, {k} peers"),
-            firewall: Firewall::Netwarden(render_ruleset(Backend::Nft, &rules, opts)),
+            firewall: Firewall::Netwarden(Backend::Nft, rules),
             filters: true,
         });
     }
@@ -694,14 +705,14 @@ fn configs(params: &Params, opts: &RenderOptions) -> Vec<Config> {
         for backend in [Backend::Nft, Backend::Iptables] {
             out.push(Config {
                 label: format!("netwarden {}, {n} peers, {what}", backend.as_str()),
-                firewall: Firewall::Netwarden(render_ruleset(backend, &rules, opts)),
+                firewall: Firewall::Netwarden(backend, rules.clone()),
                 filters: true,
             });
         }
     }
     out.push(Config {
         label: format!("netwarden iptables, {n} peers"),
-        firewall: Firewall::Netwarden(render_ruleset(Backend::Iptables, &headline, opts)),
+        firewall: Firewall::Netwarden(Backend::Iptables, headline.clone()),
         filters: true,
     });
     out.push(Config {
@@ -779,10 +790,10 @@ fn data_path(params: &Params, guard: &mut NetnsGuard) -> DataPath {
     let variant = iptables_variant().expect("iptables variant");
     let topo = build_topology(guard);
     let server = Server::start(&topo.server, params.acceptor_threads);
-    let configs = configs(params, &opts);
+    let configs = configs(params);
     let mut dps = Dataplanes {
-        nft: NftDataplane::new(),
-        iptables: IptablesDataplane::new(),
+        nft: NftDataplane::new(opts),
+        iptables: IptablesDataplane::new(opts),
     };
 
     // Sanity first: every configuration lets the client in, and the filtering ones turn away
@@ -971,8 +982,8 @@ fn rule_counts(opts: &RenderOptions) {
     let mut ipt_counts = Vec::new();
     for n in [10, 1_000, 10_000] {
         let rules = server_rules(n);
-        let nft = render_nft(&rules, opts);
-        let ipt = render_ruleset(Backend::Iptables, &rules, opts);
+        let nft = render_nft(&rules, opts).expect("renders");
+        let ipt = iptables_of(&rules, opts);
         let seed = seed_text(&peer_list(n, n - 1))
             .lines()
             .filter(|l| l.starts_with("-A "))
@@ -1065,13 +1076,13 @@ fn apply_model(variant: usize) -> PodRules {
 
 fn apply_latency(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
     let models = [apply_model(0), apply_model(1)];
-    let nft_text = render_nft(&models[0], opts);
+    let nft_text = render_nft(&models[0], opts).expect("renders");
     println!(
         "\napply latency, one netns: {} nft rules, {} set elements ({} iptables rules, {} ipset entries); {} applies alternating two variants",
         rule_count(&nft_text),
         nft_set_elements(&models[0], opts),
-        iptables_rule_lines(&render_ruleset(Backend::Iptables, &models[0], opts)),
-        ipset_entries(&render_ruleset(Backend::Iptables, &models[0], opts)),
+        iptables_rule_lines(&iptables_of(&models[0], opts)),
+        ipset_entries(&iptables_of(&models[0], opts)),
         params.apply_iterations
     );
     // What any `nft -f` costs here, to read the figures against: the process alone (an empty
@@ -1100,37 +1111,49 @@ fn apply_latency(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) 
             ms(percentile(&times, 0.99)),
         );
     }
-    let backends: [(Backend, Box<dyn Dataplane>); 2] = [
-        (Backend::Nft, Box::new(NftDataplane::new())),
-        (Backend::Iptables, Box::new(IptablesDataplane::new())),
-    ];
-    for (backend, mut dp) in backends {
-        let path = guard.create(&format!("{}apply-{}", prefix(), backend.as_str()));
-        let rulesets = models
-            .iter()
-            .map(|m| render_ruleset(backend, m, opts))
-            .collect::<Vec<_>>();
-        assert_ne!(rulesets[0], rulesets[1]);
-        let mut times = Vec::with_capacity(params.apply_iterations);
-        for i in 0..params.apply_iterations {
-            let start = Instant::now();
-            let outcome = dp
-                .apply(&path, &rulesets[i % 2])
-                .unwrap_or_else(|e| panic!("{e}"));
-            times.push(start.elapsed());
-            assert_eq!(outcome, ApplyOutcome::Applied);
-        }
-        times.sort();
-        let p50 = percentile(&times, 0.5);
-        println!(
-            "  {:<9} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms   (target p50 < 5 ms: {})",
-            backend.as_str(),
-            ms(p50),
-            ms(percentile(&times, 0.99)),
-            ms(*times.last().expect("times")),
-            verdict(p50 < Duration::from_millis(5))
-        );
+    let nft_path = guard.create(&format!("{}apply-nft", prefix()));
+    let times = alternating_applies(NftDataplane::new(*opts), &nft_path, &models, params);
+    report_apply_latency(Backend::Nft, times);
+    let ipt_path = guard.create(&format!("{}apply-iptables", prefix()));
+    let times = alternating_applies(IptablesDataplane::new(*opts), &ipt_path, &models, params);
+    report_apply_latency(Backend::Iptables, times);
+}
+
+/// Applies the two variants of `models` alternately; the time of each apply.
+fn alternating_applies<D: Dataplane>(
+    mut dp: D,
+    path: &Path,
+    models: &[PodRules; 2],
+    params: &Params,
+) -> Vec<Duration> {
+    let rulesets = models
+        .iter()
+        .map(|m| dp.render(m).expect("renders"))
+        .collect::<Vec<_>>();
+    assert!(rulesets[0] != rulesets[1]);
+    let mut times = Vec::with_capacity(params.apply_iterations);
+    for i in 0..params.apply_iterations {
+        let start = Instant::now();
+        let outcome = dp
+            .apply(path, &rulesets[i % 2])
+            .unwrap_or_else(|e| panic!("{e}"));
+        times.push(start.elapsed());
+        assert_eq!(outcome, ApplyOutcome::Applied);
     }
+    times
+}
+
+fn report_apply_latency(backend: Backend, mut times: Vec<Duration>) {
+    times.sort();
+    let p50 = percentile(&times, 0.5);
+    println!(
+        "  {:<9} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms   (target p50 < 5 ms: {})",
+        backend.as_str(),
+        ms(p50),
+        ms(percentile(&times, 0.99)),
+        ms(*times.last().expect("times")),
+        verdict(p50 < Duration::from_millis(5))
+    );
 }
 
 /// `namespaces` × `per_namespace` pods, each in a netns of its own, with a typical policy per
@@ -1194,11 +1217,11 @@ fn full_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
         ms(created.elapsed())
     );
     let (mut engine, keys) = sync_model(params, &paths);
-    let mut syncer = Syncer::new(Box::new(NftDataplane::new()), Backend::Nft, *opts);
+    let mut syncer = Syncer::new(NftDataplane::new(*opts));
     let mut times = Vec::new();
     for rep in 0..params.sync_repeats {
         syncer.dataplane.forget_all();
-        let report = syncer.sync(&mut engine, keys.iter().cloned());
+        let report = syncer.sync(&mut engine, keys.iter().cloned().collect());
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.applied, total, "{report}");
         println!(
@@ -1209,7 +1232,7 @@ fn full_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
         );
         times.push(report.duration);
     }
-    let again = syncer.sync(&mut engine, keys.iter().cloned());
+    let again = syncer.sync(&mut engine, keys.iter().cloned().collect());
     assert_eq!(again.unchanged, total, "{again}");
     times.sort();
     let med = times[times.len() / 2];

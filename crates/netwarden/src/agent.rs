@@ -5,34 +5,36 @@
 //! times; a change reloads them and the same diff-by-object logic applies. Rules stay in place
 //! when the agent stops; a restarted agent re-applies each isolated pod once (an atomic
 //! replacement per netns, so no window opens) and removes rules from pods no longer isolated.
-//! A pod whose sync fails (e.g. its netns does not exist yet) is retried, backing off.
+//!
+//! What the kernel says wins over what the manifests say about a pod's interfaces (SPEC 2):
+//! every tick the agent reads each pod netns's interfaces again, so an interface that appears,
+//! is renamed or changes address is covered at once, and a netns deleted and created again at
+//! the same path (a pod sandbox restart) is programmed again at once.
+//!
+//! Fail closed: a pod whose sync fails (e.g. its netns does not exist yet) is retried, backing
+//! off; a pod whose interfaces cannot be read keeps the rules it has, and is reported.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
-use netwarden_dataplane::Backend;
-use netwarden_dataplane::DiscoveredInterface;
+use netwarden_dataplane::{Backend, DiscoveredInterface};
 use netwarden_engine::{
     Engine, EngineOptions, NetworkId, NetworkType, ObjectKey, Pod, PodInterface, PodKey, PolicyRef,
 };
 use netwarden_manifest::{load_paths, Inventory, LoadOptions};
-use netwarden_render::RenderOptions;
-use tracing::{info, warn};
-
-use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
-
 use netwarden_monitor::{
     serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
     PodContext,
 };
+use netwarden_render::RenderOptions;
+use tracing::{info, warn};
 
-use crate::lab::dataplane;
-use crate::sync::Syncer;
+use crate::sync::{for_backend, Reconciler};
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -103,10 +105,10 @@ impl Monitor {
 
     /// Listeners follow the programmed pods: opened (or given the new rules) for pods whose
     /// rules log, closed for the others.
-    fn follow(&mut self, engine: &Engine, syncer: &Syncer) {
+    fn follow(&mut self, engine: &Engine, syncer: &dyn Reconciler) {
         let mut wanted: BTreeMap<PathBuf, &PodKey> = BTreeMap::new();
         for (key, netns) in syncer.programmed() {
-            let Some(rules) = syncer.current.get(key) else {
+            let Some(rules) = syncer.current().get(key) else {
                 continue;
             };
             let logs = rules.interfaces.iter().any(|i| {
@@ -165,59 +167,135 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     out
 }
 
-/// Completes a pod's interfaces with what its netns really has (SPEC 2: a pod interface is any
-/// kernel interface with an L3 address, except `lo`). An interface the manifests describe keeps
-/// its network and gains any address the kernel shows beyond the manifests'; an interface they
-/// do not describe joins with a network of its own (`interface:<name>`), so only policies that
-/// isolate every interface (DanmNetworkPolicy) cover it and only peers without a network
-/// selector contribute its addresses.
-pub fn merge_discovered(pod: &mut Pod, discovered: &[DiscoveredInterface]) {
-    for found in discovered {
-        if netwarden_manifest::validate::ifname(&found.name).is_err() {
-            continue;
-        }
-        match pod.interfaces.iter_mut().find(|i| i.name == found.name) {
-            Some(iface) => {
-                for net in &found.addrs {
-                    if !iface.ips.contains(&net.addr()) {
-                        iface.ips.push(net.addr());
-                        iface.prefix_lens.push(net.prefix_len());
-                    }
-                }
-            }
-            None => pod.interfaces.push(PodInterface {
-                name: found.name.clone(),
-                network: NetworkId::Named {
-                    kind: NetworkType::NetworkAttachmentDefinition,
-                    namespace: None,
-                    name: format!("interface:{}", found.name),
-                },
-                ips: found.addrs.iter().map(|n| n.addr()).collect(),
-                prefix_lens: found.addrs.iter().map(|n| n.prefix_len()).collect(),
-            }),
-        }
-    }
+/// What reconciling the kernel's view of a pod with the manifests' found worth saying.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MergeNotes {
+    /// Manifest interfaces whose addresses the kernel shows on no interface.
+    pub unmatched: Vec<String>,
 }
 
-/// Applies [`merge_discovered`] to every pod whose netns can be read.
-fn discover_interfaces(inventory: &mut Inventory) {
-    for pod in inventory.pods.iter_mut().filter(|p| !p.host_network) {
-        let Some(path) = pod.netns.clone() else {
+/// Completes a pod's interfaces with what its netns really has (SPEC 2: a pod interface is any
+/// kernel interface with an L3 address, except `lo`; the one holding `status.podIPs` is the
+/// primary one).
+///
+/// Each interface the manifests describe is found in the kernel by its addresses first (the
+/// manifests may guess `eth0` for the primary interface when no network-status names it, or
+/// name an interface that was renamed since), then by name; it takes the kernel's name and
+/// gains any address the kernel shows beyond the manifests'. A kernel interface the manifests
+/// do not describe joins with a network of its own (`interface:<name>`), so only policies that
+/// isolate every interface (DanmNetworkPolicy) cover it and only peers without a network
+/// selector contribute its addresses. Names are taken as the kernel has them: the renderers
+/// match any name exactly or refuse the pod.
+pub fn merge_discovered(pod: &mut Pod, discovered: &[DiscoveredInterface]) -> MergeNotes {
+    let mut notes = MergeNotes::default();
+    let mut taken = vec![false; discovered.len()];
+    for iface in &mut pod.interfaces {
+        let by_addr = discovered
+            .iter()
+            .enumerate()
+            .find(|(i, d)| !taken[*i] && d.ips().any(|ip| iface.ips.contains(&ip)));
+        let by_name = || {
+            discovered
+                .iter()
+                .enumerate()
+                .find(|(i, d)| !taken[*i] && d.name == iface.name)
+        };
+        let Some((i, found)) = by_addr.or_else(by_name) else {
+            if !iface.ips.is_empty() {
+                notes.unmatched.push(iface.name.clone());
+            }
             continue;
         };
-        match netwarden_dataplane::interfaces(Path::new(&path)) {
-            Ok(found) => merge_discovered(pod, &found),
-            Err(e) => warn!("{}: cannot list the interfaces of {path}: {e}", pod.key),
+        taken[i] = true;
+        iface.name = found.name.clone();
+        for net in &found.addrs {
+            if !iface.ips.contains(&net.addr()) {
+                iface.ips.push(net.addr());
+                iface.prefix_lens.push(net.prefix_len());
+            }
         }
     }
+    for (found, _) in discovered.iter().zip(&taken).filter(|(_, t)| !**t) {
+        pod.interfaces.push(PodInterface {
+            name: found.name.clone(),
+            network: NetworkId::Named {
+                kind: NetworkType::NetworkAttachmentDefinition,
+                namespace: None,
+                name: format!("interface:{}", found.name),
+            },
+            ips: found.addrs.iter().map(|n| n.addr()).collect(),
+            prefix_lens: found.addrs.iter().map(|n| n.prefix_len()).collect(),
+        });
+    }
+    notes
+}
+
+/// The pods as the manifests describe them, completed from their netns.
+///
+/// A pod whose netns exists but cannot be read is left out of `pods` and named in `refused`:
+/// the caller keeps whatever the engine had for it (fail closed), instead of programming it
+/// from the manifests alone and leaving an interface it does not know uncovered.
+struct Discovery {
+    pods: Vec<Pod>,
+    refused: BTreeMap<PodKey, String>,
+}
+
+fn discover(manifest_pods: &[Pod]) -> Discovery {
+    let mut pods = Vec::with_capacity(manifest_pods.len());
+    let mut refused = BTreeMap::new();
+    for pod in manifest_pods {
+        let mut pod = pod.clone();
+        let path = match (&pod.netns, pod.host_network) {
+            (Some(path), false) => PathBuf::from(path),
+            _ => {
+                pods.push(pod);
+                continue;
+            }
+        };
+        match netwarden_dataplane::interfaces(&path) {
+            Ok(found) => {
+                let notes = merge_discovered(&mut pod, &found);
+                for name in notes.unmatched {
+                    warn!(
+                        "{}: the addresses of interface {name:?} are on no interface of {}",
+                        pod.key,
+                        path.display()
+                    );
+                }
+                pods.push(pod);
+            }
+            // No netns yet (or any more): the pod is programmed once it exists; its sync
+            // reports and retries.
+            Err(netwarden_dataplane::DiscoverError::Netns(e))
+                if matches!(&e, netwarden_dataplane::NetnsError::Open { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                pods.push(pod);
+            }
+            Err(e) => {
+                refused.insert(
+                    pod.key.clone(),
+                    format!("cannot read the interfaces of {}: {e}", path.display()),
+                );
+            }
+        }
+    }
+    Discovery { pods, refused }
 }
 
 /// Feeds `engine` with `next`, removing what `previous` had and `next` lacks. Unchanged objects
-/// are ignored by the engine itself, so only affected pods become dirty.
-pub fn apply_inventory(engine: &mut Engine, previous: Option<&Inventory>, next: &Inventory) {
+/// are ignored by the engine itself, so only affected pods become dirty. Pods in `keep` are
+/// neither set nor removed (their last state stays: see [`Discovery`]).
+pub fn apply_inventory(
+    engine: &mut Engine,
+    previous: Option<&Inventory>,
+    next: &Inventory,
+    pods: &[Pod],
+    keep: &BTreeSet<PodKey>,
+) {
     if let Some(prev) = previous {
-        let pods: BTreeSet<&PodKey> = next.pods.iter().map(|p| &p.key).collect();
-        for p in prev.pods.iter().filter(|p| !pods.contains(&p.key)) {
+        let present: BTreeSet<&PodKey> = next.pods.iter().map(|p| &p.key).collect();
+        for p in prev.pods.iter().filter(|p| !present.contains(&p.key)) {
             engine.remove_pod(&p.key);
         }
         let policies: BTreeSet<PolicyRef> = next.policies.iter().map(|p| p.reference()).collect();
@@ -244,7 +322,7 @@ pub fn apply_inventory(engine: &mut Engine, previous: Option<&Inventory>, next: 
     for ns in &next.namespaces {
         engine.set_namespace(ns.clone());
     }
-    for pod in &next.pods {
+    for pod in pods.iter().filter(|p| !keep.contains(&p.key)) {
         engine.set_pod(pod.clone());
     }
     for policy in &next.policies {
@@ -261,34 +339,57 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 /// Runs the agent (`once`: a single pass, exit status says whether every pod was applied).
 pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut engine = Engine::new(config.engine.clone());
-    let mut syncer = Syncer::new(dataplane(config.backend), config.backend, config.render);
+    let mut syncer = for_backend(config.backend, config.render);
     let mut monitor = if once {
         None
     } else {
         Some(Monitor::start(&config)?)
     };
-    syncer.converge_removals = true;
-    let mut previous: Option<Inventory> = None;
+    syncer.set_converge_removals(true);
+    let mut manifests: Option<Inventory> = None;
     let mut seen = Vec::new();
     let mut reported: BTreeSet<String> = BTreeSet::new();
     // Pods whose last sync failed: when to retry them, and the delay that led there.
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     loop {
         let now = fingerprint(&config.paths);
-        if now != seen || previous.is_none() {
+        let reload = now != seen || manifests.is_none();
+        if reload {
             seen = now;
-            let mut inventory = load_paths(&config.paths, &config.load);
-            discover_interfaces(&mut inventory);
+            let inventory = load_paths(&config.paths, &config.load);
             for problem in &inventory.problems {
                 let line = problem.to_string();
                 if reported.insert(line.clone()) {
                     warn!("{line}");
                 }
             }
-            apply_inventory(&mut engine, previous.as_ref(), &inventory);
-            previous = Some(inventory);
+            let found = discover(&inventory.pods);
+            let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
+            apply_inventory(
+                &mut engine,
+                manifests.as_ref(),
+                &inventory,
+                &found.pods,
+                &keep,
+            );
+            report_refused(&found.refused, &mut reported);
+            manifests = Some(inventory);
+        } else if let Some(inventory) = &manifests {
+            // The kernel's side of the pods may change without the manifests: interfaces
+            // appear, are renamed, change address.
+            let found = discover(&inventory.pods);
+            for pod in found.pods {
+                engine.set_pod(pod);
+            }
+            report_refused(&found.refused, &mut reported);
         }
         let mut dirty = engine.take_dirty();
+        // A netns deleted and created again at the same path holds none of our rules.
+        let changed = syncer.netns_changed();
+        for key in &changed {
+            info!("{key}: its network namespace was recreated; programming it again");
+        }
+        dirty.extend(changed);
         let tick = Instant::now();
         dirty.extend(
             retry
@@ -297,8 +398,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 .map(|(key, _)| key.clone()),
         );
         if !dirty.is_empty() || once {
-            let report = syncer.sync(&mut engine, dirty.iter().cloned());
-            syncer.converge_removals = false;
+            let report = syncer.sync(&mut engine, dirty.clone());
+            syncer.set_converge_removals(false);
             // Nothing marks a failed pod dirty again (its netns may not exist yet, or the
             // failure may pass): retry it, backing off, until a sync of it succeeds.
             retry.retain(|key, _| !dirty.contains(key) || report.failed.contains(key));
@@ -313,7 +414,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 monitor
                     .metrics
                     .observe_sync(report.duration, report.errors.is_empty());
-                monitor.follow(&engine, &syncer);
+                monitor.follow(&engine, syncer.as_ref());
             }
             for error in &report.errors {
                 warn!("{error}");
@@ -327,6 +428,16 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             }
         }
         std::thread::sleep(config.interval);
+    }
+}
+
+/// Logs each refused pod once per distinct reason.
+fn report_refused(refused: &BTreeMap<PodKey, String>, reported: &mut BTreeSet<String>) {
+    for (key, why) in refused {
+        let line = format!("{key}: refused, its rules stay as they are: {why}");
+        if reported.insert(line.clone()) {
+            warn!("{line}");
+        }
     }
 }
 
@@ -365,8 +476,49 @@ mod tests {
         assert_eq!(p.interfaces[1].name, "net7");
         assert_eq!(p.interfaces[1].network.to_string(), "interface:net7");
         assert_eq!(p.interfaces[1].prefix_lens, vec![24]);
-        // Unsafe names never make it into the model.
-        merge_discovered(&mut p, &[found("bad\"name", &["192.168.8.1/24"])]);
+    }
+
+    /// Defect: with no network-status annotation the manifests guess `eth0` for the primary
+    /// interface; the kernel decides which interface holds the pod IP.
+    #[test]
+    fn the_primary_interface_is_the_one_holding_the_pod_ip() {
+        let mut p = pod("x", "a", &[], &["10.0.0.1"]);
+        assert_eq!(p.interfaces[0].name, "eth0");
+        let notes = merge_discovered(
+            &mut p,
+            &[
+                found("eth0", &["192.168.9.9/24"]),
+                found("ens5", &["10.0.0.1/24"]),
+            ],
+        );
+        assert_eq!(notes, MergeNotes::default());
+        assert_eq!(p.interfaces[0].name, "ens5");
+        assert_eq!(p.interfaces[0].network, NetworkId::Primary);
+        assert_eq!(p.interfaces[1].name, "eth0");
+        assert_eq!(p.interfaces[1].network.to_string(), "interface:eth0");
+    }
+
+    /// Defect: kernel-legal names outside a small alphabet were dropped, so a policy covering
+    /// every interface did not cover them. They are kept as they are.
+    #[test]
+    fn unusual_kernel_names_are_kept() {
+        let mut p = pod("x", "a", &[], &["10.0.0.1"]);
+        merge_discovered(
+            &mut p,
+            &[
+                found("eth0", &["10.0.0.1/24"]),
+                found("a\"b;+", &["192.168.8.1/24"]),
+            ],
+        );
+        assert_eq!(p.interfaces.len(), 2);
+        assert_eq!(p.interfaces[1].name, "a\"b;+");
+    }
+
+    #[test]
+    fn addresses_nowhere_in_the_kernel_are_noted() {
+        let mut p = pod("x", "a", &[], &["10.0.0.1"]);
+        let notes = merge_discovered(&mut p, &[found("net1", &["192.168.8.1/24"])]);
+        assert_eq!(notes.unmatched, ["eth0"]);
         assert_eq!(p.interfaces.len(), 2);
     }
 }

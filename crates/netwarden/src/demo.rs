@@ -63,7 +63,7 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
         backend.as_str()
     );
     for (key, netns) in lab.syncer.programmed().clone() {
-        match lab.syncer.dataplane.read_back(&netns) {
+        match lab.syncer.read_back(&netns) {
             Ok(Some(text)) => println!(
                 "   {key}: {} lines in its netns ({})",
                 text.lines().count(),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use netwarden_engine::{
-    flow_verdict, verdict::SideVerdict, verdict::SideVerdicts, Engine, FlowEnd, FlowVerdict,
-    PodKey, PodRules,
+    flow_verdict, verdict::SideVerdict, verdict::SideVerdicts, FlowEnd, FlowVerdict, PodKey,
+    PodRules,
 };
 use serde::Serialize;
 
@@ -29,7 +29,6 @@ pub struct Explanation {
 /// Explains `from → to` on `port`: one explanation per shared network and family (filtered by
 /// `network` / `family` when given). An error names what is missing.
 pub fn explain(
-    engine: &Engine,
     rules: &BTreeMap<PodKey, PodRules>,
     from: &PodKey,
     to: &PodKey,
@@ -78,7 +77,6 @@ pub fn explain(
                 },
                 port.protocol,
                 port.port,
-                engine.options(),
             );
             out.push(Explanation {
                 from: from.to_string(),

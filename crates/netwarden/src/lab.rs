@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use netwarden_dataplane::iptables_apply::IptablesDataplane;
-use netwarden_dataplane::{Backend, Dataplane, NftDataplane};
+use netwarden_dataplane::Backend;
 use netwarden_engine::{Engine, EngineOptions, PodKey, Protocol};
 use netwarden_lab::{Lab, LabSpec, ProbeDetail, ProbeSpec};
 use netwarden_manifest::{Inventory, LoadOptions};
@@ -22,7 +21,7 @@ use serde::Serialize;
 use crate::cli_args::{PodSelectorArg, PortProto};
 use crate::inventory::engine_from;
 use crate::reach::{reach, Probe, ReachQuery};
-use crate::sync::{SyncReport, Syncer};
+use crate::sync::{for_backend, Reconciler, SyncReport};
 
 /// One probe: the `reach` prediction plus what the real connection did.
 #[derive(Debug, Clone, Serialize)]
@@ -83,13 +82,6 @@ pub fn default_ports(inventory: &Inventory) -> Vec<PortProto> {
     ports
 }
 
-pub fn dataplane(backend: Backend) -> Box<dyn Dataplane> {
-    match backend {
-        Backend::Nft => Box::new(NftDataplane::new()),
-        Backend::Iptables => Box::new(IptablesDataplane::new()),
-    }
-}
-
 /// A running lab with rules enforced: the pieces `check` and `demo` share.
 pub struct EnforcedLab {
     pub lab: Lab,
@@ -97,7 +89,7 @@ pub struct EnforcedLab {
     pub collector: Collector,
     records: std::sync::mpsc::Receiver<netwarden_monitor::RawRecord>,
     pub engine: Engine,
-    pub syncer: Syncer,
+    pub syncer: Box<dyn Reconciler>,
     pub netns: BTreeMap<PodKey, PathBuf>,
     pub sync: SyncReport,
 }
@@ -125,8 +117,9 @@ impl EnforcedLab {
             }
         }
         let mut engine = engine_from(&inventory, options.engine.clone());
-        let mut syncer = Syncer::new(dataplane(options.backend), options.backend, options.render);
-        let all: Vec<PodKey> = engine.pods().map(|p| p.key.clone()).collect();
+        let mut syncer = for_backend(options.backend, options.render);
+        let all: std::collections::BTreeSet<PodKey> =
+            engine.pods().map(|p| p.key.clone()).collect();
         let sync = syncer.sync(&mut engine, all);
         if !sync.errors.is_empty() {
             anyhow::bail!(
@@ -139,7 +132,7 @@ impl EnforcedLab {
             ..ListenerConfig::default()
         };
         let (mut collector, records) = Collector::new(config, 65_536, Arc::new(Metrics::new()));
-        for (key, rules) in &syncer.current {
+        for (key, rules) in syncer.current() {
             if let Some(path) = netns.get(key) {
                 collector
                     .open(path, PodContext::new("lab", rules))
@@ -406,7 +399,7 @@ impl EnforcedLab {
     pub fn session(&self) -> LabSession {
         LabSession {
             pid: std::process::id(),
-            backend: self.syncer.backend.as_str().to_string(),
+            backend: self.syncer.backend().as_str().to_string(),
             state: self.lab.state().clone(),
             netns: self
                 .netns

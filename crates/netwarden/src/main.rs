@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use netwarden::cli_args::{PodSelectorArg, PortProto};
+use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
 use netwarden::inventory::{load_engine, report_problems};
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::{explain, reach};
 use netwarden_dataplane::Backend;
-use netwarden_engine::{EngineOptions, PodKey};
+use netwarden_engine::{DnsMode, EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
 use netwarden_render::RenderOptions;
 
@@ -58,9 +58,10 @@ struct ReportArgs {
     /// Event files (JSON lines, as `run --events-file` writes them); `-` for stdin.
     #[arg(short = 'e', long = "events", required = true, num_args = 1..)]
     events: Vec<PathBuf>,
-    /// A monitored policy is ready to promote when it logged no would-deny for this long.
-    #[arg(long, default_value = "1h")]
-    clean_for: String,
+    /// A monitored policy is ready to promote when it logged no would-deny for this long
+    /// (e.g. 30m, 1h, 1.5h, 2d).
+    #[arg(long, default_value = "1h", value_parser = parse_window)]
+    clean_for: std::time::Duration,
     /// Manifests: list the monitored policies that logged nothing at all, too.
     #[arg(short = 'f', long = "filename", num_args = 1..)]
     paths: Vec<PathBuf>,
@@ -122,14 +123,13 @@ fn parse_mark(s: &str) -> Result<u32, String> {
 }
 
 impl DataplaneArgs {
-    fn render_options(&self, allow_dns: bool) -> Result<RenderOptions> {
+    fn render_options(&self) -> Result<RenderOptions> {
         let options = RenderOptions {
             nflog_group: self.nflog_group,
             staged_mark: self.staged_mark,
             allow_mark: self.allow_mark,
             log_rate_per_minute: self.log_rate,
             log_burst: self.log_rate.max(1),
-            allow_dns,
             reject_forward: !self.allow_forward,
         };
         options.validate().map_err(anyhow::Error::msg)?;
@@ -154,8 +154,9 @@ struct RunArgs {
     input: Input,
     #[command(flatten)]
     dataplane: DataplaneArgs,
-    /// How often to look for changed manifests (run only).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// How often to look for changed manifests and interfaces (run only): 10ms to 1h, e.g.
+    /// 500ms, 2s, 1m30s.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
     interval: std::time::Duration,
     /// Node name in events (default: the host name).
     #[arg(long)]
@@ -169,22 +170,6 @@ struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
-}
-
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let (num, unit) = s.split_at(
-        s.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len()),
-    );
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h)")),
-    };
-    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 #[derive(Subcommand)]
@@ -269,21 +254,48 @@ struct Input {
     /// Ignore `networking.k8s.io/v1` NetworkPolicy objects.
     #[arg(long)]
     no_network_policy: bool,
-    /// Do not always allow outgoing DNS (TCP/UDP 53) from isolated pods.
-    #[arg(long)]
-    no_dns: bool,
+    /// Where outgoing DNS (TCP/UDP 53) is allowed without a rule: where a DanmNetworkPolicy
+    /// isolates egress (seed 004's rule; NetworkPolicy and MultiNetworkPolicy keep the exact
+    /// Kubernetes semantics), on every egress-isolated interface, or nowhere.
+    #[arg(long, value_enum, default_value_t = DnsArg::Danm)]
+    dns: DnsArg,
+}
+
+#[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+enum DnsArg {
+    #[default]
+    Danm,
+    All,
+    None,
+}
+
+impl DnsArg {
+    fn mode(self) -> DnsMode {
+        match self {
+            DnsArg::Danm => DnsMode::Danm,
+            DnsArg::All => DnsMode::All,
+            DnsArg::None => DnsMode::None,
+        }
+    }
 }
 
 impl Input {
-    fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
-        let load = LoadOptions {
+    fn load_options(&self) -> LoadOptions {
+        LoadOptions {
             network_policy_enabled: !self.no_network_policy,
-        };
-        let options = EngineOptions {
-            allow_dns: !self.no_dns,
-            ..EngineOptions::default()
-        };
-        let (engine, inventory) = load_engine(&self.paths, &load, options);
+        }
+    }
+
+    fn engine_options(&self, log_all_denies: bool) -> EngineOptions {
+        EngineOptions {
+            dns: self.dns.mode(),
+            log_all_denies,
+        }
+    }
+
+    fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
+        let load = self.load_options();
+        let (engine, inventory) = load_engine(&self.paths, &load, self.engine_options(false));
         report_problems(&inventory, self.strict);
         if self.strict && !inventory.problems.is_empty() {
             bail!(
@@ -381,13 +393,6 @@ fn print_lab_report(report: &netwarden::lab::LabReport, json: bool) -> Result<Ex
     })
 }
 
-fn engine_options(input: &Input, dataplane: &DataplaneArgs) -> EngineOptions {
-    EngineOptions {
-        allow_dns: !input.no_dns,
-        log_all_denies: dataplane.log_denies,
-    }
-}
-
 fn lab_options(
     input: &Input,
     dataplane: &DataplaneArgs,
@@ -396,19 +401,17 @@ fn lab_options(
     Ok(netwarden::lab::LabCheckOptions {
         backend: dataplane.backend.backend(),
         ports,
-        engine: engine_options(input, dataplane),
-        render: dataplane.render_options(!input.no_dns)?,
+        engine: input.engine_options(dataplane.log_denies),
+        render: dataplane.render_options()?,
     })
 }
 
 fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
     Ok(netwarden::agent::AgentConfig {
         paths: args.input.paths.clone(),
-        load: LoadOptions {
-            network_policy_enabled: !args.input.no_network_policy,
-        },
-        engine: engine_options(&args.input, &args.dataplane),
-        render: args.dataplane.render_options(!args.input.no_dns)?,
+        load: args.input.load_options(),
+        engine: args.input.engine_options(args.dataplane.log_denies),
+        render: args.dataplane.render_options()?,
         backend: args.dataplane.backend.backend(),
         interval: args.interval,
         node: args.node.clone().unwrap_or_else(|| {
@@ -422,235 +425,243 @@ fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
     })
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
-        Command::Reach(args) => {
-            let (mut engine, _) = args.input.load()?;
-            let rules = engine.all_pod_rules();
-            let query = ReachQuery {
-                ports: args.ports,
-                network: Some(args.network),
-                from: args.from,
-                to: args.to,
-            };
-            let report = reach::reach(&engine, &rules, &query);
-            match args.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-                Output::Table => print!("{}", reach::render_table(&report)),
-            }
-            Ok(ExitCode::SUCCESS)
+fn reach_command(args: ReachArgs) -> Result<ExitCode> {
+    let (mut engine, _) = args.input.load()?;
+    let rules = engine.all_pod_rules();
+    let query = ReachQuery {
+        ports: args.ports,
+        network: Some(args.network),
+        from: args.from,
+        to: args.to,
+    };
+    let report = reach::reach(&engine, &rules, &query);
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => print!("{}", reach::render_table(&report)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
+    let (mut engine, _) = args.input.load()?;
+    let rules = engine.all_pod_rules();
+    let family = args.family.map(|f| match f {
+        FamilyArg::Ipv4 => Family::Ipv4,
+        FamilyArg::Ipv6 => Family::Ipv6,
+    });
+    let explanations = explain::explain(
+        &rules,
+        &pod_key(&args.from)?,
+        &pod_key(&args.to)?,
+        args.port,
+        args.network.as_deref(),
+        family,
+    )
+    .map_err(anyhow::Error::msg)?;
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&explanations)?),
+        Output::Table => print!("{}", explain::render_text(&explanations)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `render`: the exact rules of one pod, as the chosen backend writes them.
+fn render_command(args: RenderArgs) -> Result<ExitCode> {
+    let (mut engine, _) = args.input.load()?;
+    let key = pod_key(&args.pod)?;
+    let rules = engine
+        .pod_rules(&key)
+        .ok_or_else(|| anyhow::anyhow!("pod {key} not found"))?;
+    let options = args.dataplane.render_options()?;
+    match args.dataplane.backend.backend() {
+        Backend::Nft => {
+            let text = netwarden_render::render_nft(&rules, &options)?;
+            println!("# nft -f (applied as one libnftables transaction)\n{text}");
         }
-        Command::Explain(args) => {
-            let (mut engine, _) = args.input.load()?;
-            let rules = engine.all_pod_rules();
-            let family = args.family.map(|f| match f {
-                FamilyArg::Ipv4 => Family::Ipv4,
-                FamilyArg::Ipv6 => Family::Ipv6,
-            });
-            let explanations = explain::explain(
-                &engine,
-                &rules,
-                &pod_key(&args.from)?,
-                &pod_key(&args.to)?,
-                args.port,
-                args.network.as_deref(),
-                family,
-            )
-            .map_err(anyhow::Error::msg)?;
-            match args.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&explanations)?),
-                Output::Table => print!("{}", explain::render_text(&explanations)),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Render(args) => {
-            let (mut engine, _) = args.input.load()?;
-            let key = pod_key(&args.pod)?;
-            let rules = engine
-                .pod_rules(&key)
-                .ok_or_else(|| anyhow::anyhow!("pod {key} not found"))?;
-            let options = args.dataplane.render_options(!args.input.no_dns)?;
-            let ruleset =
-                netwarden::sync::render_ruleset(args.dataplane.backend.backend(), &rules, &options);
+        Backend::Iptables => {
+            let r = netwarden_render::render_iptables(&rules, &options)?;
             for (title, text) in [
-                ("nft -f", &ruleset.nft),
-                ("ipset restore", &ruleset.ipset),
-                ("iptables-restore", &ruleset.iptables_v4),
-                ("ip6tables-restore", &ruleset.iptables_v6),
+                ("ipset restore", r.ipset_script()),
+                ("iptables-restore", r.v4),
+                ("ip6tables-restore", r.v6),
             ] {
-                if let Some(text) = text {
+                if !text.is_empty() {
                     println!("# {title}\n{text}");
                 }
             }
-            if !rules.is_isolated() {
-                eprintln!("{key} is not isolated: netwarden programs nothing in its netns");
-            }
-            Ok(ExitCode::SUCCESS)
         }
+    }
+    if !rules.is_isolated() {
+        eprintln!("{key} is not isolated: netwarden programs nothing in its netns");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lab_command(command: LabCommand) -> Result<ExitCode> {
+    match command {
+        LabCommand::Check(args) => lab_check(args),
+        LabCommand::Up(args) => lab_up(args),
+        LabCommand::Probe(args) => lab_probe(args),
+        LabCommand::Down(args) => lab_down(args),
+    }
+}
+
+fn lab_check(args: LabCheckArgs) -> Result<ExitCode> {
+    netwarden_lab::install_signal_cleanup()?;
+    let options = lab_options(&args.input, &args.dataplane, args.ports)?;
+    let report = netwarden::lab::check(&args.input.paths, &args.input.load_options(), &options)?;
+    print_lab_report(&report, args.json)
+}
+
+fn lab_up(args: LabUpArgs) -> Result<ExitCode> {
+    netwarden_lab::install_signal_cleanup()?;
+    let inventory = netwarden_manifest::load_paths(&args.input.paths, &args.input.load_options());
+    report_problems(&inventory, false);
+    let mut ports = args.ports.clone();
+    if ports.is_empty() {
+        ports = netwarden::lab::default_ports(&inventory);
+    }
+    let options = lab_options(&args.input, &args.dataplane, ports)?;
+    let mut lab = netwarden::lab::EnforcedLab::up(&inventory, &options)?;
+    // `lab up` prints no events: leave the pods' NFLOG group free for an agent under test.
+    lab.collector.close_all();
+    if let Some(dir) = args.state.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.state, serde_json::to_vec_pretty(&lab.session())?)?;
+    eprintln!("{}", lab.sync);
+    for (key, path) in &lab.netns {
+        println!("{key}\t{}", path.display());
+    }
+    eprintln!(
+        "lab up: serving; `netwarden lab probe -f ...` to probe, `netwarden lab down` (or Ctrl-C) to remove it"
+    );
+    // Serve until `lab down` removes the state file (or a signal ends the process, whose
+    // handler removes the lab).
+    while args.state.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    lab.down()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn lab_probe(args: LabProbeArgs) -> Result<ExitCode> {
+    let session: netwarden::lab::LabSession =
+        serde_json::from_slice(&std::fs::read(&args.state).map_err(|e| {
+            anyhow::anyhow!("reading {}: {e} (is a lab up?)", args.state.display())
+        })?)?;
+    let load = args.input.load_options();
+    let mut ports = args.ports.clone();
+    if ports.is_empty() {
+        ports = netwarden::lab::default_ports(&netwarden_manifest::load_paths(
+            &args.input.paths,
+            &load,
+        ));
+    }
+    let engine = args.input.engine_options(false);
+    let report = netwarden::lab::probe_session(&session, &args.input.paths, &load, &ports, engine)?;
+    print_lab_report(&report, args.json)
+}
+
+fn lab_down(args: LabDownArgs) -> Result<ExitCode> {
+    let bytes = match std::fs::read(&args.state) {
+        Ok(b) => b,
+        Err(e) => bail!("reading {}: {e} (no lab up?)", args.state.display()),
+    };
+    let session: netwarden::lab::LabSession = serde_json::from_slice(&bytes)?;
+    // The `lab up` process notices its state file is gone and removes the lab itself.
+    std::fs::remove_file(&args.state)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{}", session.pid)).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Whatever is left (the up process died without cleaning): remove it from the state.
+    netwarden_lab::teardown_from_state(&session.state)?;
+    println!("lab {} removed", session.state.instance);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report_command(args: ReportArgs) -> Result<ExitCode> {
+    let mut events = Vec::new();
+    for path in &args.events {
+        let (mut read, bad) = if path.as_os_str() == "-" {
+            netwarden_monitor::event::read_events(std::io::stdin().lock())?
+        } else {
+            netwarden_monitor::event::read_events_file(path)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
+        };
+        for b in bad {
+            eprintln!("{}: {b:?}", path.display());
+        }
+        events.append(&mut read);
+    }
+    let monitored: Vec<String> = if args.paths.is_empty() {
+        Vec::new()
+    } else {
+        netwarden_manifest::load_paths(&args.paths, &LoadOptions::default())
+            .policies
+            .iter()
+            .filter(|p| p.mode == netwarden_engine::Mode::Monitor)
+            .map(|p| p.key.to_string())
+            .collect()
+    };
+    let report = netwarden_monitor::aggregate_with(
+        &events,
+        &monitored,
+        netwarden_monitor::Timestamp::now(),
+        args.clean_for,
+    );
+    match args.output {
+        Output::Json => println!("{}", report.render_json()),
+        Output::Table => print!("{}", report.render_text()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn validate_command(args: ValidateArgs) -> Result<ExitCode> {
+    let inventory = netwarden_manifest::load_paths(&args.input.paths, &args.input.load_options());
+    let fatal = inventory
+        .problems
+        .iter()
+        .any(|p| args.input.strict || p.severity == netwarden_manifest::Severity::Error);
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&inventory.problems)?),
+        Output::Table => {
+            for p in &inventory.problems {
+                println!("{p}");
+            }
+            println!(
+                "{} namespace(s), {} pod(s), {} policy(ies), {} service(s); {} problem(s)",
+                inventory.namespaces.len(),
+                inventory.pods.len(),
+                inventory.policies.len(),
+                inventory.services.len(),
+                inventory.problems.len()
+            );
+        }
+    }
+    Ok(if fatal {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Reach(args) => reach_command(args),
+        Command::Explain(args) => explain_command(args),
+        Command::Validate(args) => validate_command(args),
+        Command::Render(args) => render_command(args),
         Command::Apply(args) => netwarden::agent::run(agent_config(&args)?, true),
         Command::Run(args) => netwarden::agent::run(agent_config(&args)?, false),
-        Command::Lab(LabCommand::Check(args)) => {
-            netwarden_lab::install_signal_cleanup()?;
-            let load = LoadOptions {
-                network_policy_enabled: !args.input.no_network_policy,
-            };
-            let options = lab_options(&args.input, &args.dataplane, args.ports)?;
-            let report = netwarden::lab::check(&args.input.paths, &load, &options)?;
-            print_lab_report(&report, args.json)
-        }
-        Command::Lab(LabCommand::Up(args)) => {
-            netwarden_lab::install_signal_cleanup()?;
-            let load = LoadOptions {
-                network_policy_enabled: !args.input.no_network_policy,
-            };
-            let inventory = netwarden_manifest::load_paths(&args.input.paths, &load);
-            report_problems(&inventory, false);
-            let mut ports = args.ports.clone();
-            if ports.is_empty() {
-                ports = netwarden::lab::default_ports(&inventory);
-            }
-            let options = lab_options(&args.input, &args.dataplane, ports)?;
-            let mut lab = netwarden::lab::EnforcedLab::up(&inventory, &options)?;
-            // `lab up` prints no events: leave the pods' NFLOG group free for an agent under test.
-            lab.collector.close_all();
-            if let Some(dir) = args.state.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(&args.state, serde_json::to_vec_pretty(&lab.session())?)?;
-            eprintln!("{}", lab.sync);
-            for (key, path) in &lab.netns {
-                println!("{key}\t{}", path.display());
-            }
-            eprintln!(
-                "lab up: serving; `netwarden lab probe -f ...` to probe, `netwarden lab down` (or Ctrl-C) to remove it"
-            );
-            // Serve until `lab down` removes the state file (or a signal ends the process,
-            // whose handler removes the lab).
-            while args.state.exists() {
-                std::thread::sleep(std::time::Duration::from_millis(300));
-            }
-            lab.down()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Lab(LabCommand::Probe(args)) => {
-            let session: netwarden::lab::LabSession =
-                serde_json::from_slice(&std::fs::read(&args.state).map_err(|e| {
-                    anyhow::anyhow!("reading {}: {e} (is a lab up?)", args.state.display())
-                })?)?;
-            let load = LoadOptions {
-                network_policy_enabled: !args.input.no_network_policy,
-            };
-            let mut ports = args.ports.clone();
-            if ports.is_empty() {
-                ports = netwarden::lab::default_ports(&netwarden_manifest::load_paths(
-                    &args.input.paths,
-                    &load,
-                ));
-            }
-            let engine = EngineOptions {
-                allow_dns: !args.input.no_dns,
-                ..EngineOptions::default()
-            };
-            let report =
-                netwarden::lab::probe_session(&session, &args.input.paths, &load, &ports, engine)?;
-            print_lab_report(&report, args.json)
-        }
-        Command::Lab(LabCommand::Down(args)) => {
-            let bytes = match std::fs::read(&args.state) {
-                Ok(b) => b,
-                Err(e) => bail!("reading {}: {e} (no lab up?)", args.state.display()),
-            };
-            let session: netwarden::lab::LabSession = serde_json::from_slice(&bytes)?;
-            // The `lab up` process notices its state file is gone and removes the lab itself.
-            std::fs::remove_file(&args.state)?;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while std::path::Path::new(&format!("/proc/{}", session.pid)).exists()
-                && std::time::Instant::now() < deadline
-            {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            // Whatever is left (the up process died without cleaning): remove it from the state.
-            netwarden_lab::teardown_from_state(&session.state)?;
-            println!("lab {} removed", session.state.instance);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Report(args) => {
-            let clean_for =
-                netwarden_monitor::parse_duration(&args.clean_for).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "--clean-for {:?}: expected a duration like 30m, 1h, 2d",
-                        args.clean_for
-                    )
-                })?;
-            let mut events = Vec::new();
-            for path in &args.events {
-                let (mut read, bad) = if path.as_os_str() == "-" {
-                    netwarden_monitor::event::read_events(std::io::stdin().lock())?
-                } else {
-                    netwarden_monitor::event::read_events_file(path)
-                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
-                };
-                for b in bad {
-                    eprintln!("{}: {b:?}", path.display());
-                }
-                events.append(&mut read);
-            }
-            let monitored: Vec<String> = if args.paths.is_empty() {
-                Vec::new()
-            } else {
-                netwarden_manifest::load_paths(&args.paths, &LoadOptions::default())
-                    .policies
-                    .iter()
-                    .filter(|p| p.mode == netwarden_engine::Mode::Monitor)
-                    .map(|p| p.key.to_string())
-                    .collect()
-            };
-            let report = netwarden_monitor::aggregate_with(
-                &events,
-                &monitored,
-                netwarden_monitor::Timestamp::now(),
-                clean_for,
-            );
-            match args.output {
-                Output::Json => println!("{}", report.render_json()),
-                Output::Table => print!("{}", report.render_text()),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Lab(command) => lab_command(command),
+        Command::Report(args) => report_command(args),
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;
             netwarden::demo::run(&args.paths, args.backend.backend())
-        }
-        Command::Validate(args) => {
-            let load = LoadOptions {
-                network_policy_enabled: !args.input.no_network_policy,
-            };
-            let inventory = netwarden_manifest::load_paths(&args.input.paths, &load);
-            let fatal = inventory
-                .problems
-                .iter()
-                .any(|p| args.input.strict || p.severity == netwarden_manifest::Severity::Error);
-            match args.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&inventory.problems)?),
-                Output::Table => {
-                    for p in &inventory.problems {
-                        println!("{p}");
-                    }
-                    println!(
-                        "{} namespace(s), {} pod(s), {} policy(ies), {} service(s); {} problem(s)",
-                        inventory.namespaces.len(),
-                        inventory.pods.len(),
-                        inventory.policies.len(),
-                        inventory.services.len(),
-                        inventory.problems.len()
-                    );
-                }
-            }
-            Ok(if fatal {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
         }
     }
 }

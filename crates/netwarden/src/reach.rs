@@ -132,7 +132,6 @@ pub fn reach(
                             },
                             port.protocol,
                             port.port,
-                            engine.options(),
                         );
                         probes.push(Probe {
                             from: src.pod.to_string(),

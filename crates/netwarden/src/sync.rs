@@ -4,35 +4,22 @@
 //! applied is skipped by the dataplane; a pod no longer isolated (or gone) has everything
 //! netwarden owns removed from its netns. A failed apply makes the dataplane forget that netns,
 //! so the next sync re-applies it in full.
+//!
+//! Fail closed: a pod whose rules cannot be rendered exactly (an interface the backend cannot
+//! match) is refused — reported as an error, retried, and its netns keeps what it had.
+//!
+//! [`Syncer`] is generic over the [`Dataplane`], so a ruleset is always the backend's own type;
+//! the commands hold it as a [`Reconciler`] chosen once from `--backend` ([`for_backend`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use netwarden_dataplane::{ApplyOutcome, Backend, Dataplane, RenderedRuleset};
+use netwarden_dataplane::{
+    ApplyError, ApplyOutcome, Backend, Dataplane, IptablesDataplane, NftDataplane,
+};
 use netwarden_engine::{Engine, PodKey, PodRules};
-use netwarden_render::iptables::render_iptables;
-use netwarden_render::{render_nft, RenderOptions};
-
-/// Renders one pod's rules for `backend`; a pod nothing isolates renders as a removal.
-pub fn render_ruleset(
-    backend: Backend,
-    rules: &PodRules,
-    options: &RenderOptions,
-) -> RenderedRuleset {
-    match backend {
-        Backend::Nft => RenderedRuleset::nft(render_nft(rules, options)),
-        Backend::Iptables if !rules.is_isolated() => RenderedRuleset::iptables(None, None, None),
-        Backend::Iptables => {
-            let r = render_iptables(rules, options);
-            RenderedRuleset::iptables(
-                Some(r.v4),
-                Some(r.v6),
-                (!r.ipset.is_empty()).then_some(r.ipset),
-            )
-        }
-    }
-}
+use netwarden_render::RenderOptions;
 
 /// What one sync did.
 #[derive(Debug, Default, Clone)]
@@ -65,47 +52,85 @@ impl std::fmt::Display for SyncReport {
     }
 }
 
-/// Keeps pod netns in step with the engine through a [`Dataplane`].
-pub struct Syncer {
-    pub dataplane: Box<dyn Dataplane>,
-    pub backend: Backend,
-    pub options: RenderOptions,
-    /// Where each pod's rules went last time (to remove them when the pod goes).
-    programmed: BTreeMap<PodKey, PathBuf>,
-    /// The rules last computed per pod (the monitor resolves log prefixes through them).
-    pub current: BTreeMap<PodKey, PodRules>,
+/// Keeps pod netns in step with the engine, whatever the backend.
+pub trait Reconciler: Send {
+    fn backend(&self) -> Backend;
+
+    /// Recomputes and applies `pods` (typically `engine.take_dirty()`).
+    fn sync(&mut self, engine: &mut Engine, pods: BTreeSet<PodKey>) -> SyncReport;
+
+    /// Pods whose rules are programmed, with their netns.
+    fn programmed(&self) -> &BTreeMap<PodKey, PathBuf>;
+
+    /// The rules in force per pod (the monitor resolves log prefixes through them).
+    fn current(&self) -> &BTreeMap<PodKey, PodRules>;
+
     /// Also remove netwarden's rules from pods found not isolated that this process never
-    /// programmed: set for the first sync after a restart, so stale rules go.
-    pub converge_removals: bool,
+    /// programmed: for the first sync after a restart, so stale rules go.
+    fn set_converge_removals(&mut self, on: bool);
+
+    /// The programmed pods whose netns path now names another namespace (a sandbox restart)
+    /// or none: their next sync applies everything again.
+    fn netns_changed(&mut self) -> BTreeSet<PodKey>;
+
+    /// Removes netwarden's rules from every netns it programmed (used by the lab and tests).
+    fn remove_all(&mut self) -> Vec<String>;
+
+    /// What netwarden owns in `netns` as the kernel lists it.
+    fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError>;
 }
 
-impl Syncer {
-    pub fn new(dataplane: Box<dyn Dataplane>, backend: Backend, options: RenderOptions) -> Self {
+/// The reconciler of `backend`, with its dataplane.
+pub fn for_backend(backend: Backend, options: RenderOptions) -> Box<dyn Reconciler> {
+    match backend {
+        Backend::Nft => Box::new(Syncer::new(NftDataplane::new(options))),
+        Backend::Iptables => Box::new(Syncer::new(IptablesDataplane::new(options))),
+    }
+}
+
+/// The reconciler over one dataplane.
+pub struct Syncer<D: Dataplane> {
+    pub dataplane: D,
+    /// Where each pod's rules went last time (to remove them when the pod goes).
+    programmed: BTreeMap<PodKey, PathBuf>,
+    /// The rules in force per pod: updated only when they reached the kernel.
+    current: BTreeMap<PodKey, PodRules>,
+    converge_removals: bool,
+}
+
+impl<D: Dataplane> Syncer<D> {
+    pub fn new(dataplane: D) -> Self {
         Syncer {
             dataplane,
-            backend,
-            options,
             programmed: BTreeMap::new(),
             current: BTreeMap::new(),
             converge_removals: false,
         }
     }
 
-    /// Pods whose rules are programmed, with their netns.
-    pub fn programmed(&self) -> &BTreeMap<PodKey, PathBuf> {
-        &self.programmed
+    /// Removes what is ours from `netns`; a netns that is gone counts as clean.
+    fn remove_from(&mut self, key: &PodKey, netns: &Path, report: &mut SyncReport) -> bool {
+        match self.dataplane.remove(netns) {
+            Ok(()) => true,
+            Err(e) if e.netns_gone() => true,
+            Err(e) => {
+                report.errors.push(format!("{key}: {e}"));
+                report.failed.insert(key.clone());
+                false
+            }
+        }
+    }
+}
+
+impl<D: Dataplane> Reconciler for Syncer<D> {
+    fn backend(&self) -> Backend {
+        D::BACKEND
     }
 
-    /// Recomputes and applies `pods` (typically `engine.take_dirty()`).
-    pub fn sync(
-        &mut self,
-        engine: &mut Engine,
-        pods: impl IntoIterator<Item = PodKey>,
-    ) -> SyncReport {
+    fn sync(&mut self, engine: &mut Engine, pods: BTreeSet<PodKey>) -> SyncReport {
         let start = Instant::now();
         let mut report = SyncReport::default();
-        let pods: BTreeSet<PodKey> = pods.into_iter().collect();
-        let mut batch: Vec<(PodKey, PathBuf, RenderedRuleset)> = Vec::new();
+        let mut batch: Vec<(PodKey, PathBuf, PodRules, D::Ruleset)> = Vec::new();
         for key in pods {
             report.pods_considered += 1;
             let rules = engine.pod_rules(&key);
@@ -116,18 +141,9 @@ impl Syncer {
             // The pod left its old netns (deleted, or recreated elsewhere): clean the old one.
             if let Some(old) = self.programmed.get(&key).cloned() {
                 if netns.as_ref() != Some(&old) || rules.as_ref().is_none_or(|r| !r.is_isolated()) {
-                    match self.dataplane.remove(&old) {
-                        Ok(()) => {
-                            report.removed += 1;
-                            self.programmed.remove(&key);
-                        }
-                        Err(e) if e.netns_gone() => {
-                            self.programmed.remove(&key);
-                        }
-                        Err(e) => {
-                            report.errors.push(format!("{key}: {e}"));
-                            report.failed.insert(key.clone());
-                        }
+                    if self.remove_from(&key, &old, &mut report) {
+                        report.removed += 1;
+                        self.programmed.remove(&key);
                     }
                 }
             }
@@ -135,46 +151,44 @@ impl Syncer {
                 self.current.remove(&key);
                 continue;
             };
-            let isolated = rules.is_isolated();
-            self.current.insert(key.clone(), rules.clone());
-            if !isolated {
+            if !rules.is_isolated() {
                 if let (true, Some(netns)) = (self.converge_removals, &netns) {
-                    match self.dataplane.remove(netns) {
-                        Ok(()) => {}
-                        Err(e) if e.netns_gone() => {}
-                        Err(e) => {
-                            report.errors.push(format!("{key}: {e}"));
-                            report.failed.insert(key.clone());
-                        }
-                    }
+                    self.remove_from(&key, netns, &mut report);
                 }
+                self.current.insert(key, rules);
                 continue;
             }
             let Some(netns) = netns else {
                 report.skipped_no_netns += 1;
                 continue;
             };
-            let ruleset = render_ruleset(self.backend, &rules, &self.options);
-            batch.push((key, netns, ruleset));
+            match self.dataplane.render(&rules) {
+                Ok(ruleset) => batch.push((key, netns, rules, ruleset)),
+                // Refused: nothing is applied, the netns keeps what it had.
+                Err(e) => {
+                    report.errors.push(format!("refused: {e}"));
+                    report.failed.insert(key);
+                }
+            }
         }
-        // Render first, then apply everything at once: the backends can overlap the applies'
-        // waits (each `nft`/`iptables-restore` run mostly waits on the kernel).
-        let items: Vec<(PathBuf, RenderedRuleset)> = batch
+        // Render first, then apply everything at once: the backends overlap the applies'
+        // waits on the kernel.
+        let items: Vec<(PathBuf, D::Ruleset)> = batch
             .iter()
-            .map(|(_, netns, r)| (netns.clone(), r.clone()))
+            .map(|(_, netns, _, r)| (netns.clone(), r.clone()))
             .collect();
         let results = self.dataplane.apply_many(&items);
-        for ((key, netns, _), result) in batch.into_iter().zip(results) {
+        for ((key, netns, rules, _), result) in batch.into_iter().zip(results) {
             match result {
-                Ok(ApplyOutcome::Applied) => {
-                    report.applied += 1;
-                    self.programmed.insert(key, netns);
+                Ok(outcome) => {
+                    match outcome {
+                        ApplyOutcome::Applied => report.applied += 1,
+                        ApplyOutcome::Unchanged => report.unchanged += 1,
+                        ApplyOutcome::Removed => report.removed += 1,
+                    }
+                    self.programmed.insert(key.clone(), netns);
+                    self.current.insert(key, rules);
                 }
-                Ok(ApplyOutcome::Unchanged) => {
-                    report.unchanged += 1;
-                    self.programmed.insert(key, netns);
-                }
-                Ok(ApplyOutcome::Removed) => report.removed += 1,
                 Err(e) => {
                     self.dataplane.forget(&netns);
                     report.errors.push(format!("{key}: {e}"));
@@ -186,8 +200,28 @@ impl Syncer {
         report
     }
 
-    /// Removes netwarden's rules from every netns it programmed (used by the lab and tests).
-    pub fn remove_all(&mut self) -> Vec<String> {
+    fn programmed(&self) -> &BTreeMap<PodKey, PathBuf> {
+        &self.programmed
+    }
+
+    fn current(&self) -> &BTreeMap<PodKey, PodRules> {
+        &self.current
+    }
+
+    fn set_converge_removals(&mut self, on: bool) {
+        self.converge_removals = on;
+    }
+
+    fn netns_changed(&mut self) -> BTreeSet<PodKey> {
+        let changed: BTreeSet<PathBuf> = self.dataplane.changed_netns().into_iter().collect();
+        self.programmed
+            .iter()
+            .filter(|(_, netns)| changed.contains(*netns))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    fn remove_all(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
         for (key, netns) in std::mem::take(&mut self.programmed) {
             if let Err(e) = self.dataplane.remove(&netns) {
@@ -197,5 +231,77 @@ impl Syncer {
             }
         }
         errors
+    }
+
+    fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
+        self.dataplane.read_back(netns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwarden_dataplane::FakeDataplane;
+    use netwarden_engine::testing::{netpol, pod, selector};
+    use netwarden_engine::EngineOptions;
+
+    fn engine_with(ifname: &str) -> Engine {
+        let mut e = Engine::new(EngineOptions::default());
+        let mut p = pod("ns", "web", &[("app", "web")], &["10.0.0.1"]);
+        p.interfaces[0].name = ifname.into();
+        p.netns = Some("/run/netns/web".into());
+        e.set_pod(p);
+        e.set_policy(netpol(
+            "ns",
+            "deny",
+            selector(&[("app", "web")]),
+            Some(vec![]),
+            None,
+        ));
+        e
+    }
+
+    fn all(e: &Engine) -> BTreeSet<PodKey> {
+        e.pods().map(|p| p.key.clone()).collect()
+    }
+
+    #[test]
+    fn refused_pods_keep_their_rules_and_are_reported() {
+        let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
+        let mut e = engine_with("eth0");
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys.clone());
+        assert_eq!(report.applied, 1, "{report}");
+        let netns = PathBuf::from("/run/netns/web");
+        let before = syncer.dataplane.tables[&netns].clone();
+        // The interface is renamed to something nft cannot spell exactly: the pod is refused,
+        // loudly, and the rules in force stay (never replaced by rules matching nothing).
+        let mut e = engine_with("a\\b*");
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!(report.applied, 0);
+        assert_eq!(report.failed.len(), 1);
+        assert!(report.errors[0].contains("refused"), "{:?}", report.errors);
+        assert_eq!(syncer.dataplane.tables[&netns], before);
+        assert_eq!(
+            syncer.current()[&PodKey::new("ns", "web")].interfaces[0].name,
+            "eth0"
+        );
+    }
+
+    #[test]
+    fn a_recreated_netns_is_synced_again_in_full() {
+        let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
+        let mut e = engine_with("eth0");
+        let keys = all(&e);
+        syncer.sync(&mut e, keys.clone());
+        let netns = PathBuf::from("/run/netns/web");
+        syncer.dataplane.recreate(&netns);
+        assert!(!syncer.dataplane.tables.contains_key(&netns));
+        let changed = syncer.netns_changed();
+        assert_eq!(changed, keys);
+        // Nothing in the engine changed; the pod is re-applied because its netns did.
+        let report = syncer.sync(&mut e, changed);
+        assert_eq!(report.applied, 1, "{report}");
+        assert!(syncer.dataplane.tables.contains_key(&netns));
     }
 }

@@ -312,9 +312,15 @@ fn agent_e2e(backend: Backend) {
 
     // 5. `netwarden apply` (one pass): programs every pod and exits 0.
     write_policy(&dir, "other-policy.yaml", "other-in", "other", &["ok"]);
-    netwarden::lab::dataplane(backend)
-        .remove(&server)
+    {
+        use netwarden_dataplane::{Dataplane, IptablesDataplane, NftDataplane};
+        let options = netwarden_render::RenderOptions::default();
+        match backend {
+            Backend::Nft => NftDataplane::new(options).remove(&server),
+            Backend::Iptables => IptablesDataplane::new(options).remove(&server),
+        }
         .expect("clear the server's rules");
+    }
     assert!(!has_rules(backend, &server));
     let out = Command::new(BIN)
         .args(["apply", "-f"])

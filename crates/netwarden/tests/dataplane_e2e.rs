@@ -17,8 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::*;
-use netwarden::lab::{dataplane, EnforcedLab, LabCheckOptions};
-use netwarden::sync::Syncer;
+use netwarden::lab::{EnforcedLab, LabCheckOptions};
+use netwarden::sync::for_backend;
 use netwarden_dataplane::Backend;
 use netwarden_engine::{Engine, EngineOptions, PodKey, Policy};
 use netwarden_lab::ProbeDetail;
@@ -33,7 +33,7 @@ fn engine_of(inventory: &netwarden_manifest::Inventory) -> Engine {
     netwarden::inventory::engine_from(inventory, EngineOptions::default())
 }
 
-fn all_pods(engine: &Engine) -> Vec<PodKey> {
+fn all_pods(engine: &Engine) -> std::collections::BTreeSet<PodKey> {
     engine.pods().map(|p| p.key.clone()).collect()
 }
 
@@ -74,7 +74,7 @@ fn atomicity(backend: Backend) {
     let (plain, extra) = (policy(plain), policy(extra));
 
     let mut engine = engine_of(&inv);
-    let mut syncer = Syncer::new(dataplane(backend), backend, RenderOptions::default());
+    let mut syncer = for_backend(backend, RenderOptions::default());
     let all = all_pods(&engine);
     let first = syncer.sync(&mut engine, all);
     assert!(first.errors.is_empty(), "first sync: {:?}", first.errors);
@@ -229,7 +229,7 @@ fn cleanup(backend: Backend) {
     let (server, other) = (netns_of(&lab, "server"), netns_of(&lab, "other"));
 
     let mut engine = engine_of(&inv);
-    let mut syncer = Syncer::new(dataplane(backend), backend, RenderOptions::default());
+    let mut syncer = for_backend(backend, RenderOptions::default());
     let all = all_pods(&engine);
     let first = syncer.sync(&mut engine, all);
     assert!(first.errors.is_empty(), "first sync: {:?}", first.errors);

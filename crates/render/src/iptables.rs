@@ -14,26 +14,30 @@
 //! ```text
 //! INPUT:   -i lo ACCEPT · ctstate RELATED,ESTABLISHED ACCEPT · [v6: ICMPv6 RS/RA/NS/NA ACCEPT]
 //!          · -j DANM_INGRESS_V4
-//! OUTPUT:  -o lo ACCEPT · established ACCEPT · [v6: ND] · [DNS tcp/udp 53 ACCEPT]
-//!          · -j DANM_EGRESS_V4
+//! OUTPUT:  -o lo ACCEPT · established ACCEPT · [v6: ND] · -j DANM_EGRESS_V4
 //! FORWARD: REJECT (tcp-reset / port-unreachable) when an interface is isolated (enforced)
 //! DANM_INGRESS_V4: -i eth0 -j DANM_IN_0   (a direction that is isolated or monitored)
 //!                  -i net1 -j ACCEPT      (an open direction passes untouched)
-//! DANM_IN_0:       allow rules … then deny log … then REJECT
+//! DANM_IN_0:       [implicit DNS] allow rules … then deny log … then REJECT
 //! ```
 //!
 //! The seed puts its terminal REJECT in INPUT/OUTPUT after the jump; here it lives at the end of
 //! each per-interface chain instead, because a NetworkPolicy isolates only the primary interface
-//! and a MultiNetworkPolicy only some networks: traffic of an open interface must pass. Traffic
-//! on an interface the engine does not know (none of the pod's L3 interfaces) falls back to the
-//! built-in chains' ACCEPT policy — except when an interface name cannot be written safely into
-//! a rule (see [`safe_interface_name`]): then that interface cannot be matched, so the dispatch
-//! chain of that direction ends with a REJECT for every interface not dispatched (fail closed).
+//! and a MultiNetworkPolicy only some networks: traffic of an open interface must pass. Outgoing
+//! DNS without a rule (SPEC 3.1) is an allow rule of the view that implies it, at the top of the
+//! interface's chain.
+//!
+//! Interface names are written as they are when they are plain (`[A-Za-z0-9_.@-]`), else in
+//! double quotes with `\` and `"` escaped (iptables-restore's quoting). iptables reads a trailing
+//! `+` as a wildcard and has no escape for it: a pod with such an interface is refused
+//! ([`RenderError`]), never programmed with a rule that would match other interfaces or none.
 //!
 //! # Peers
 //!
 //! Peer addresses go into `hash:net` ipsets, one `-m set --match-set NAME src|dst` per clause,
-//! so the rule count does not grow with the number of peers. A set's name is derived from its
+//! so the rule count does not grow with the number of peers. `hash:net` takes no `/0`, so an
+//! "everything" block is stored as its two halves (`0.0.0.0/1`, `128.0.0.0/1`; `::/1`,
+//! `8000::/1`). A set's name is derived from its
 //! content (`nw4-<fnv64 of the CIDRs>`): a name always means the same addresses, so the sets of
 //! a new ruleset can be created next to the old ones before the restore switches the rules over,
 //! and no packet ever sees an old rule with new set content or the reverse. Each set is still
@@ -52,12 +56,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use ipnet::IpNet;
 use netwarden_engine::{
-    AddrSet, Clause, Direction, DirectionRules, Isolation, PeerMatch, PodRules, PortMatch,
+    AddrSet, Direction, DirectionRules, Family, Isolation, PeerMatch, PodRules, PortMatch,
     PortRange, Protocol,
 };
 
+use crate::hash::hash_bytes;
 use crate::logkey::{log_key_for, log_prefix, LogAction, LogKey};
+use crate::nft::RenderError;
+use crate::options::RenderOptions;
 
 /// The fastest rate `-m limit` can hold: it counts in 1/10,000 s, so 10,000/s (600,000/min).
 /// iptables-restore rejects the whole ruleset for a faster rate ("Rate too fast"), so a faster
@@ -65,13 +73,16 @@ use crate::logkey::{log_key_for, log_prefix, LogAction, LogKey};
 const LIMIT_MAX_PER_MINUTE: u32 = 600_000;
 /// The largest `--limit-burst` iptables accepts (above it the restore fails).
 const LIMIT_MAX_BURST: u32 = 10_000;
-use crate::options::RenderOptions;
 
 /// The entry chains of seed 004.
 pub const INGRESS_V4: &str = "DANM_INGRESS_V4";
 pub const EGRESS_V4: &str = "DANM_EGRESS_V4";
 pub const INGRESS_V6: &str = "DANM_INGRESS_V6";
 pub const EGRESS_V6: &str = "DANM_EGRESS_V6";
+
+/// Prefix of every chain netwarden creates in iptables mode (how another backend's leftovers are
+/// recognised).
+pub const CHAIN_PREFIX: &str = "DANM_";
 
 /// Prefixes of the ipsets netwarden owns (live and temporary, both families). Nothing else in a
 /// pod netns is ever destroyed.
@@ -83,12 +94,27 @@ const MULTIPORT_MAX: usize = 15;
 /// Default `maxelem` of an ipset; larger sets get their size instead.
 const IPSET_MAXELEM: usize = 65536;
 
+/// One `hash:net` ipset the rules reference; its name is a function of family and content.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IpsetDef {
+    pub name: String,
+    pub family: Family,
+    /// What the set holds, never a `/0` (see the module doc).
+    pub cidrs: Vec<IpNet>,
+}
+
+impl IpsetDef {
+    /// The temporary set the content is filled into before it is swapped in.
+    pub fn temporary_name(&self) -> String {
+        self.name.replacen("nw", "nwt", 1)
+    }
+}
+
 /// What one pod netns is programmed with in iptables mode.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct IptablesRuleset {
-    /// `ipset restore` script: creates, fills and swaps in every set the rules reference.
-    /// Empty when no set is needed.
-    pub ipset: String,
+    /// Every set the rules reference (sorted by name).
+    pub sets: Vec<IpsetDef>,
     /// `iptables-restore` text: the whole filter table.
     pub v4: String,
     /// `ip6tables-restore` text: the whole filter table.
@@ -100,15 +126,40 @@ impl IptablesRuleset {
     /// everything netwarden had programmed (stale sets are destroyed after the restore).
     pub fn empty() -> Self {
         IptablesRuleset {
-            ipset: String::new(),
+            sets: Vec::new(),
             v4: empty_filter_table(),
             v6: empty_filter_table(),
         }
     }
 
-    /// Names of the live sets the `ipset` script creates (what the rules reference).
+    /// Names of the live sets the rules reference.
     pub fn set_names(&self) -> BTreeSet<String> {
-        set_names(&self.ipset)
+        self.sets.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// `ipset restore` script: for each set, make sure the live set exists, fill a temporary,
+    /// swap it in and destroy it. `maxelem` depends only on the content, so `create -exist` of
+    /// an existing live set (same name, same content) is always accepted. Empty when there is
+    /// no set.
+    pub fn ipset_script(&self) -> String {
+        let mut out = String::new();
+        for set in &self.sets {
+            let tmp = set.temporary_name();
+            let spec = format!(
+                "hash:net family {} maxelem {}",
+                ipset_family(set.family),
+                set.cidrs.len().max(IPSET_MAXELEM)
+            );
+            let _ = writeln!(out, "create {} {spec} -exist", set.name);
+            let _ = writeln!(out, "create {tmp} {spec} -exist");
+            let _ = writeln!(out, "flush {tmp}");
+            for c in &set.cidrs {
+                let _ = writeln!(out, "add {tmp} {c}");
+            }
+            let _ = writeln!(out, "swap {tmp} {}", set.name);
+            let _ = writeln!(out, "destroy {tmp}");
+        }
+        out
     }
 }
 
@@ -123,22 +174,7 @@ pub fn is_owned_set(name: &str) -> bool {
     OWNED_SET_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// The live set names an `ipset` script from [`render_iptables`] creates.
-pub fn set_names(ipset_script: &str) -> BTreeSet<String> {
-    ipset_script
-        .lines()
-        .filter_map(|l| l.strip_prefix("create "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("nw4-") || n.starts_with("nw6-"))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Whether an interface name can be written into a rule as is: what Linux allows in an
-/// interface name (1-15 bytes), restricted to `[A-Za-z0-9_.@-]`. `+` is excluded because
-/// iptables reads a trailing `+` as a wildcard; quotes, `#` and spaces would change the meaning
-/// of the restore text. Names the kernel accepts but this does not are matched by nothing (see
-/// the module doc for the fail-closed fallback).
+/// Whether an interface name can be written into a rule as is, unquoted: `[A-Za-z0-9_.@-]`.
 pub fn safe_interface_name(name: &str) -> bool {
     (1..=15).contains(&name.len())
         && name
@@ -146,50 +182,68 @@ pub fn safe_interface_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@' | b'-'))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Family {
-    V4,
-    V6,
+/// An interface name as an iptables-restore argument matching exactly that interface, or why
+/// there is none.
+pub fn iptables_ifname(name: &str) -> Result<String, &'static str> {
+    if name.is_empty() {
+        return Err("an empty name matches nothing");
+    }
+    if name.ends_with('+') {
+        return Err("iptables reads a trailing '+' as a wildcard and has no escape for it (the nft backend matches it)");
+    }
+    if safe_interface_name(name) {
+        return Ok(name.to_string());
+    }
+    Ok(format!(
+        "\"{}\"",
+        name.replace('\\', "\\\\").replace('"', "\\\"")
+    ))
 }
 
-impl Family {
-    fn entry_chain(self, dir: Direction) -> &'static str {
-        match (self, dir) {
-            (Family::V4, Direction::Ingress) => INGRESS_V4,
-            (Family::V4, Direction::Egress) => EGRESS_V4,
-            (Family::V6, Direction::Ingress) => INGRESS_V6,
-            (Family::V6, Direction::Egress) => EGRESS_V6,
-        }
+fn entry_chain(family: Family, dir: Direction) -> &'static str {
+    match (family, dir) {
+        (Family::Ipv4, Direction::Ingress) => INGRESS_V4,
+        (Family::Ipv4, Direction::Egress) => EGRESS_V4,
+        (Family::Ipv6, Direction::Ingress) => INGRESS_V6,
+        (Family::Ipv6, Direction::Egress) => EGRESS_V6,
     }
+}
 
-    fn port_unreachable(self) -> &'static str {
-        match self {
-            Family::V4 => "icmp-port-unreachable",
-            Family::V6 => "icmp6-port-unreachable",
-        }
+fn port_unreachable(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "icmp-port-unreachable",
+        Family::Ipv6 => "icmp6-port-unreachable",
     }
+}
 
-    fn ipset_family(self) -> &'static str {
-        match self {
-            Family::V4 => "inet",
-            Family::V6 => "inet6",
-        }
+fn ipset_family(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "inet",
+        Family::Ipv6 => "inet6",
     }
+}
 
-    fn tag(self) -> &'static str {
-        match self {
-            Family::V4 => "4",
-            Family::V6 => "6",
-        }
+fn family_tag(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "4",
+        Family::Ipv6 => "6",
     }
+}
 
-    /// The CIDRs of `set` in this family, as text (empty: the set matches nothing here).
-    fn cidrs(self, set: &AddrSet) -> Vec<String> {
-        match self {
-            Family::V4 => set.v4_cidrs().iter().map(ToString::to_string).collect(),
-            Family::V6 => set.v6_cidrs().iter().map(ToString::to_string).collect(),
-        }
-    }
+/// The CIDRs of `set` in `family` as a `hash:net` set holds them: a `/0` becomes its two
+/// halves. Empty: the set matches nothing in this family.
+fn ipset_cidrs(family: Family, set: &AddrSet) -> Vec<IpNet> {
+    let cidrs: Vec<IpNet> = match family {
+        Family::Ipv4 => set.v4_cidrs().into_iter().map(IpNet::V4).collect(),
+        Family::Ipv6 => set.v6_cidrs().into_iter().map(IpNet::V6).collect(),
+    };
+    cidrs
+        .into_iter()
+        .flat_map(|c| match c.prefix_len() {
+            0 => c.subnets(1).expect("a /0 has /1 subnets").collect(),
+            _ => vec![c],
+        })
+        .collect()
 }
 
 /// Per-interface chain name: generated, never from an object's name.
@@ -200,54 +254,28 @@ fn sub_chain(dir: Direction, index: usize) -> String {
     }
 }
 
-/// 64-bit FNV-1a: stable across Rust releases (unlike `DefaultHasher`), so set names survive an
-/// agent upgrade and a restarted agent converges on the same names.
-fn fnv64(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in data {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 /// The sets referenced by a ruleset, by name; the name is a function of family and content.
 #[derive(Default)]
 struct SetRegistry {
-    sets: BTreeMap<String, (Family, Vec<String>)>,
+    sets: BTreeMap<String, IpsetDef>,
 }
 
 impl SetRegistry {
     /// The set holding `cidrs` (non-empty), registering it on first use.
-    fn name_for(&mut self, family: Family, cidrs: Vec<String>) -> String {
-        let key = format!("{}|{}", family.tag(), cidrs.join(","));
-        let name = format!("nw{}-{:016x}", family.tag(), fnv64(key.as_bytes()));
-        self.sets.entry(name.clone()).or_insert((family, cidrs));
+    fn name_for(&mut self, family: Family, cidrs: Vec<IpNet>) -> String {
+        let listed: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+        let key = format!("{}|{}", family_tag(family), listed.join(","));
+        let name = format!(
+            "nw{}-{:016x}",
+            family_tag(family),
+            hash_bytes(key.as_bytes())
+        );
+        self.sets.entry(name.clone()).or_insert(IpsetDef {
+            name: name.clone(),
+            family,
+            cidrs,
+        });
         name
-    }
-
-    /// `ipset restore` script: for each set, make sure the live set exists, fill a temporary,
-    /// swap it in and destroy it. `maxelem` depends only on the content, so `create -exist` of
-    /// an existing live set (same name, same content) is always accepted.
-    fn script(&self) -> String {
-        let mut out = String::new();
-        for (name, (family, cidrs)) in &self.sets {
-            let tmp = name.replacen("nw", "nwt", 1);
-            let spec = format!(
-                "hash:net family {} maxelem {}",
-                family.ipset_family(),
-                cidrs.len().max(IPSET_MAXELEM)
-            );
-            let _ = writeln!(out, "create {name} {spec} -exist");
-            let _ = writeln!(out, "create {tmp} {spec} -exist");
-            let _ = writeln!(out, "flush {tmp}");
-            for c in cidrs {
-                let _ = writeln!(out, "add {tmp} {c}");
-            }
-            let _ = writeln!(out, "swap {tmp} {name}");
-            let _ = writeln!(out, "destroy {tmp}");
-        }
-        out
     }
 }
 
@@ -344,7 +372,7 @@ impl FamilyRenderer<'_> {
 
     fn reject(&mut self, chain: &str) {
         self.rule(chain, "-p tcp -j REJECT --reject-with tcp-reset");
-        let unreachable = format!("-j REJECT --reject-with {}", self.family.port_unreachable());
+        let unreachable = format!("-j REJECT --reject-with {}", port_unreachable(self.family));
         self.rule(chain, &unreachable);
     }
 
@@ -364,32 +392,39 @@ impl FamilyRenderer<'_> {
         self.rule(chain, &spec);
     }
 
-    /// The rules of `isolation` with `action`; an open view allows everything.
+    /// The rules of `isolation` with `action` (preceded by outgoing DNS when `dns`); an open
+    /// view allows everything.
     fn allow_rules(
         &mut self,
         chain: &str,
         dir: Direction,
         isolation: &Isolation,
+        dns: bool,
         action: AllowAction,
     ) {
         let target = action.target();
-        let clauses: Vec<&Clause> = match isolation {
+        let rules = match isolation {
             Isolation::Open => {
                 self.rule(chain, &target);
                 return;
             }
-            Isolation::Isolated(rules) => rules.iter().flat_map(|r| &r.clauses).collect(),
+            Isolation::Isolated(rules) => rules,
         };
+        if dns {
+            for proto in ["udp", "tcp"] {
+                self.rule(chain, &format!("-p {proto} -m {proto} --dport 53 {target}"));
+            }
+        }
         let side = match dir {
             Direction::Ingress => "src",
             Direction::Egress => "dst",
         };
         let mut seen = BTreeSet::new();
-        for clause in clauses {
+        for clause in rules.iter().flat_map(|r| &r.clauses) {
             let peer = match &clause.peers {
                 PeerMatch::Any => String::new(),
                 PeerMatch::Addrs(set) => {
-                    let cidrs = self.family.cidrs(set);
+                    let cidrs = ipset_cidrs(self.family, set);
                     if cidrs.is_empty() {
                         continue; // matches nothing in this family
                     }
@@ -426,8 +461,9 @@ impl FamilyRenderer<'_> {
         } else {
             None
         };
+        let dns = dr.implicit_dns;
         if !dr.has_monitor() {
-            self.allow_rules(chain, dir, &dr.enforced, AllowAction::Accept);
+            self.allow_rules(chain, dir, &dr.enforced, dns.enforced, AllowAction::Accept);
             self.log(chain, None, LogAction::Deny, deny_key);
             self.reject(chain);
             return;
@@ -435,8 +471,20 @@ impl FamilyRenderer<'_> {
         let (allow, staged) = (self.opts.allow_mark, self.opts.staged_mark);
         let both = allow | staged;
         self.rule(chain, &format!("-j MARK --set-xmark 0x0/{both:#x}"));
-        self.allow_rules(chain, dir, &dr.enforced, AllowAction::Mark(allow));
-        self.allow_rules(chain, dir, &dr.staged, AllowAction::Mark(staged));
+        self.allow_rules(
+            chain,
+            dir,
+            &dr.enforced,
+            dns.enforced,
+            AllowAction::Mark(allow),
+        );
+        self.allow_rules(
+            chain,
+            dir,
+            &dr.staged,
+            dns.staged,
+            AllowAction::Mark(staged),
+        );
         // Would-deny: the enforced view allows, the staged view does not.
         self.log(chain, Some((allow, both)), LogAction::WouldDeny, key);
         self.rule(
@@ -447,49 +495,33 @@ impl FamilyRenderer<'_> {
         self.reject(chain);
     }
 
-    fn render(mut self, pod: &PodRules) -> String {
-        let v6 = self.family == Family::V6;
+    fn render(mut self, pod: &PodRules) -> Result<String, RenderError> {
+        let v6 = self.family == Family::Ipv6;
         let fam = self.family;
         let (ingress, egress) = (
-            fam.entry_chain(Direction::Ingress),
-            fam.entry_chain(Direction::Egress),
+            entry_chain(fam, Direction::Ingress),
+            entry_chain(fam, Direction::Egress),
         );
         self.chains.push(ingress.to_string());
         self.chains.push(egress.to_string());
         // Built-in chains: seed 004's "quality of life" rules, then the jump.
-        self.rule("INPUT", "-i lo -j ACCEPT");
-        self.rule(
-            "INPUT",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-        );
         let nd = ["133", "134", "135", "136"]; // router/neighbour solicitation/advertisement
-        if v6 {
-            for t in nd {
-                self.rule(
-                    "INPUT",
-                    &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"),
-                );
+        for (chain, lo, entry) in [("INPUT", "-i lo", ingress), ("OUTPUT", "-o lo", egress)] {
+            self.rule(chain, &format!("{lo} -j ACCEPT"));
+            self.rule(
+                chain,
+                "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            );
+            if v6 {
+                for t in nd {
+                    self.rule(
+                        chain,
+                        &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"),
+                    );
+                }
             }
+            self.rule(chain, &format!("-j {entry}"));
         }
-        self.rule("INPUT", &format!("-j {ingress}"));
-        self.rule("OUTPUT", "-o lo -j ACCEPT");
-        self.rule(
-            "OUTPUT",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-        );
-        if v6 {
-            for t in nd {
-                self.rule(
-                    "OUTPUT",
-                    &format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT"),
-                );
-            }
-        }
-        if self.opts.allow_dns {
-            self.rule("OUTPUT", "-p udp -m udp --dport 53 -j ACCEPT");
-            self.rule("OUTPUT", "-p tcp -m tcp --dport 53 -j ACCEPT");
-        }
-        self.rule("OUTPUT", &format!("-j {egress}"));
         // Forwarding through an isolated pod is rejected; monitoring alone never changes what
         // is enforced, so only the enforced view counts here.
         let enforced_isolated = pod
@@ -500,30 +532,30 @@ impl FamilyRenderer<'_> {
             self.reject("FORWARD");
         }
         for dir in [Direction::Ingress, Direction::Egress] {
-            let entry = fam.entry_chain(dir);
+            let entry = entry_chain(fam, dir);
             let flag = match dir {
                 Direction::Ingress => "-i",
                 Direction::Egress => "-o",
             };
-            let mut unmatchable_isolated = false;
             for (index, iface) in pod.interfaces.iter().enumerate() {
                 let dr = iface.direction(dir);
                 let needs_chain = dr.enforced.is_isolated() || dr.has_monitor();
-                if !safe_interface_name(&iface.name) {
-                    unmatchable_isolated |= dr.enforced.is_isolated();
-                    continue;
-                }
+                let name = iptables_ifname(&iface.name).map_err(|reason| {
+                    RenderError::UnmatchableInterface {
+                        pod: pod.pod.clone(),
+                        name: iface.name.clone(),
+                        backend: "iptables",
+                        reason,
+                    }
+                })?;
                 if !needs_chain {
-                    self.rule(entry, &format!("{flag} {} -j ACCEPT", iface.name));
+                    self.rule(entry, &format!("{flag} {name} -j ACCEPT"));
                     continue;
                 }
                 let chain = sub_chain(dir, index);
-                self.rule(entry, &format!("{flag} {} -j {chain}", iface.name));
+                self.rule(entry, &format!("{flag} {name} -j {chain}"));
                 let key = log_key_for(pod, &iface.name, dir).map(|k| k.0);
                 self.direction_chain(&chain, dir, dr, key);
-            }
-            if unmatchable_isolated {
-                self.reject(entry);
             }
         }
         let mut out = String::from(
@@ -540,16 +572,19 @@ impl FamilyRenderer<'_> {
             }
         }
         out.push_str("COMMIT\n");
-        out
+        Ok(out)
     }
 }
 
 /// Renders everything iptables mode programs into the pod's netns. A pod nothing isolates (in
-/// either view) gets [`IptablesRuleset::empty`]. `opts` is assumed valid
-/// ([`RenderOptions::validate`]).
-pub fn render_iptables(rules: &PodRules, opts: &RenderOptions) -> IptablesRuleset {
+/// either view) gets [`IptablesRuleset::empty`]; a pod with an interface iptables cannot match
+/// exactly is refused. `opts` is assumed valid ([`RenderOptions::validate`]).
+pub fn render_iptables(
+    rules: &PodRules,
+    opts: &RenderOptions,
+) -> Result<IptablesRuleset, RenderError> {
     if !rules.is_isolated() {
-        return IptablesRuleset::empty();
+        return Ok(IptablesRuleset::empty());
     }
     let mut sets = SetRegistry::default();
     let mut family = |family| {
@@ -562,20 +597,21 @@ pub fn render_iptables(rules: &PodRules, opts: &RenderOptions) -> IptablesRulese
         }
         .render(rules)
     };
-    let v4 = family(Family::V4);
-    let v6 = family(Family::V6);
-    IptablesRuleset {
-        ipset: sets.script(),
+    let v4 = family(Family::Ipv4)?;
+    let v6 = family(Family::Ipv6)?;
+    Ok(IptablesRuleset {
+        sets: sets.sets.into_values().collect(),
         v4,
         v6,
-    }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use netwarden_engine::{
-        AllowRule, InterfaceRules, Mode, NetworkId, ObjectKey, PolicyKind, PolicyRef, RuleOrigin,
+        AllowRule, Clause, InterfaceRules, Mode, NetworkId, ObjectKey, PolicyKind, PolicyRef,
+        RuleOrigin,
     };
     use std::sync::Arc;
 
@@ -617,12 +653,19 @@ mod tests {
 
     #[test]
     fn interface_names_are_checked() {
-        for ok in ["eth0", "net1", "vlan.10", "a-b_c@d", "x23456789012345"] {
-            assert!(safe_interface_name(ok), "{ok}");
+        for plain in ["eth0", "net1", "vlan.10", "a-b_c@d", "x23456789012345"] {
+            assert!(safe_interface_name(plain), "{plain}");
+            assert_eq!(iptables_ifname(plain).unwrap(), plain);
         }
-        for bad in ["", "eth+", "a b", "a\"b", "x#", "x234567890123456", "ü"] {
-            assert!(!safe_interface_name(bad), "{bad:?}");
-        }
+        // Kernel-legal names iptables must quote: matched exactly, never dropped.
+        assert_eq!(iptables_ifname("a\"b;").unwrap(), r#""a\"b;""#);
+        assert_eq!(iptables_ifname("x\\y*").unwrap(), r#""x\\y*""#);
+        assert_eq!(iptables_ifname("#c").unwrap(), r##""#c""##);
+        assert_eq!(iptables_ifname("-j").unwrap(), "-j");
+        // A trailing '+' is a wildcard with no escape: refused.
+        assert!(iptables_ifname("a\"b;+").is_err());
+        assert!(iptables_ifname("eth+").is_err());
+        assert!(iptables_ifname("").is_err());
     }
 
     fn isolated_pod(iface: &str) -> PodRules {
@@ -660,36 +703,62 @@ mod tests {
     }
 
     #[test]
-    fn unmatchable_interface_fails_closed() {
-        let ok = render_iptables(&isolated_pod("eth0"), &RenderOptions::default());
+    fn unusual_interface_names_are_covered_or_refused() {
+        let ok = render_iptables(&isolated_pod("eth0"), &RenderOptions::default()).unwrap();
         assert!(
             ok.v4.contains("-A DANM_INGRESS_V4 -i eth0 -j DANM_IN_0\n"),
             "{}",
             ok.v4
         );
+        let quoted = render_iptables(&isolated_pod("we\"ird;"), &RenderOptions::default()).unwrap();
         assert!(
-            !ok.v4.contains("-A DANM_INGRESS_V4 -p tcp -j REJECT"),
+            quoted
+                .v4
+                .contains("-A DANM_INGRESS_V4 -i \"we\\\"ird;\" -j DANM_IN_0\n"),
             "{}",
-            ok.v4
+            quoted.v4
         );
+        let refused = render_iptables(&isolated_pod("a\"b;+"), &RenderOptions::default());
+        assert!(
+            matches!(refused, Err(RenderError::UnmatchableInterface { ref name, .. }) if name == "a\"b;+"),
+            "{refused:?}"
+        );
+    }
 
-        let bad = render_iptables(&isolated_pod("we\"ird"), &RenderOptions::default());
-        assert!(
-            !bad.v4.contains("we\"ird") && !bad.v6.contains("we\"ird"),
-            "{}",
-            bad.v4
-        );
-        assert!(bad
-            .v4
-            .contains("-A DANM_INGRESS_V4 -p tcp -j REJECT --reject-with tcp-reset\n"));
-        assert!(bad
-            .v6
-            .contains("-A DANM_INGRESS_V6 -j REJECT --reject-with icmp6-port-unreachable\n"));
+    #[test]
+    fn everything_blocks_are_stored_as_two_halves() {
+        let mut pod = isolated_pod("eth0");
+        let everything = AddrSet::everything();
+        let rule = AllowRule {
+            origin: RuleOrigin {
+                policy: PolicyRef {
+                    kind: PolicyKind::NetworkPolicy,
+                    key: ObjectKey::new("ns", "all"),
+                },
+                direction: Direction::Ingress,
+                index: 0,
+                mode: Mode::Enforce,
+            },
+            clauses: vec![Clause {
+                peers: PeerMatch::Addrs(Arc::new(everything)),
+                ports: PortMatch::Any,
+            }],
+        };
+        pod.interfaces[0].ingress.enforced = Isolation::Isolated(vec![rule]);
+        pod.interfaces[0].ingress.staged = pod.interfaces[0].ingress.enforced.clone();
+        let r = render_iptables(&pod, &RenderOptions::default()).unwrap();
+        let cidrs: Vec<String> = r
+            .sets
+            .iter()
+            .flat_map(|s| s.cidrs.iter().map(ToString::to_string))
+            .collect();
+        assert_eq!(cidrs, ["0.0.0.0/1", "128.0.0.0/1", "::/1", "8000::/1"]);
+        assert!(!r.ipset_script().contains("/0"), "{}", r.ipset_script());
     }
 
     #[test]
     fn set_names_and_ownership() {
-        let r = render_iptables(&isolated_pod("eth0"), &RenderOptions::default());
+        let r = render_iptables(&isolated_pod("eth0"), &RenderOptions::default()).unwrap();
         let names = r.set_names();
         assert_eq!(names.len(), 1);
         let name = names.iter().next().unwrap();
@@ -697,7 +766,7 @@ mod tests {
         assert!(is_owned_set(name) && is_owned_set(&name.replacen("nw", "nwt", 1)));
         assert!(!is_owned_set("KUBE-SRC-ABC") && !is_owned_set("nw-other"));
         assert!(r
-            .ipset
+            .ipset_script()
             .contains(&format!("swap {} {name}\n", name.replacen("nw", "nwt", 1))));
         assert_eq!(
             render_iptables(
@@ -706,7 +775,8 @@ mod tests {
                     ..isolated_pod("x")
                 },
                 &RenderOptions::default()
-            ),
+            )
+            .unwrap(),
             IptablesRuleset::empty()
         );
     }
@@ -730,7 +800,7 @@ mod tests {
             log_burst: 4,
             ..RenderOptions::default()
         };
-        let r = render_iptables(&pod, &opts);
+        let r = render_iptables(&pod, &opts).unwrap();
         assert!(
             r.v4.contains("-A DANM_IN_0 -j MARK --set-xmark 0x0/0x300\n"),
             "{}",
@@ -751,7 +821,7 @@ mod tests {
             log_burst: 1_000_000,
             ..opts
         };
-        let r = render_iptables(&pod, &fast);
+        let r = render_iptables(&pod, &fast).unwrap();
         assert!(
             r.v4.contains("-m limit --limit 600000/min --limit-burst 10000 -j NFLOG"),
             "{}",

@@ -1,21 +1,26 @@
 //! netwarden-render: pure functions from the engine's [`PodRules`](netwarden_engine::PodRules)
 //! to the text a pod netns is programmed with.
 //!
-//! - [`nft`]: one `nft -f` transaction updating table `inet netwarden` in place (the default
-//!   backend): chains flushed and refilled, peer sets named by content, no set deleted while a
+//! - [`nft`]: the table `inet netwarden` as a typed value and the transactions updating it in
+//!   place (the default backend), printed as nft syntax for people and as libnftables JSON for
+//!   the kernel: chains flushed and refilled, peer sets named by content, no set deleted while a
 //!   rule being replaced may still look it up.
-//! - [`iptables`]: `iptables-restore`/`ip6tables-restore` text (seed 004's compatibility backend).
-//! - [`options`]: marks, NFLOG group, rate limits and the switches of SPEC 3.1.
+//! - [`iptables`]: `iptables-restore`/`ip6tables-restore` text and typed ipsets (seed 004's
+//!   compatibility backend).
+//! - [`options`]: marks, NFLOG group, rate limits and the forwarding switch of SPEC 3.1.
+//! - [`hash`]: the one stable content hash (set names, log keys, ruleset fingerprints).
 //! - [`logkey`]: the NFLOG prefix contract between the rules and the event collector.
 //! - [`tracer`]: a packet tracer walking the same intermediate representation the nft text is
 //!   rendered from, so verdict tests need no kernel.
 //!
-//! Nothing from an object's names, labels or annotations is written into the rule text: chains,
-//! sets and log prefixes use generated names, and interface names (validated at the edge) are
-//! the only strings from the outside world, always quoted.
+//! Nothing from an object's names, labels or annotations is written into the rules: chains,
+//! sets and log prefixes use generated names. Interface names are the only strings from the
+//! outside world; each backend matches them exactly (escaped as its syntax needs) or refuses the
+//! pod ([`RenderError`]) — an interface is never silently left out.
 
 #![forbid(unsafe_code)]
 
+pub mod hash;
 pub mod iptables;
 pub mod logkey;
 pub mod nft;
@@ -27,5 +32,5 @@ pub use logkey::{
 };
 
 pub use iptables::{render_iptables, IptablesRuleset};
-pub use nft::{render_nft, rule_count};
+pub use nft::{render_nft, rule_count, RenderError};
 pub use options::RenderOptions;

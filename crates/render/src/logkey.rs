@@ -11,6 +11,8 @@ use std::fmt;
 
 use netwarden_engine::{Direction, NetworkId, PodRules, PolicyRef, StagedCause};
 
+use crate::hash::hash_parts;
+
 /// What a log message reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogAction {
@@ -89,24 +91,7 @@ pub struct LogKeyInfo {
     pub cause: StagedCause,
 }
 
-const FNV_OFFSET: u32 = 0x811c_9dc5;
-const FNV_PRIME: u32 = 0x0100_0193;
-
-fn fnv1a(parts: &[&[u8]]) -> u32 {
-    let mut h = FNV_OFFSET;
-    for part in parts {
-        for &b in *part {
-            h ^= u32::from(b);
-            h = h.wrapping_mul(FNV_PRIME);
-        }
-        // Separator so ("ab","c") and ("a","bc") differ.
-        h ^= 0xff;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
-}
-
-/// The key of every (interface, direction) of the pod. Stable: FNV-1a of the interface name and
+/// The key of every (interface, direction) of the pod. Stable: a hash of the interface name and
 /// direction, so a key survives unrelated changes of the pod's rules. Collisions inside one pod
 /// (rare: a handful of interfaces) are resolved by rehashing with a counter, visiting pairs in
 /// sorted order so the result does not depend on the order of `rules.interfaces`.
@@ -134,7 +119,8 @@ pub(crate) fn assign_keys(rules: &PodRules) -> BTreeMap<(String, Direction), Log
             } else {
                 vec![name.as_bytes(), dir.as_str().as_bytes(), &salt]
             };
-            let k = fnv1a(&parts);
+            // The low 32 bits of the project's content hash (8 hex digits in the prefix).
+            let k = hash_parts(&parts) as u32;
             if used.insert(k) {
                 break k;
             }

@@ -1,5 +1,5 @@
 //! Knobs of the rendered rules that are not policy: marks, NFLOG group, log rate limits and the
-//! switches of SPEC 3.1. Shared by the nft and iptables renderers and by the monitor (which
+//! forwarding switch of SPEC 3.1 (which DNS the rules imply is the engine's decision). Shared by the nft and iptables renderers and by the monitor (which
 //! needs the NFLOG group to listen on).
 
 /// Options common to every backend.
@@ -16,8 +16,6 @@ pub struct RenderOptions {
     pub log_rate_per_minute: u32,
     /// Burst of the log rate limit, in packets.
     pub log_burst: u32,
-    /// Outgoing TCP/UDP 53 allowed from isolated pods (SPEC 3.1).
-    pub allow_dns: bool,
     /// Packets forwarded through an isolated pod's netns are rejected (SPEC 3.1; off for pods
     /// that route).
     pub reject_forward: bool,
@@ -31,7 +29,6 @@ impl Default for RenderOptions {
             allow_mark: 0x20000,
             log_rate_per_minute: 10,
             log_burst: 10,
-            allow_dns: true,
             reject_forward: true,
         }
     }

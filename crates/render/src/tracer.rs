@@ -14,9 +14,11 @@ use netwarden_engine::{Direction, PodRules, Protocol, RuleOrigin};
 
 use crate::logkey::{log_prefix, LogAction};
 use crate::nft::{
-    build_table, AddrEnd, Chain, CtMatch, Family, Hook, IfBy, Match, Rule, Stmt, Table, Verdict,
+    build_table, AddrEnd, Chain, CtMatch, Hook, IfBy, Match, RenderError, Rule, Stmt, Table,
+    Verdict,
 };
 use crate::options::RenderOptions;
+use netwarden_engine::Family;
 
 /// The L4 part of a traced packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,8 +98,12 @@ pub struct TraceResult {
 }
 
 /// Traces `packet` through the rules rendered for `rules`.
-pub fn trace(rules: &PodRules, opts: &RenderOptions, packet: &TracePacket) -> TraceResult {
-    match build_table(rules, opts) {
+pub fn trace(
+    rules: &PodRules,
+    opts: &RenderOptions,
+    packet: &TracePacket,
+) -> Result<TraceResult, RenderError> {
+    Ok(match build_table(rules, opts)? {
         Some(table) => trace_table(&table, packet),
         None => TraceResult {
             accepted: true,
@@ -108,7 +114,7 @@ pub fn trace(rules: &PodRules, opts: &RenderOptions, packet: &TracePacket) -> Tr
             matched: Vec::new(),
             chains: Vec::new(),
         },
-    }
+    })
 }
 
 struct State<'a> {
@@ -253,8 +259,8 @@ fn matches(st: &State<'_>, m: &Match) -> bool {
                 return false;
             }
             let x = match (family, p.peer) {
-                (Family::V4, IpAddr::V4(a)) => u128::from(u32::from(a)),
-                (Family::V6, IpAddr::V6(a)) => u128::from(a),
+                (Family::Ipv4, IpAddr::V4(a)) => u128::from(u32::from(a)),
+                (Family::Ipv6, IpAddr::V6(a)) => u128::from(a),
                 _ => return false,
             };
             let def = st

@@ -94,7 +94,7 @@ fn engine_rules_render_and_trace_consistently() {
     let web = engine
         .pod_rules(&ObjectKey::new("ns", "web"))
         .expect("web has rules");
-    let text = render_nft(&web, &opts);
+    let text = render_nft(&web, &opts).unwrap();
     assert!(
         text.contains("th dport 8080"),
         "named port resolved:\n{text}"
@@ -109,7 +109,7 @@ fn engine_rules_render_and_trace_consistently() {
     for peer in ["10.0.0.2", "10.0.0.3"] {
         for port in [80u16, 443, 8080] {
             let p = TracePacket::new(Direction::Ingress, "eth0", ip(peer), Protocol::Tcp, port);
-            let r = trace(&web, &opts, &p);
+            let r = trace(&web, &opts, &p).unwrap();
             let (enf, _) = iface
                 .ingress
                 .enforced
@@ -134,7 +134,8 @@ fn engine_rules_render_and_trace_consistently() {
             Protocol::Tcp,
             8080,
         ),
-    );
+    )
+    .unwrap();
     assert!(ok.accepted);
     let no = trace(
         &web,
@@ -146,14 +147,16 @@ fn engine_rules_render_and_trace_consistently() {
             Protocol::Tcp,
             8080,
         ),
-    );
+    )
+    .unwrap();
     assert!(!no.accepted);
 
     // Pods no policy selects render only the deletion.
     let other = engine.pod_rules(&ObjectKey::new("ns", "other"));
     if let Some(other) = other {
-        assert!(netwarden_render::nft::is_removal(&render_nft(
-            &other, &opts
-        )));
+        assert_eq!(
+            render_nft(&other, &opts).unwrap(),
+            netwarden_render::nft::Transaction::removal().to_text()
+        );
     }
 }

@@ -287,17 +287,43 @@ fn cases() -> Vec<Case> {
     let mut p = mk_policy("primary-only", "web");
     p.ingress = Some(vec![rule(vec![pods_peer("client")], vec![])]);
     out.push(case("forward_rejection", pods.clone(), vec![p.clone()]));
-    // ... unless switched off, and DNS can be switched off too.
-    let mut c = case("no_forward_no_dns", pods, vec![p]);
+    // ... unless switched off.
+    let mut c = case("no_forward", pods, vec![p]);
     c.opts.reject_forward = false;
-    c.opts.allow_dns = false;
     out.push(c);
+
+    // A DanmNetworkPolicy isolating egress implies outgoing DNS (SPEC 3.1), on every interface
+    // it isolates; a NetworkPolicy never does (see egress_ipblock_except).
+    let mut pods = cast(true);
+    pods[0].interfaces.push(iface(
+        "net1",
+        NetworkId::nad("ns", "data"),
+        &["192.168.1.10"],
+    ));
+    let mut p = mk_policy("danm-egress", "web");
+    p.kind = PolicyKind::DanmNetworkPolicy;
+    p.scope = PolicyScope::AllInterfaces;
+    p.egress = Some(vec![rule(vec![pods_peer("client")], vec![tcp(443)])]);
+    out.push(case("danm_egress_implies_dns", pods, vec![p]));
+
+    // "Everything" blocks: hash:net takes no /0, so each is stored as two /1 halves.
+    let mut p = mk_policy("everything", "web");
+    p.ingress = Some(vec![rule(
+        vec![block("0.0.0.0/0", &[]), block("::/0", &[])],
+        vec![tcp(80)],
+    )]);
+    out.push(case("everything_blocks", cast(true), vec![p]));
 
     out
 }
 
 fn serialize(r: &IptablesRuleset) -> String {
-    format!("### ipset\n{}### v4\n{}### v6\n{}", r.ipset, r.v4, r.v6)
+    format!(
+        "### ipset\n{}### v4\n{}### v6\n{}",
+        r.ipset_script(),
+        r.v4,
+        r.v6
+    )
 }
 
 fn golden_dir() -> PathBuf {
@@ -309,7 +335,7 @@ fn golden_rulesets() {
     let bless = std::env::var_os("NETWARDEN_BLESS").is_some();
     let mut failures = Vec::new();
     for c in cases() {
-        let got = serialize(&render_iptables(&c.rules, &c.opts));
+        let got = serialize(&render_iptables(&c.rules, &c.opts).unwrap());
         let path = golden_dir().join(format!("{}.txt", c.name));
         if bless {
             std::fs::create_dir_all(golden_dir()).unwrap();
@@ -332,8 +358,8 @@ fn golden_rulesets() {
 #[test]
 fn rendering_is_deterministic_and_sets_are_shared() {
     for c in cases() {
-        let a = render_iptables(&c.rules, &c.opts);
-        let b = render_iptables(&c.rules.clone(), &c.opts);
+        let a = render_iptables(&c.rules, &c.opts).unwrap();
+        let b = render_iptables(&c.rules.clone(), &c.opts).unwrap();
         assert_eq!(a, b, "{}", c.name);
         // Every referenced set is created by the script, and nothing else.
         let referenced: std::collections::BTreeSet<String> = [&a.v4, &a.v6]
@@ -348,7 +374,13 @@ fn rendering_is_deterministic_and_sets_are_shared() {
         .into_iter()
         .find(|c| c.name == "ingress_pod_peers_ports")
         .unwrap();
-    assert_eq!(render_iptables(&c.rules, &c.opts).set_names().len(), 1);
+    assert_eq!(
+        render_iptables(&c.rules, &c.opts)
+            .unwrap()
+            .set_names()
+            .len(),
+        1
+    );
 }
 
 /// A named netns removed on drop, even when the test fails.
@@ -419,10 +451,10 @@ fn golden_rulesets_accepted_by_iptables_restore() {
         return;
     }
     for c in cases() {
-        let r = render_iptables(&c.rules, &c.opts);
+        let r = render_iptables(&c.rules, &c.opts).unwrap();
         // A fresh netns per case: each set name must be created by its own script.
         let ns = TestNetns::new();
-        let out = ns.run("ipset", &["restore"], &r.ipset);
+        let out = ns.run("ipset", &["restore"], &r.ipset_script());
         assert!(
             out.status.success(),
             "{}: ipset restore: {}",
@@ -439,7 +471,7 @@ fn golden_rulesets_accepted_by_iptables_restore() {
             );
         }
         // The script is idempotent: running it again over the live sets succeeds.
-        let out = ns.run("ipset", &["restore"], &r.ipset);
+        let out = ns.run("ipset", &["restore"], &r.ipset_script());
         assert!(
             out.status.success(),
             "{}: second ipset restore: {}",

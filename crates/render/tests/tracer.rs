@@ -183,15 +183,16 @@ fn cases() -> Vec<Case> {
             pkt(Egress, "eth0", "192.168.2.1", Udp, 9),
             Unreach,
         ),
+        // A NetworkPolicy implies no DNS (SPEC 3.1): port 53 needs a rule like any other.
         case(
             "egress_ipblock_except",
             pkt(Egress, "eth0", "8.8.8.8", Udp, 53),
-            Accept,
+            Unreach,
         ),
         case(
             "egress_ipblock_except",
             pkt(Egress, "eth0", "8.8.8.8", Tcp, 53),
-            Accept,
+            Reset,
         ),
         case(
             "egress_ipblock_except",
@@ -456,9 +457,13 @@ fn cases() -> Vec<Case> {
             pkt(Egress, "eth0", "10.0.0.2", Udp, 80),
             Accept,
         ),
-        // Deny all (but DNS and loopback).
+        // Deny all (but loopback; no DNS without a DanmNetworkPolicy).
         case("deny_all", pkt(Ingress, "eth0", "10.0.0.2", Tcp, 80), Reset),
-        case("deny_all", pkt(Egress, "eth0", "10.0.0.2", Udp, 53), Accept),
+        case(
+            "deny_all",
+            pkt(Egress, "eth0", "10.0.0.2", Udp, 53),
+            Unreach,
+        ),
         case(
             "deny_all",
             lo(pkt(Ingress, "eth0", "127.0.0.1", Tcp, 80)),
@@ -472,7 +477,7 @@ fn packet_table() {
     let mut failures = Vec::new();
     for (i, c) in cases().iter().enumerate() {
         let (rules, opts) = scenario(c.scenario);
-        let r = trace(&rules, &opts, &c.pkt);
+        let r = trace(&rules, &opts, &c.pkt).unwrap();
         let (verdict, log) = match c.exp {
             Exp::Accept => (TraceVerdict::Accept, None),
             Exp::AcceptWd => (TraceVerdict::Accept, Some(LogAction::WouldDeny)),
@@ -517,8 +522,8 @@ fn monitoring_never_changes_enforcement() {
                 d.replaced_policies.clear();
             }
         }
-        let with = trace(&rules, &opts, &c.pkt);
-        let without = trace(&plain, &opts, &c.pkt);
+        let with = trace(&rules, &opts, &c.pkt).unwrap();
+        let without = trace(&plain, &opts, &c.pkt).unwrap();
         assert_eq!(with.verdict, without.verdict, "{}: {:?}", c.scenario, c.pkt);
     }
 }
@@ -546,11 +551,11 @@ fn tracer_agrees_with_engine_views() {
                     for proto in [Tcp, Udp, Sctp] {
                         for port in ports {
                             let p = TracePacket::new(dir, &iface.name, ip(peer), proto, port);
-                            // DNS is allowed before the policy chains.
-                            if dir == Egress && opts.allow_dns && port == 53 {
+                            // DNS, where implied, is allowed by a rule of its own.
+                            if dir == Egress && dr.implicit_dns.enforced && port == 53 {
                                 continue;
                             }
-                            let r = trace(&rules, &opts, &p);
+                            let r = trace(&rules, &opts, &p).unwrap();
                             let (enf, _) = dr.enforced.evaluate(ip(peer), proto, port);
                             let (stg, _) = dr.staged.evaluate(ip(peer), proto, port);
                             assert_eq!(r.accepted, enf, "{name} {p:?}");
@@ -571,7 +576,7 @@ fn foreign_mark_bits_are_preserved() {
     let (rules, opts) = scenario("replaced");
     let mut p = TracePacket::new(Ingress, "eth0", ip("10.0.0.3"), Tcp, 80);
     p.mark = 0x1 | opts.staged_mark; // a stale staged bit must not hide the would-deny
-    let r = trace(&rules, &opts, &p);
+    let r = trace(&rules, &opts, &p).unwrap();
     assert!(r.accepted);
     assert_eq!(r.logged, Some(LogAction::WouldDeny));
     assert_eq!(r.mark, 0x1, "our bits cleared, others kept");

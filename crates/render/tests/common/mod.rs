@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use netwarden_engine::{
-    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, IpBlock, Isolation,
-    Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
-    Protocol, RuleOrigin,
+    AddrSet, AllowRule, Clause, Direction, DirectionRules, ImplicitDns, InterfaceRules, IpBlock,
+    Isolation, Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch,
+    PortRange, Protocol, RuleOrigin,
 };
 
 pub fn pref(name: &str) -> PolicyRef {
@@ -74,7 +74,17 @@ pub fn enforced(policies: &[&str], rules: Vec<AllowRule>) -> DirectionRules {
         monitored_policies: vec![],
         replaced_policies: vec![],
         log_denies: false,
+        implicit_dns: ImplicitDns::default(),
     }
+}
+
+/// `dr` with outgoing DNS implied in both views (a DanmNetworkPolicy isolates it, SPEC 3.1).
+pub fn with_dns(mut dr: DirectionRules) -> DirectionRules {
+    dr.implicit_dns = ImplicitDns {
+        enforced: dr.enforced.is_isolated(),
+        staged: dr.staged.is_isolated(),
+    };
+    dr
 }
 
 pub fn iface(
@@ -185,6 +195,7 @@ pub fn monitored(
         monitored_policies: monitored_policies.iter().map(|p| pref(p)).collect(),
         replaced_policies: replaced.iter().map(|p| pref(p)).collect(),
         log_denies: false,
+        implicit_dns: ImplicitDns::default(),
     }
 }
 
@@ -368,7 +379,8 @@ pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
         o(),
     ));
 
-    // DanmNetworkPolicy: every interface, both directions: quality-of-life rules, DNS, forward.
+    // DanmNetworkPolicy: every interface, both directions: quality-of-life rules, DNS implied
+    // in egress (SPEC 3.1), forward.
     let both = |n: usize| {
         enforced(
             &["danm"],
@@ -379,15 +391,20 @@ pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
         )
     };
     let multi = pod(vec![
+        iface("net1", &["10.10.0.1"], both(0), with_dns(both(1))),
+        iface("eth0", &["10.0.0.1"], both(0), with_dns(both(1))),
+    ]);
+    v.push(("multi_interface", multi, o()));
+    // The same rules without the DNS allowance (`--dns=none`, or a NetworkPolicy), and with
+    // forwarding allowed.
+    let no_dns = pod(vec![
         iface("net1", &["10.10.0.1"], both(0), both(1)),
         iface("eth0", &["10.0.0.1"], both(0), both(1)),
     ]);
-    v.push(("multi_interface", multi.clone(), o()));
     v.push((
         "no_dns_no_forward",
-        multi,
+        no_dns,
         RenderOptions {
-            allow_dns: false,
             reject_forward: false,
             ..o()
         },

@@ -1,27 +1,32 @@
-//! The nftables renderer: one `nft -f` transaction per pod netns that brings table
-//! `inet netwarden` to the desired rules in place, with no window (SPEC 5).
+//! The nftables renderer: the table `inet netwarden` one pod netns needs, as a typed value
+//! ([`Table`] of [`Chain`]s of [`Rule`]s, in the spirit of knftables), and the transactions that
+//! bring a netns to it ([`transaction`]), printed only at the edge: as nft syntax for people
+//! (`netwarden render`, golden tests) and as libnftables JSON for the kernel.
 //!
-//! The rules are first built as a small intermediate representation ([`Table`] of [`Chain`]s of
-//! [`Rule`]s, in the spirit of knftables), then printed. The [`tracer`](crate::tracer) walks the
-//! same IR, so table-driven verdict tests exercise exactly what is printed.
+//! The [`tracer`](crate::tracer) walks the same [`Table`], so table-driven verdict tests exercise
+//! exactly what is applied.
 //!
 //! Layout of the table (only what a pod needs is emitted):
 //!
 //! ```text
 //! input   (hook input)   lo, established/related, ICMPv6 ND → accept; iifname "X" jump in_<n>
-//! output  (hook output)  lo, established/related, ICMPv6 ND, DNS → accept; oifname "X" jump out_<n>
+//! output  (hook output)  lo, established/related, ICMPv6 ND → accept; oifname "X" jump out_<n>
 //! forward (hook forward) reject everything (when an interface is enforced-isolated)
 //! in_<n> / out_<n>       one chain per isolated (interface, direction):
-//!   enforce only:  <allow clause> accept … [deny log] reject
+//!   enforce only:  [implicit DNS] <allow clause> accept … [deny log] reject
 //!   with monitor:  clear bits; <staged clause> mark|=STAGED …; <enforced clause> mark|=ALLOW …;
 //!                  would-deny log when mark&(STAGED|ALLOW)==ALLOW;
 //!                  mark&ALLOW==ALLOW → clear bits, accept; [deny log] reject
 //! ```
 //!
+//! Outgoing DNS without a rule (SPEC 3.1) is part of a view's allow clauses, in the chain of the
+//! interface whose isolating policies imply it (the engine decides: DanmNetworkPolicy by
+//! default), so it takes part in the monitor bookkeeping like any other allow.
+//!
 //! Peer addresses live in named interval sets shared by every rule with the same content, so
 //! the rule count does not grow with the number of peers. Chain, set and limit names are
-//! generated; the only outside strings in the text are interface names (validated as kernel
-//! ifnames at the edge) and they are always quoted.
+//! generated; the only outside strings in a rule are interface names, matched exactly (see
+//! [`ifname_match_error`]).
 //!
 //! # Why the transaction looks the way it does
 //!
@@ -31,8 +36,7 @@
 //! time*: a packet still walking an old rule that looks into a set this transaction deletes or
 //! empties finds nothing. Replacing the whole table therefore opened a window in which an
 //! allowed connection could be refused (peer set miss) or a denied one accepted (dispatch map
-//! miss → `policy accept`). So the transaction never removes an element an old rule may look
-//! up:
+//! miss → `policy accept`). So a transaction never removes an element an old rule may look up:
 //!
 //! - the table is never deleted while the pod stays isolated: `add table`, then every chain is
 //!   `add chain` (idempotent) + `flush chain` + its rules;
@@ -43,32 +47,28 @@
 //!   of identical content is a no-op on a set that already exists, and a changed peer list is a
 //!   new set, so the sets old rules use are left untouched.
 //!
-//! The text is valid whether the table exists or not. Deleting what is no longer used (sets two
-//! applies stale, chains of interfaces that left) is the dataplane's part (it knows what the
-//! kernel holds): see `netwarden_dataplane::nft_apply`.
+//! Deleting what is no longer used (sets two applies stale, chains of interfaces that left)
+//! depends on what the kernel holds: the dataplane's planner adds it to the transaction.
+
+pub mod transaction;
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::hash::Hasher;
 
 use netwarden_engine::{
-    AddrSet, Clause, Direction, DirectionRules, Isolation, PeerMatch, PodRules, PortMatch,
-    Protocol, RuleOrigin,
+    AddrSet, Clause, Direction, DirectionRules, Family, Isolation, PeerMatch, PodKey, PodRules,
+    PortMatch, PortRange, Protocol, RuleOrigin,
 };
 
-use crate::logkey::{assign_keys, log_prefix, LogAction, LogKey};
+use crate::hash::StableHasher;
+use crate::logkey::{assign_keys, LogAction, LogKey};
 use crate::options::RenderOptions;
+
+pub use transaction::{Command, Transaction};
 
 /// The table netwarden owns in every pod netns; nothing else is ever touched.
 pub const TABLE_FAMILY: &str = "inet";
 pub const TABLE_NAME: &str = "netwarden";
-
-/// Address family of a set or an address match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
 
 /// Which address of the packet is matched: the peer is the source on ingress, the destination
 /// on egress.
@@ -114,7 +114,7 @@ impl NdType {
         NdType::RouterAdvert,
     ];
 
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             NdType::NeighborSolicit => "nd-neighbor-solicit",
             NdType::NeighborAdvert => "nd-neighbor-advert",
@@ -128,9 +128,10 @@ impl NdType {
 /// lookup except [`Match::Addr`], whose sets are named by content (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Match {
-    /// `iif "lo"`
+    /// `iifname "lo"` (a name compare: `iif` would resolve the name through libnftables'
+    /// process-wide interface cache).
     IifLoopback,
-    /// `oif "lo"`
+    /// `oifname "lo"`
     OifLoopback,
     Ct(CtMatch),
     /// `icmpv6 type nd-neighbor-solicit` etc.
@@ -139,7 +140,8 @@ pub enum Match {
     L4Proto(Protocol),
     /// `th dport 80` / `th dport 1000-2000` (inclusive; always after an `L4Proto`).
     DPort(u16, u16),
-    /// `iifname "eth0"` / `oifname "eth0"`: the interface a base chain dispatches on.
+    /// `iifname "eth0"` / `oifname "eth0"`: the interface a base chain dispatches on, matched
+    /// exactly (the printers escape what nft would read as a wildcard).
     IfName {
         by: IfBy,
         name: String,
@@ -193,8 +195,9 @@ pub struct Rule {
     pub matches: Vec<Match>,
     pub stmts: Vec<Stmt>,
     pub verdict: Verdict,
-    /// The policy rule this comes from (not printed: object names stay out of the text; the
-    /// tracer reports it).
+    /// The policy rule this comes from (not printed: object names stay out of the rules; the
+    /// tracer reports it). `None` for rules no policy rule stands behind (loopback, implicit
+    /// DNS, rejects).
     pub origin: Option<RuleOrigin>,
 }
 
@@ -218,7 +221,7 @@ pub enum Hook {
 }
 
 impl Hook {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Hook::Input => "input",
             Hook::Output => "output",
@@ -241,10 +244,61 @@ pub struct Chain {
 pub struct AddrSetDef {
     pub name: String,
     pub family: Family,
-    /// Inclusive ranges as printed elements (`10.0.0.1`, `10.0.1.0/24`, `10.0.2.0-10.0.2.9`).
-    pub elements: Vec<String>,
-    /// The same ranges as integers (IPv4 widened), for the tracer.
+    /// Sorted, disjoint inclusive ranges (IPv4 widened to `u128`); the printers turn each into
+    /// an address, a prefix or a range ([`SetElement`]).
     pub ranges: Vec<(u128, u128)>,
+}
+
+impl AddrSetDef {
+    /// The elements as nft writes them.
+    pub fn elements(&self) -> impl Iterator<Item = SetElement> + '_ {
+        let family = self.family;
+        self.ranges
+            .iter()
+            .map(move |&(lo, hi)| SetElement::of_range(family, lo, hi))
+    }
+}
+
+/// One element of an interval set, in the shortest form nft accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetElement {
+    Addr(std::net::IpAddr),
+    Prefix(std::net::IpAddr, u8),
+    Range(std::net::IpAddr, std::net::IpAddr),
+}
+
+impl SetElement {
+    /// A single address, a prefix when the range is exactly one, else `lo-hi`.
+    pub fn of_range(family: Family, lo: u128, hi: u128) -> SetElement {
+        let addr = |x: u128| match family {
+            Family::Ipv4 => std::net::IpAddr::from(std::net::Ipv4Addr::from(x as u32)),
+            Family::Ipv6 => std::net::IpAddr::from(std::net::Ipv6Addr::from(x)),
+        };
+        let bits = match family {
+            Family::Ipv4 => 32,
+            Family::Ipv6 => 128,
+        };
+        if lo == hi {
+            return SetElement::Addr(addr(lo));
+        }
+        let span = hi - lo;
+        // A prefix: span is 2^k - 1 and lo is aligned to it.
+        if span.count_ones() == 128 - span.leading_zeros() && lo & span == 0 {
+            let host_bits = 128 - span.leading_zeros();
+            return SetElement::Prefix(addr(lo), (bits - host_bits) as u8);
+        }
+        SetElement::Range(addr(lo), addr(hi))
+    }
+}
+
+impl std::fmt::Display for SetElement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetElement::Addr(a) => write!(f, "{a}"),
+            SetElement::Prefix(a, len) => write!(f, "{a}/{len}"),
+            SetElement::Range(lo, hi) => write!(f, "{lo}-{hi}"),
+        }
+    }
 }
 
 /// A named rate limit (one per direction of the pod).
@@ -275,6 +329,42 @@ impl Table {
     pub fn base_chain(&self, hook: Hook) -> Option<&Chain> {
         self.chains.iter().find(|c| c.hook == Some(hook))
     }
+
+    /// Number of rules in every chain.
+    pub fn rule_count(&self) -> usize {
+        self.chains.iter().map(|c| c.rules.len()).sum()
+    }
+}
+
+/// Why a pod's rules cannot be rendered. The pod is then refused (its netns keeps what it had)
+/// and the error is reported: nothing is applied that would leave an interface uncovered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    #[error(
+        "{pod}: interface {name:?} cannot be matched exactly by the {backend} backend: {reason}"
+    )]
+    UnmatchableInterface {
+        pod: PodKey,
+        name: String,
+        backend: &'static str,
+        reason: &'static str,
+    },
+}
+
+/// Why nftables cannot match interface `name` exactly, if it cannot.
+///
+/// Any kernel interface name can be written in a libnftables JSON string. nft reads a trailing
+/// `*` as a wildcard (a prefix match); the printers escape it as `\*`, but then nft also drops
+/// every other backslash of the name (it unescapes the whole string), so a name that ends with
+/// `*` and contains `\` has no exact spelling.
+pub fn ifname_match_error(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("an empty name matches nothing");
+    }
+    if name.ends_with('*') && name.contains('\\') {
+        return Some("a name ending with '*' that contains '\\' has no exact spelling in nft");
+    }
+    None
 }
 
 fn limit_name(direction: Direction) -> String {
@@ -284,45 +374,20 @@ fn limit_name(direction: Direction) -> String {
     }
 }
 
-/// Prints an inclusive range of `bits`-wide addresses as one set element: a single address, a
-/// prefix when the range is exactly one, else `lo-hi`.
-fn element(lo: u128, hi: u128, bits: u32, show: impl Fn(u128) -> String) -> String {
-    if lo == hi {
-        return show(lo);
-    }
-    let span = hi - lo;
-    // A prefix: span is 2^k - 1 and lo is aligned to it.
-    if span.count_ones() == 128 - span.leading_zeros() && lo & span == 0 {
-        let host_bits = 128 - span.leading_zeros();
-        return format!("{}/{}", show(lo), bits - host_bits);
-    }
-    format!("{}-{}", show(lo), show(hi))
-}
-
-/// FNV-1a, 64 bits: a hash that is the same in every build and process (set names outlive
-/// the agent that created them), unlike `std`'s hasher.
-fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 /// The content-derived name of a peer set: `p4_`/`p6_` and 16 hex digits of a hash of the
 /// family and the (sorted, merged) ranges.
 pub fn set_name(family: Family, ranges: &[(u128, u128)]) -> String {
     let (tag, prefix) = match family {
-        Family::V4 => (4u8, "p4"),
-        Family::V6 => (6u8, "p6"),
+        Family::Ipv4 => (4u8, "p4"),
+        Family::Ipv6 => (6u8, "p6"),
     };
-    let bytes = std::iter::once(tag).chain(
-        ranges
-            .iter()
-            .flat_map(|&(lo, hi)| lo.to_be_bytes().into_iter().chain(hi.to_be_bytes())),
-    );
-    format!("{prefix}_{:016x}", fnv1a64(bytes))
+    let mut h = StableHasher::default();
+    h.write(&[tag]);
+    for &(lo, hi) in ranges {
+        h.write(&lo.to_be_bytes());
+        h.write(&hi.to_be_bytes());
+    }
+    format!("{prefix}_{:016x}", h.finish())
 }
 
 /// Builds the IR, deduplicating address sets by content.
@@ -333,15 +398,28 @@ struct Builder<'a> {
     used_limits: [bool; 2],
 }
 
-impl<'a> Builder<'a> {
+/// The clause outgoing DNS is allowed by when a view implies it (SPEC 3.1).
+fn dns_clause() -> Clause {
+    Clause {
+        peers: PeerMatch::Any,
+        ports: PortMatch::Only(vec![
+            PortRange {
+                protocol: Protocol::Tcp,
+                ports: Some((53, 53)),
+            },
+            PortRange {
+                protocol: Protocol::Udp,
+                ports: Some((53, 53)),
+            },
+        ]),
+    }
+}
+
+impl Builder<'_> {
     fn set_for(&mut self, family: Family, ranges: Vec<(u128, u128)>) -> String {
         if let Some(name) = self.sets.get(&(family, ranges.clone())) {
             return name.clone();
         }
-        let bits = match family {
-            Family::V4 => 32,
-            Family::V6 => 128,
-        };
         let mut name = set_name(family, &ranges);
         // Two contents with one hash in one table would merge into one set: astronomically
         // unlikely, but then the second gets a suffix rather than the union of both.
@@ -351,17 +429,9 @@ impl<'a> Builder<'a> {
             name = format!("{base}_{n}");
             n += 1;
         }
-        let elements = ranges
-            .iter()
-            .map(|&(lo, hi)| match family {
-                Family::V4 => element(lo, hi, bits, |x| Ipv4Addr::from(x as u32).to_string()),
-                Family::V6 => element(lo, hi, bits, |x| Ipv6Addr::from(x).to_string()),
-            })
-            .collect();
         self.set_defs.push(AddrSetDef {
             name: name.clone(),
             family,
-            elements,
             ranges: ranges.clone(),
         });
         self.sets.insert((family, ranges), name.clone());
@@ -375,23 +445,16 @@ impl<'a> Builder<'a> {
             PeerMatch::Any => vec![None],
             PeerMatch::Addrs(set) => {
                 let mut out = Vec::new();
-                let v4: Vec<(u128, u128)> = v4_ranges(set);
-                if !v4.is_empty() {
-                    let name = self.set_for(Family::V4, v4);
+                for (family, ranges) in [
+                    (Family::Ipv4, v4_ranges(set)),
+                    (Family::Ipv6, v6_ranges(set)),
+                ] {
+                    if ranges.is_empty() {
+                        continue;
+                    }
+                    let name = self.set_for(family, ranges);
                     out.push(Some(Match::Addr {
-                        family: Family::V4,
-                        end,
-                        set: name,
-                    }));
-                }
-                let v6: Vec<(u128, u128)> = set
-                    .v6_ranges()
-                    .map(|(lo, hi)| (u128::from(lo), u128::from(hi)))
-                    .collect();
-                if !v6.is_empty() {
-                    let name = self.set_for(Family::V6, v6);
-                    out.push(Some(Match::Addr {
-                        family: Family::V6,
+                        family,
                         end,
                         set: name,
                     }));
@@ -417,36 +480,43 @@ impl<'a> Builder<'a> {
         out
     }
 
-    /// One rule per expanded clause of `iso`, each with `stmts` and `verdict`; an open view
-    /// gives one unconditional rule.
+    /// One rule per expanded clause of `iso` (preceded by the implicit DNS clause when `dns`),
+    /// each with `stmts` and `verdict`; an open view gives one unconditional rule.
     fn view_rules(
         &mut self,
         iso: &Isolation,
+        dns: bool,
         end: AddrEnd,
         stmts: &[Stmt],
         verdict: &Verdict,
     ) -> Vec<Rule> {
         let mut out: Vec<Rule> = Vec::new();
         let mut seen: HashSet<Vec<Match>> = HashSet::new();
-        match iso {
-            Isolation::Open => out.push(Rule::new(vec![], stmts.to_vec(), verdict.clone())),
-            Isolation::Isolated(rules) => {
-                for rule in rules {
-                    for clause in &rule.clauses {
-                        for matches in self.clause_matches(clause, end) {
-                            // Two clauses can expand to the same rule: keep the first.
-                            if !seen.insert(matches.clone()) {
-                                continue;
-                            }
-                            out.push(Rule {
-                                matches,
-                                stmts: stmts.to_vec(),
-                                verdict: verdict.clone(),
-                                origin: Some(rule.origin.clone()),
-                            });
-                        }
-                    }
+        let rules = match iso {
+            Isolation::Open => {
+                out.push(Rule::new(vec![], stmts.to_vec(), verdict.clone()));
+                return out;
+            }
+            Isolation::Isolated(rules) => rules,
+        };
+        let implicit = dns.then(dns_clause);
+        let clauses = implicit.iter().map(|c| (c, None)).chain(
+            rules
+                .iter()
+                .flat_map(|r| r.clauses.iter().map(move |c| (c, Some(r.origin.clone())))),
+        );
+        for (clause, origin) in clauses {
+            for matches in self.clause_matches(clause, end) {
+                // Two clauses can expand to the same rule: keep the first.
+                if !seen.insert(matches.clone()) {
+                    continue;
                 }
+                out.push(Rule {
+                    matches,
+                    stmts: stmts.to_vec(),
+                    verdict: verdict.clone(),
+                    origin: origin.clone(),
+                });
             }
         }
         out
@@ -496,10 +566,11 @@ impl<'a> Builder<'a> {
             Direction::Ingress => AddrEnd::Src,
             Direction::Egress => AddrEnd::Dst,
         };
+        let dns = dr.implicit_dns;
         let enforced_isolated = dr.enforced.is_isolated();
         let mut rules = Vec::new();
         if !dr.has_monitor() {
-            rules.extend(self.view_rules(&dr.enforced, end, &[], &Verdict::Accept));
+            rules.extend(self.view_rules(&dr.enforced, dns.enforced, end, &[], &Verdict::Accept));
         } else {
             let staged = self.opts.staged_mark;
             let allow = self.opts.allow_mark;
@@ -511,12 +582,14 @@ impl<'a> Builder<'a> {
             ));
             rules.extend(self.view_rules(
                 &dr.staged,
+                dns.staged,
                 end,
                 &[Stmt::SetMark(staged)],
                 &Verdict::Continue,
             ));
             rules.extend(self.view_rules(
                 &dr.enforced,
+                dns.enforced,
                 end,
                 &[Stmt::SetMark(allow)],
                 &Verdict::Continue,
@@ -555,6 +628,12 @@ impl<'a> Builder<'a> {
 fn v4_ranges(set: &AddrSet) -> Vec<(u128, u128)> {
     set.v4_ranges()
         .map(|(lo, hi)| (u128::from(u32::from(lo)), u128::from(u32::from(hi))))
+        .collect()
+}
+
+fn v6_ranges(set: &AddrSet) -> Vec<(u128, u128)> {
+    set.v6_ranges()
+        .map(|(lo, hi)| (u128::from(lo), u128::from(hi)))
         .collect()
 }
 
@@ -609,10 +688,11 @@ pub(crate) fn merge_ports(mut list: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
     out
 }
 
-/// Builds the table for a pod; `None` when nothing is isolated (the table must then be absent).
-pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
+/// Builds the table for a pod: `Ok(None)` when nothing is isolated (the table must then be
+/// absent), an error when an interface that needs a rule cannot be matched exactly.
+pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Table>, RenderError> {
     if !rules.is_isolated() {
-        return None;
+        return Ok(None);
     }
     let keys = assign_keys(rules);
     let mut b = Builder {
@@ -634,6 +714,14 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
             let dr = iface.direction(direction);
             if !dr.enforced.is_isolated() && !dr.staged.is_isolated() {
                 continue;
+            }
+            if let Some(reason) = ifname_match_error(&iface.name) {
+                return Err(RenderError::UnmatchableInterface {
+                    pod: rules.pod.clone(),
+                    name: iface.name.clone(),
+                    backend: "nft",
+                    reason,
+                });
             }
             any_enforced |= dr.enforced.is_isolated();
             let key = keys[&(iface.name.clone(), direction)];
@@ -674,39 +762,19 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
         )
     };
     let mut base = Vec::new();
-    if !dispatch_in.is_empty() {
-        let mut r = vec![
-            Rule::new(vec![Match::IifLoopback], vec![], Verdict::Accept),
-            established(),
-        ];
-        r.extend(nd());
-        r.extend(dispatch(IfBy::In, dispatch_in));
-        base.push(Chain {
-            name: "input".into(),
-            hook: Some(Hook::Input),
-            rules: r,
-        });
-    }
-    if !dispatch_out.is_empty() {
-        let mut r = vec![
-            Rule::new(vec![Match::OifLoopback], vec![], Verdict::Accept),
-            established(),
-        ];
-        r.extend(nd());
-        if opts.allow_dns {
-            // Before the dispatch, so DNS passes in both the enforced and the staged view.
-            for proto in [Protocol::Tcp, Protocol::Udp] {
-                r.push(Rule::new(
-                    vec![Match::L4Proto(proto), Match::DPort(53, 53)],
-                    vec![],
-                    Verdict::Accept,
-                ));
-            }
+    for (hook, lo, entries, by) in [
+        (Hook::Input, Match::IifLoopback, dispatch_in, IfBy::In),
+        (Hook::Output, Match::OifLoopback, dispatch_out, IfBy::Out),
+    ] {
+        if entries.is_empty() {
+            continue;
         }
-        r.extend(dispatch(IfBy::Out, dispatch_out));
+        let mut r = vec![Rule::new(vec![lo], vec![], Verdict::Accept), established()];
+        r.extend(nd());
+        r.extend(dispatch(by, entries));
         base.push(Chain {
-            name: "output".into(),
-            hook: Some(Hook::Output),
+            name: hook.as_str().into(),
+            hook: Some(hook),
             rules: r,
         });
     }
@@ -731,232 +799,28 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Option<Table> {
             burst: opts.log_burst,
         })
         .collect();
-    Some(Table {
+    Ok(Some(Table {
         limits,
         sets: b.set_defs,
         chains: base,
+    }))
+}
+
+/// The nft text that brings an empty netns to the pod's table (what `netwarden render`
+/// prints), or that removes the table when nothing is isolated.
+pub fn render_nft(rules: &PodRules, opts: &RenderOptions) -> Result<String, RenderError> {
+    Ok(match build_table(rules, opts)? {
+        Some(table) => Transaction::create(&table).to_text(),
+        None => Transaction::removal().to_text(),
     })
 }
 
-fn proto_name(p: Protocol) -> &'static str {
-    p.lower()
-}
-
-fn render_match(m: &Match, out: &mut String) {
-    match m {
-        Match::IifLoopback => out.push_str("iif \"lo\""),
-        Match::OifLoopback => out.push_str("oif \"lo\""),
-        Match::Ct(CtMatch::EstablishedRelated) => out.push_str("ct state established,related"),
-        Match::Ct(CtMatch::New) => out.push_str("ct state new"),
-        Match::Icmpv6Nd(t) => {
-            let _ = write!(out, "icmpv6 type {}", t.as_str());
-        }
-        Match::L4Proto(p) => {
-            let _ = write!(out, "meta l4proto {}", proto_name(*p));
-        }
-        Match::DPort(lo, hi) => {
-            if lo == hi {
-                let _ = write!(out, "th dport {lo}");
-            } else {
-                let _ = write!(out, "th dport {lo}-{hi}");
-            }
-        }
-        Match::IfName { by, name } => {
-            let key = match by {
-                IfBy::In => "iifname",
-                IfBy::Out => "oifname",
-            };
-            let _ = write!(out, "{key} {}", quote_ifname(name));
-        }
-        Match::Addr { family, end, set } => {
-            let fam = match family {
-                Family::V4 => "ip",
-                Family::V6 => "ip6",
-            };
-            let e = match end {
-                AddrEnd::Src => "saddr",
-                AddrEnd::Dst => "daddr",
-            };
-            let _ = write!(out, "{fam} {e} @{set}");
-        }
-        Match::Mark { mask, value } => {
-            let _ = write!(out, "meta mark and {mask:#010x} == {value:#010x}");
-        }
-        Match::Limit(name) => {
-            let _ = write!(out, "limit name \"{name}\"");
-        }
-    }
-}
-
-fn render_stmt(s: &Stmt, out: &mut String) {
-    match s {
-        Stmt::ClearMark(bits) => {
-            let _ = write!(out, "meta mark set meta mark and {:#010x}", !bits);
-        }
-        Stmt::SetMark(bits) => {
-            let _ = write!(out, "meta mark set meta mark or {bits:#010x}");
-        }
-        Stmt::Log { group, action, key } => {
-            let _ = write!(
-                out,
-                "log group {group} prefix \"{}\"",
-                log_prefix(*action, *key)
-            );
-        }
-    }
-}
-
-fn render_verdict(v: &Verdict, out: &mut String) {
-    match v {
-        Verdict::Continue => {}
-        Verdict::Accept => out.push_str("accept"),
-        Verdict::RejectTcpReset => out.push_str("reject with tcp reset"),
-        Verdict::RejectPortUnreachable => out.push_str("reject with icmpx type port-unreachable"),
-        Verdict::Jump(chain) => {
-            let _ = write!(out, "jump {chain}");
-        }
-    }
-}
-
-/// Quotes an interface name. Names are validated at the edge (at most 15 characters, no quotes,
-/// slashes or whitespace); anything else is still escaped into a harmless form here, so a bug
-/// upstream cannot turn a name into nft syntax.
-fn quote_ifname(name: &str) -> String {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | ':') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("\"{safe}\"")
-}
-
-/// Prints one rule as it appears in the text.
+/// Prints one rule as it appears in nft text.
 pub fn render_rule(rule: &Rule) -> String {
-    let mut out = String::new();
-    let sep = |out: &mut String| {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-    };
-    for m in &rule.matches {
-        sep(&mut out);
-        render_match(m, &mut out);
-    }
-    for s in &rule.stmts {
-        sep(&mut out);
-        render_stmt(s, &mut out);
-    }
-    if rule.verdict != Verdict::Continue {
-        sep(&mut out);
-        render_verdict(&rule.verdict, &mut out);
-    }
-    out
+    transaction::rule_text(rule)
 }
 
-/// The lines that remove the table whether it exists or not: an empty declaration then its
-/// deletion, in one transaction.
-fn preamble(out: &mut String) {
-    let _ = writeln!(out, "table {TABLE_FAMILY} {TABLE_NAME} {{}}");
-    let _ = writeln!(out, "delete table {TABLE_FAMILY} {TABLE_NAME}");
-}
-
-/// Prints a table as an `nft -f` transaction that updates the table in place, whether it
-/// exists or not (see the module doc for why nothing is deleted here):
-///
-/// ```text
-/// add table inet netwarden
-/// add limit inet netwarden lim_in { rate 10/minute burst 10 packets }
-/// add set inet netwarden p4_<hash> { type ipv4_addr; flags interval; }
-/// add element inet netwarden p4_<hash> { 10.0.0.2, 10.0.1.0/24 }
-/// add chain inet netwarden input { type filter hook input priority filter; policy accept; }
-/// add chain inet netwarden in_0
-/// flush chain inet netwarden input
-/// add rule inet netwarden input iifname "eth0" jump in_0
-/// flush chain inet netwarden in_0
-/// add rule inet netwarden in_0 ip saddr @p4_<hash> meta l4proto tcp th dport 80 accept
-/// ```
-///
-/// Every chain is declared before any rule, so a `jump` never names a chain not yet declared.
-pub fn render_table(table: &Table) -> String {
-    let t = format!("{TABLE_FAMILY} {TABLE_NAME}");
-    let mut out = String::new();
-    let _ = writeln!(out, "add table {t}");
-    for l in &table.limits {
-        let _ = writeln!(
-            out,
-            "add limit {t} {} {{ rate {}/minute burst {} packets }}",
-            l.name, l.per_minute, l.burst
-        );
-    }
-    for s in &table.sets {
-        let ty = match s.family {
-            Family::V4 => "ipv4_addr",
-            Family::V6 => "ipv6_addr",
-        };
-        let _ = writeln!(
-            out,
-            "add set {t} {} {{ type {ty}; flags interval; }}",
-            s.name
-        );
-        let _ = writeln!(
-            out,
-            "add element {t} {} {{ {} }}",
-            s.name,
-            s.elements.join(", ")
-        );
-    }
-    for c in &table.chains {
-        match c.hook {
-            Some(hook) => {
-                let _ = writeln!(
-                    out,
-                    "add chain {t} {} {{ type filter hook {} priority filter; policy accept; }}",
-                    c.name,
-                    hook.as_str()
-                );
-            }
-            None => {
-                let _ = writeln!(out, "add chain {t} {}", c.name);
-            }
-        }
-    }
-    for c in &table.chains {
-        let _ = writeln!(out, "flush chain {t} {}", c.name);
-        for r in &c.rules {
-            let _ = writeln!(out, "add rule {t} {} {}", c.name, render_rule(r));
-        }
-    }
-    out
-}
-
-/// The complete `nft -f` transaction for one pod netns (the desired state; the dataplane adds
-/// the deletion of what became unused). For a pod with nothing isolated it only deletes the
-/// table (if present): the pod is open then, so no packet depends on what goes.
-pub fn render_nft(rules: &PodRules, opts: &RenderOptions) -> String {
-    match build_table(rules, opts) {
-        Some(table) => render_table(&table),
-        None => render_removal(),
-    }
-}
-
-/// The transaction that removes the table whether it exists or not.
-pub fn render_removal() -> String {
-    let mut out = String::new();
-    preamble(&mut out);
-    out
-}
-
-/// Whether a rendered transaction only removes the table (nothing isolated).
-pub fn is_removal(text: &str) -> bool {
-    text == render_removal()
-}
-
-/// Number of rules in an nft text, ours (`add rule` lines) or `nft list` output (the lines
+/// Number of rules in nft text: ours (`add rule` lines) or `nft list` output (the lines
 /// inside chain blocks that are not the base-chain header).
 pub fn rule_count(text: &str) -> usize {
     let mut in_chain = false;

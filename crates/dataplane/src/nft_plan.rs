@@ -1,0 +1,513 @@
+//! Planning nft transactions: from the desired [`Table`] and what the kernel holds to the one
+//! [`Transaction`] that gets there without a window. Pure: no kernel, no I/O.
+//!
+//! The renderer's [`Transaction::create`] updates the table in place (chains flushed and
+//! refilled, peer sets named by content). What it cannot know is what became unused, because
+//! that depends on the kernel; the plan adds it, in the same transaction:
+//!
+//! - chains no longer in the table (an interface that left, a direction no longer isolated)
+//!   are flushed, all of them, then deleted — a stale base chain may jump to a stale chain;
+//! - a set is deleted only when neither the new rules nor the PREVIOUS ones use it: the rules
+//!   using it were replaced one apply earlier, so no packet can still be walking them (a set a
+//!   transaction deletes looks empty to a packet still on the old rules, see the renderer);
+//! - a set the kernel already holds is not sent again: its name is its content.
+//!
+//! When the state is unknown (first apply in this process, after a failure, after the netns
+//! changed) it is read from the kernel and every set found counts as possibly in use.
+
+use std::collections::BTreeSet;
+
+use netwarden_render::nft::{Command, Table, Transaction};
+use serde::Deserialize;
+
+/// The named sets and chains of table `inet netwarden`, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NftObjects {
+    /// Whether the table exists at all.
+    pub table: bool,
+    pub sets: BTreeSet<String>,
+    pub chains: BTreeSet<String>,
+}
+
+impl NftObjects {
+    /// The objects of a desired table.
+    pub fn of(table: &Table) -> NftObjects {
+        NftObjects {
+            table: true,
+            sets: table.sets.iter().map(|s| s.name.clone()).collect(),
+            chains: table.chains.iter().map(|c| c.name.clone()).collect(),
+        }
+    }
+
+    /// Applies a transaction to this model of the kernel, names only, with the kernel's
+    /// all-or-nothing semantics and the refusals that matter to the planner: touching an object
+    /// that does not exist, deleting a chain that still has rules or is jumped to, or deleting
+    /// a set a rule of the table uses. The fake dataplane and the planner's tests run on it.
+    pub fn apply(&mut self, tx: &Transaction<'_>) -> Result<(), String> {
+        let mut next = self.clone();
+        // Rules per chain in the model: only what deletions need (which sets and chains a
+        // chain's rules reference). Chains existing before the transaction are assumed to hold
+        // rules we do not know of until they are flushed.
+        let mut refs: std::collections::BTreeMap<String, Option<BTreeSet<String>>> =
+            next.chains.iter().map(|c| (c.clone(), None)).collect();
+        for c in &tx.commands {
+            let known_chain = |next: &NftObjects, name: &str| {
+                if next.table && next.chains.contains(name) {
+                    Ok(())
+                } else {
+                    Err(format!("no such chain {name}"))
+                }
+            };
+            match c {
+                Command::AddTable => next.table = true,
+                Command::DeleteTable => {
+                    next = NftObjects::default();
+                    refs.clear();
+                }
+                Command::AddLimit(_) => {
+                    if !next.table {
+                        return Err("add limit: no table".into());
+                    }
+                }
+                Command::AddSet(s) => {
+                    if !next.table {
+                        return Err(format!("add set {}: no table", s.name));
+                    }
+                    next.sets.insert(s.name.clone());
+                }
+                Command::AddElements(s) => {
+                    if !next.sets.contains(&s.name) {
+                        return Err(format!("add element: no such set {}", s.name));
+                    }
+                }
+                Command::AddChain(chain) => {
+                    if !next.table {
+                        return Err(format!("add chain {}: no table", chain.name));
+                    }
+                    if next.chains.insert(chain.name.clone()) {
+                        refs.insert(chain.name.clone(), Some(BTreeSet::new()));
+                    }
+                }
+                Command::FlushChain(name) => {
+                    known_chain(&next, name)?;
+                    refs.insert(name.to_string(), Some(BTreeSet::new()));
+                }
+                Command::AddRule { chain, rule } => {
+                    known_chain(&next, chain)?;
+                    let used = refs.entry(chain.to_string()).or_insert(None);
+                    for m in &rule.matches {
+                        if let netwarden_render::nft::Match::Addr { set, .. } = m {
+                            if !next.sets.contains(set) {
+                                return Err(format!("rule in {chain}: no such set {set}"));
+                            }
+                            if let Some(u) = used.as_mut() {
+                                u.insert(set.clone());
+                            }
+                        }
+                    }
+                    if let netwarden_render::nft::Verdict::Jump(target) = &rule.verdict {
+                        known_chain(&next, target)?;
+                        if let Some(u) = used.as_mut() {
+                            u.insert(format!("chain:{target}"));
+                        }
+                    }
+                }
+                Command::DeleteChain(name) => {
+                    known_chain(&next, name)?;
+                    if refs.get(*name) != Some(&Some(BTreeSet::new())) {
+                        return Err(format!("delete chain {name}: it may hold rules"));
+                    }
+                    let jumped = refs.iter().any(|(other, used)| {
+                        other != name
+                            && used
+                                .as_ref()
+                                .is_none_or(|u| u.contains(&format!("chain:{name}")))
+                    });
+                    if jumped {
+                        return Err(format!("delete chain {name}: another chain may jump to it"));
+                    }
+                    next.chains.remove(*name);
+                    refs.remove(*name);
+                }
+                Command::DeleteSet(name) => {
+                    if !next.sets.contains(*name) {
+                        return Err(format!("delete set {name}: no such set"));
+                    }
+                    let used = refs
+                        .values()
+                        .any(|u| u.as_ref().is_none_or(|u| u.contains(*name)));
+                    if used {
+                        return Err(format!("delete set {name}: a rule may use it"));
+                    }
+                    next.sets.remove(*name);
+                }
+            }
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+/// What the applier knows of netwarden's table in one netns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NftNetnsState {
+    /// What the kernel holds after the last transaction.
+    pub kernel: NftObjects,
+    /// The sets the rules of the last applied table use: packets may still be walking those
+    /// rules while the next apply commits, so the next apply keeps these sets.
+    pub in_use: BTreeSet<String>,
+}
+
+impl NftNetnsState {
+    /// The state when only the kernel's content is known (no history): every set found may be
+    /// used by the rules in force.
+    pub fn from_kernel(kernel: NftObjects) -> NftNetnsState {
+        NftNetnsState {
+            in_use: kernel.sets.clone(),
+            kernel,
+        }
+    }
+}
+
+/// One transaction and the state once it committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NftPlan<'t> {
+    pub transaction: Transaction<'t>,
+    pub after: NftNetnsState,
+}
+
+impl NftPlan<'_> {
+    /// Whether there is nothing to send (a removal where no table exists).
+    pub fn is_empty(&self) -> bool {
+        self.transaction.commands.is_empty()
+    }
+}
+
+/// Plans the transaction bringing a netns in `state` to `desired` (`None`: no table at all).
+pub fn plan<'t>(desired: Option<&'t Table>, state: &'t NftNetnsState) -> NftPlan<'t> {
+    let Some(table) = desired else {
+        let transaction = if state.kernel.table {
+            Transaction::removal()
+        } else {
+            Transaction::default()
+        };
+        return NftPlan {
+            transaction,
+            after: NftNetnsState::default(),
+        };
+    };
+    let wanted = NftObjects::of(table);
+    let mut transaction = Transaction::default();
+    // Peer sets are named by their content: a set the kernel already holds already has these
+    // elements, so re-adding them (the bulk of a transaction) is skipped.
+    transaction.declare(table, |set| !state.kernel.sets.contains(&set.name));
+    transaction.refill_chains(table);
+    let stale_chains: Vec<&'t String> = state
+        .kernel
+        .chains
+        .iter()
+        .filter(|c| !wanted.chains.contains(*c))
+        .collect();
+    for c in &stale_chains {
+        transaction.commands.push(Command::FlushChain(c));
+    }
+    for c in &stale_chains {
+        transaction.commands.push(Command::DeleteChain(c));
+    }
+    let stale_sets: BTreeSet<&'t String> = state
+        .kernel
+        .sets
+        .iter()
+        .filter(|s| !wanted.sets.contains(*s) && !state.in_use.contains(*s))
+        .collect();
+    for s in &stale_sets {
+        transaction.commands.push(Command::DeleteSet(s));
+    }
+    let mut sets: BTreeSet<String> = state
+        .kernel
+        .sets
+        .iter()
+        .filter(|s| !stale_sets.contains(s))
+        .cloned()
+        .collect();
+    sets.extend(wanted.sets.iter().cloned());
+    NftPlan {
+        transaction,
+        after: NftNetnsState {
+            kernel: NftObjects {
+                table: true,
+                sets,
+                chains: wanted.chains,
+            },
+            in_use: wanted.sets,
+        },
+    }
+}
+
+#[derive(Deserialize)]
+struct Listing {
+    nftables: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+struct Named {
+    family: Option<String>,
+    table: Option<String>,
+    name: String,
+}
+
+/// The tables a `list tables` JSON output names, as (family, name).
+pub fn parse_tables(json: &str) -> Result<BTreeSet<(String, String)>, serde_json::Error> {
+    let listing: Listing = serde_json::from_str(json)?;
+    let mut out = BTreeSet::new();
+    for item in listing.nftables {
+        if let Some(table) = item.get("table") {
+            let t: Named = serde_json::from_value(table.clone())?;
+            out.insert((t.family.unwrap_or_default(), t.name));
+        }
+    }
+    Ok(out)
+}
+
+/// The sets and chains a `list table` JSON output (terse or not) names for table `table`.
+pub fn parse_objects(json: &str, table: &str) -> Result<NftObjects, serde_json::Error> {
+    let listing: Listing = serde_json::from_str(json)?;
+    let mut out = NftObjects {
+        table: true,
+        ..NftObjects::default()
+    };
+    for item in listing.nftables {
+        for (kind, into) in [("set", &mut out.sets), ("chain", &mut out.chains)] {
+            if let Some(v) = item.get(kind) {
+                let named: Named = serde_json::from_value(v.clone())?;
+                if named.table.as_deref() == Some(table) {
+                    into.insert(named.name);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwarden_engine::Family;
+    use netwarden_render::nft::{AddrEnd, AddrSetDef, Chain, Hook, IfBy, Match, Rule, Verdict};
+
+    /// A table with `chains` (the first one a base chain jumping to each other) and one set per
+    /// name in `sets`, each used by a rule of the first non-base chain.
+    fn table(chains: &[&str], sets: &[&str]) -> Table {
+        let rule = |matches, verdict| Rule {
+            matches,
+            stmts: vec![],
+            verdict,
+            origin: None,
+        };
+        let mut out = Table::default();
+        for s in sets {
+            out.sets.push(AddrSetDef {
+                name: s.to_string(),
+                family: Family::Ipv4,
+                ranges: vec![(1, 1)],
+            });
+        }
+        let base = Chain {
+            name: chains[0].into(),
+            hook: Some(Hook::Input),
+            rules: chains[1..]
+                .iter()
+                .map(|c| {
+                    rule(
+                        vec![Match::IfName {
+                            by: IfBy::In,
+                            name: format!("if-{c}"),
+                        }],
+                        Verdict::Jump(c.to_string()),
+                    )
+                })
+                .collect(),
+        };
+        out.chains.push(base);
+        for (i, c) in chains[1..].iter().enumerate() {
+            let rules = if i == 0 {
+                sets.iter()
+                    .map(|s| {
+                        rule(
+                            vec![Match::Addr {
+                                family: Family::Ipv4,
+                                end: AddrEnd::Src,
+                                set: s.to_string(),
+                            }],
+                            Verdict::Accept,
+                        )
+                    })
+                    .collect()
+            } else {
+                vec![]
+            };
+            out.chains.push(Chain {
+                name: c.to_string(),
+                hook: None,
+                rules,
+            });
+        }
+        out
+    }
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn deletes(p: &NftPlan<'_>) -> Vec<String> {
+        p.transaction
+            .commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::DeleteSet(n) => Some(format!("set {n}")),
+                Command::DeleteChain(n) => Some(format!("chain {n}")),
+                Command::DeleteTable => Some("table".into()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sets_go_two_applies_after_their_last_use_and_chains_at_once() {
+        let mut kernel = NftObjects::default();
+        let mut state = NftNetnsState::from_kernel(kernel.clone());
+
+        // 1: A on two interfaces.
+        let t1 = table(&["input", "in_0", "in_1"], &["p4_a"]);
+        let p = plan(Some(&t1), &state);
+        assert!(deletes(&p).is_empty());
+        kernel.apply(&p.transaction).unwrap();
+        state = p.after;
+        assert_eq!(state.kernel, kernel);
+
+        // 2: peers changed (B), in_1 left: it goes now, A stays (the rules being replaced use it).
+        let t2 = table(&["input", "in_0"], &["p4_b"]);
+        let p = plan(Some(&t2), &state);
+        assert_eq!(deletes(&p), ["chain in_1"]);
+        kernel.apply(&p.transaction).unwrap();
+        state = p.after;
+        assert_eq!(kernel.sets, names(&["p4_a", "p4_b"]));
+        assert_eq!(kernel.chains, names(&["input", "in_0"]));
+
+        // 3: C: A is two applies stale and goes; B stays.
+        let t3 = table(&["input", "in_0"], &["p4_c"]);
+        let p = plan(Some(&t3), &state);
+        assert_eq!(deletes(&p), ["set p4_a"]);
+        kernel.apply(&p.transaction).unwrap();
+        state = p.after;
+        assert_eq!(kernel.sets, names(&["p4_b", "p4_c"]));
+
+        // 4: back to B (still held, not re-sent): C stays one more apply.
+        let t4 = table(&["input", "in_0"], &["p4_b"]);
+        let p = plan(Some(&t4), &state);
+        assert!(deletes(&p).is_empty());
+        assert!(!p
+            .transaction
+            .commands
+            .iter()
+            .any(|c| matches!(c, Command::AddSet(_) | Command::AddElements(_))));
+        kernel.apply(&p.transaction).unwrap();
+        state = p.after;
+
+        // 5: same again: C goes.
+        let p = plan(Some(&t4), &state);
+        assert_eq!(deletes(&p), ["set p4_c"]);
+        kernel.apply(&p.transaction).unwrap();
+        assert_eq!(kernel.sets, names(&["p4_b"]));
+        assert_eq!(p.after.kernel, kernel);
+
+        // 6: nothing isolated any more: the table goes; then nothing is left to remove.
+        let state = p.after;
+        let p = plan(None, &state);
+        assert_eq!(deletes(&p), ["table"]);
+        kernel.apply(&p.transaction).unwrap();
+        assert_eq!(kernel, NftObjects::default());
+        assert!(plan(None, &p.after).is_empty());
+    }
+
+    #[test]
+    fn unknown_state_keeps_every_set_found_once() {
+        // A restarted agent finds sets in the kernel it knows nothing about.
+        let mut kernel = NftObjects {
+            table: true,
+            sets: names(&["p4_old", "p4_a"]),
+            chains: names(&["input", "in_0", "in_3"]),
+        };
+        let state = NftNetnsState::from_kernel(kernel.clone());
+        let t = table(&["input", "in_0"], &["p4_a"]);
+        let p = plan(Some(&t), &state);
+        assert_eq!(deletes(&p), ["chain in_3"]);
+        kernel.apply(&p.transaction).unwrap();
+        let p2 = plan(Some(&t), &p.after);
+        assert_eq!(deletes(&p2), ["set p4_old"]);
+        kernel.apply(&p2.transaction).unwrap();
+        assert_eq!(kernel.sets, names(&["p4_a"]));
+    }
+
+    #[test]
+    fn stale_chains_are_all_flushed_before_any_is_deleted() {
+        let state = NftNetnsState::from_kernel(NftObjects {
+            table: true,
+            sets: BTreeSet::new(),
+            chains: names(&["input", "in_0", "output", "out_0"]),
+        });
+        let t = table(&["input", "in_0"], &[]);
+        let p = plan(Some(&t), &state);
+        let tail: Vec<String> = p
+            .transaction
+            .commands
+            .iter()
+            .rev()
+            .take(4)
+            .map(|c| format!("{c:?}"))
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "DeleteChain(\"output\")",
+                "DeleteChain(\"out_0\")",
+                "FlushChain(\"output\")",
+                "FlushChain(\"out_0\")",
+            ]
+        );
+        // The model accepts it: the stale base chain jumped to the stale chain.
+        let mut kernel = state.kernel.clone();
+        kernel.apply(&p.transaction).unwrap();
+    }
+
+    #[test]
+    fn model_refuses_what_the_kernel_refuses() {
+        let t = table(&["input", "in_0"], &["p4_a"]);
+        let mut k = NftObjects::default();
+        k.apply(&Transaction::create(&t)).unwrap();
+        let before = k.clone();
+        // Deleting a set the transaction's rules use fails, and changes nothing.
+        let mut bad = Transaction::create(&t);
+        bad.commands.push(Command::DeleteSet("p4_a"));
+        assert!(k.apply(&bad).is_err());
+        assert_eq!(k, before);
+        // So does deleting a chain that was not flushed.
+        let mut bad = Transaction::default();
+        bad.commands.push(Command::DeleteChain("in_0"));
+        assert!(k.apply(&bad).is_err());
+        assert_eq!(k, before);
+    }
+
+    #[test]
+    fn listings_are_parsed() {
+        let tables = r#"{"nftables":[{"metainfo":{"version":"1.0.6"}},{"table":{"family":"inet","name":"netwarden","handle":1}},{"table":{"family":"ip","name":"filter","handle":2}}]}"#;
+        let t = parse_tables(tables).unwrap();
+        assert!(t.contains(&("inet".into(), "netwarden".into())));
+        assert!(t.contains(&("ip".into(), "filter".into())));
+        let objects = r#"{"nftables":[{"metainfo":{}},{"table":{"family":"inet","name":"netwarden"}},{"limit":{"family":"inet","table":"netwarden","name":"lim_in"}},{"set":{"family":"inet","name":"p4_a","table":"netwarden","type":"ipv4_addr"}},{"chain":{"family":"inet","table":"netwarden","name":"input","hook":"input"}},{"chain":{"family":"inet","table":"netwarden","name":"in_0"}},{"rule":{"family":"inet","table":"netwarden","chain":"input","expr":[]}}]}"#;
+        let o = parse_objects(objects, "netwarden").unwrap();
+        assert_eq!(o.sets, names(&["p4_a"]));
+        assert_eq!(o.chains, names(&["input", "in_0"]));
+        assert!(parse_objects("{", "netwarden").is_err());
+    }
+}
