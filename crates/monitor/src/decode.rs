@@ -9,32 +9,25 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Address family of a logged packet, from the netlink header (`nfgen_family`), the hardware
-/// protocol, or the IP version nibble.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    Ipv4,
-    Ipv6,
+pub use netwarden_engine::Family;
+
+/// The address family of a logged packet from `nfgen_family` (`AF_INET` = 2, `AF_INET6` = 10).
+/// Others (`NFPROTO_INET` is never reported: the kernel logs with the packet's real family)
+/// give `None`.
+pub fn family_from_nfproto(family: u8) -> Option<Family> {
+    match family {
+        2 => Some(Family::Ipv4),
+        10 => Some(Family::Ipv6),
+        _ => None,
+    }
 }
 
-impl Family {
-    /// From `nfgen_family` (`AF_INET` = 2, `AF_INET6` = 10). Others (`NFPROTO_INET` is never
-    /// reported: the kernel logs with the packet's real family) give `None`.
-    pub fn from_nfproto(family: u8) -> Option<Family> {
-        match family {
-            2 => Some(Family::Ipv4),
-            10 => Some(Family::Ipv6),
-            _ => None,
-        }
-    }
-
-    /// From an ethertype (`NFULA_PACKET_HDR.hw_protocol`).
-    pub fn from_ethertype(ethertype: u16) -> Option<Family> {
-        match ethertype {
-            0x0800 => Some(Family::Ipv4),
-            0x86dd => Some(Family::Ipv6),
-            _ => None,
-        }
+/// The address family from an ethertype (`NFULA_PACKET_HDR.hw_protocol`).
+pub fn family_from_ethertype(ethertype: u16) -> Option<Family> {
+    match ethertype {
+        0x0800 => Some(Family::Ipv4),
+        0x86dd => Some(Family::Ipv6),
+        _ => None,
     }
 }
 
@@ -460,11 +453,11 @@ mod tests {
 
     #[test]
     fn family_sources() {
-        assert_eq!(Family::from_nfproto(2), Some(Family::Ipv4));
-        assert_eq!(Family::from_nfproto(10), Some(Family::Ipv6));
-        assert_eq!(Family::from_nfproto(1), None);
-        assert_eq!(Family::from_ethertype(0x86dd), Some(Family::Ipv6));
-        assert_eq!(Family::from_ethertype(0x0806), None);
+        assert_eq!(family_from_nfproto(2), Some(Family::Ipv4));
+        assert_eq!(family_from_nfproto(10), Some(Family::Ipv6));
+        assert_eq!(family_from_nfproto(1), None);
+        assert_eq!(family_from_ethertype(0x86dd), Some(Family::Ipv6));
+        assert_eq!(family_from_ethertype(0x0806), None);
         for n in 0..=255u8 {
             assert_eq!(L4Protocol::from_number(n).number(), n);
         }

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::decode::{decode_packet, Family, PacketInfo};
+use crate::decode::{decode_packet, family_from_ethertype, family_from_nfproto, PacketInfo};
 
 /// `NFNL_SUBSYS_ULOG << 8`.
 const SUBSYS_ULOG: u16 = 4 << 8;
@@ -235,8 +235,8 @@ fn parse_packet(body: &[u8]) -> Option<NflogRecord> {
             _ => {}
         }
     }
-    let hint = Family::from_nfproto(record.family)
-        .or_else(|| record.hw_protocol.and_then(Family::from_ethertype));
+    let hint = family_from_nfproto(record.family)
+        .or_else(|| record.hw_protocol.and_then(family_from_ethertype));
     record.packet = payload.and_then(|p| decode_packet(p, hint));
     Some(record)
 }

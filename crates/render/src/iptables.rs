@@ -38,7 +38,7 @@
 //! so the rule count does not grow with the number of peers. `hash:net` takes no `/0`, so an
 //! "everything" block is stored as its two halves (`0.0.0.0/1`, `128.0.0.0/1`; `::/1`,
 //! `8000::/1`). A set's name is derived from its
-//! content (`nw4-<fnv64 of the CIDRs>`): a name always means the same addresses, so the sets of
+//! content (`nw4-<the content hash of the CIDRs>`): a name always means the same addresses, so the sets of
 //! a new ruleset can be created next to the old ones before the restore switches the rules over,
 //! and no packet ever sees an old rule with new set content or the reverse. Each set is still
 //! filled through a temporary (`nwt4-…`) and `swap`ped in, so a live set that somehow differs
