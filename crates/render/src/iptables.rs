@@ -16,8 +16,8 @@
 //!          · -j DANM_INGRESS_V4
 //! OUTPUT:  -o lo ACCEPT · established ACCEPT · [v6: ND] · -j DANM_EGRESS_V4
 //! FORWARD: REJECT (tcp-reset / port-unreachable) when an interface is isolated (enforced)
-//! DANM_INGRESS_V4: -i eth0 -j DANM_IN_0   (a direction that is isolated or monitored)
-//!                  -i net1 -j ACCEPT      (an open direction passes untouched)
+//! DANM_INGRESS_V4: -i eth0 -j DANM_IN_0   (a direction that is isolated or monitored; an
+//!                                          open one has no rule and falls through)
 //! DANM_IN_0:       [implicit DNS] allow rules … then deny log … then REJECT
 //! ```
 //!
@@ -244,6 +244,12 @@ fn ipset_cidrs(family: Family, set: &AddrSet) -> Vec<IpNet> {
             _ => vec![c],
         })
         .collect()
+}
+
+/// Whether a direction gets a chain of its own: isolated in the enforced view, or evaluated for
+/// the monitor.
+pub fn needs_chain(dr: &DirectionRules) -> bool {
+    dr.enforced.is_isolated() || dr.has_monitor()
 }
 
 /// Per-interface chain name: generated, never from an object's name.
@@ -539,7 +545,11 @@ impl FamilyRenderer<'_> {
             };
             for (index, iface) in pod.interfaces.iter().enumerate() {
                 let dr = iface.direction(dir);
-                let needs_chain = dr.enforced.is_isolated() || dr.has_monitor();
+                // An open direction needs no rule: its packets fall through the entry chain
+                // back to the built-in chain's ACCEPT policy.
+                if !needs_chain(dr) {
+                    continue;
+                }
                 let name = iptables_ifname(&iface.name).map_err(|reason| {
                     RenderError::UnmatchableInterface {
                         pod: pod.pod.clone(),
@@ -548,10 +558,6 @@ impl FamilyRenderer<'_> {
                         reason,
                     }
                 })?;
-                if !needs_chain {
-                    self.rule(entry, &format!("{flag} {name} -j ACCEPT"));
-                    continue;
-                }
                 let chain = sub_chain(dir, index);
                 self.rule(entry, &format!("{flag} {name} -j {chain}"));
                 let key = log_key_for(pod, &iface.name, dir).map(|k| k.0);

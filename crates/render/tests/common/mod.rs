@@ -139,10 +139,15 @@ impl ScratchNetns {
         Some(ScratchNetns(name))
     }
 
-    /// Runs `nft <args>` inside with `stdin`; returns (success, stderr).
+    /// Runs `nft <args>` inside with `stdin`; returns (success, stdout, stderr).
     pub fn nft(&self, args: &[&str], stdin: &str) -> (bool, String, String) {
+        self.run("nft", args, stdin)
+    }
+
+    /// Runs `program <args>` inside with `stdin`; returns (success, stdout, stderr).
+    pub fn run(&self, program: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.0, "nft"])
+            .args(["netns", "exec", &self.0, program])
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,0 +1,369 @@
+//! Fuzzing support: pod rules decoded from arbitrary bytes, and the invariants every rendering
+//! must keep. The same two functions serve the libFuzzer target (`fuzz/fuzz_targets/render.rs`)
+//! and the property tests that run in CI (`tests/fuzz_render.rs`, `tests/fuzz_render_kernel.rs`).
+//!
+//! Every object name the decoder invents (policy names and namespaces, which reach the renderers
+//! only through rule origins) carries the marker [`MARK`], which no interface name, keyword or
+//! generated name contains: finding it in a rendered rule means object text leaked into a rule.
+//! Interface names are drawn from kernel-legal names, hostile ones included (quotes, `;`, `{`,
+//! `$`, a trailing `*` or `+`, non-ASCII).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use netwarden_engine::{
+    AddrSet, AllowRule, Clause, Direction, DirectionRules, ImplicitDns, InterfaceRules, IpBlock,
+    Isolation, Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch,
+    PortRange, Protocol, RuleOrigin,
+};
+
+use crate::iptables::{iptables_ifname, needs_chain, render_iptables};
+use crate::nft::{build_table, ifname_match_error, RenderError, Transaction};
+use crate::options::RenderOptions;
+
+/// Marks every object name the decoder invents (see the module doc).
+pub const MARK: &str = "§";
+
+/// Interface names worth trying: ordinary, and every kind of character nft or iptables syntax
+/// could trip over. All are legal kernel names.
+pub const IFNAMES: &[&str] = &[
+    "eth0",
+    "net1",
+    "ens5",
+    "a\"b;+",
+    "x\\y",
+    "p*",
+    "q\\*",
+    "e\"",
+    "{x}",
+    "$(id)",
+    "#c",
+    "-j",
+    "!x",
+    "é1",
+    "lo0",
+    "a'b",
+    "a,b",
+    "x@y",
+    "vlan.10",
+    "abcdefghijklmno",
+    "a\u{1}b",
+];
+
+/// A cursor over the fuzzer's bytes; reading past the end gives zeros.
+struct Bytes<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        let b = self.data.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        b
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.u8(), self.u8()])
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::from_be_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::from(self.u8()) % n.max(1)
+    }
+
+    fn bool(&mut self) -> bool {
+        self.u8() & 1 == 1
+    }
+
+    fn name(&mut self) -> String {
+        // Object text with every character rule syntax cares about, and the marker.
+        const PARTS: &[&str] = &[
+            "a", "\"", ";", "{", "}", "\n", " ", "$", "'", "/", "*", "#", "\\",
+        ];
+        let n = 1 + self.below(6);
+        let mut s = String::from(MARK);
+        for _ in 0..n {
+            s.push_str(PARTS[self.below(PARTS.len())]);
+        }
+        s
+    }
+
+    fn net(&mut self) -> IpNet {
+        if self.bool() {
+            let addr = Ipv4Addr::from(self.u32());
+            let len = match self.below(4) {
+                0 => 0,
+                1 => 32,
+                _ => self.below(33) as u8,
+            };
+            IpNet::new(IpAddr::V4(addr), len)
+                .expect("prefix ≤ 32")
+                .trunc()
+        } else {
+            let hi = u128::from(self.u32()) << 96;
+            let addr = Ipv6Addr::from(hi | u128::from(self.u16()));
+            let len = match self.below(4) {
+                0 => 0,
+                1 => 128,
+                _ => self.below(129) as u8,
+            };
+            IpNet::new(IpAddr::V6(addr), len)
+                .expect("prefix ≤ 128")
+                .trunc()
+        }
+    }
+
+    fn peers(&mut self) -> PeerMatch {
+        if self.below(4) == 0 {
+            return PeerMatch::Any;
+        }
+        let mut set = AddrSet::new();
+        for _ in 0..1 + self.below(4) {
+            let cidr = self.net();
+            let except = (0..self.below(3))
+                .map(|_| self.net())
+                .filter(|e| e.addr().is_ipv4() == cidr.addr().is_ipv4())
+                .collect();
+            set.union_with(&AddrSet::from_ip_block(&IpBlock { cidr, except }));
+        }
+        PeerMatch::Addrs(Arc::new(set))
+    }
+
+    fn ports(&mut self) -> PortMatch {
+        if self.below(3) == 0 {
+            return PortMatch::Any;
+        }
+        let ranges = (0..1 + self.below(4))
+            .map(|_| {
+                let protocol = Protocol::ALL[self.below(3)];
+                let ports = if self.below(4) == 0 {
+                    None
+                } else {
+                    let lo = self.u16().max(1);
+                    let hi = lo.saturating_add(u16::from(self.u8()) * u16::from(self.bool()));
+                    Some((lo, hi))
+                };
+                PortRange { protocol, ports }
+            })
+            .collect();
+        PortMatch::Only(ranges)
+    }
+
+    fn rules(&mut self, direction: Direction, mode: Mode) -> Vec<AllowRule> {
+        (0..self.below(4))
+            .map(|index| AllowRule {
+                origin: RuleOrigin {
+                    policy: PolicyRef {
+                        kind: PolicyKind::NetworkPolicy,
+                        key: ObjectKey::new(self.name(), self.name()),
+                    },
+                    direction,
+                    index,
+                    mode,
+                },
+                clauses: (0..self.below(3))
+                    .map(|_| Clause {
+                        peers: self.peers(),
+                        ports: self.ports(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn isolation(&mut self, direction: Direction, mode: Mode) -> Isolation {
+        if self.below(3) == 0 {
+            Isolation::Open
+        } else {
+            Isolation::Isolated(self.rules(direction, mode))
+        }
+    }
+
+    fn policy(&mut self) -> PolicyRef {
+        PolicyRef {
+            kind: PolicyKind::DanmNetworkPolicy,
+            key: ObjectKey::new(self.name(), self.name()),
+        }
+    }
+
+    fn direction(&mut self, direction: Direction) -> DirectionRules {
+        let enforced = self.isolation(direction, Mode::Enforce);
+        let monitored = self.below(3) == 0;
+        // As the engine builds it: a monitored policy isolates the staged view.
+        let staged = if monitored {
+            Isolation::Isolated(self.rules(direction, Mode::Monitor))
+        } else {
+            enforced.clone()
+        };
+        let mut dr = DirectionRules::open();
+        if enforced.is_isolated() {
+            dr.enforced_policies.push(self.policy());
+        }
+        if monitored {
+            dr.monitored_policies.push(self.policy());
+            if enforced.is_isolated() && self.bool() {
+                dr.replaced_policies = dr.enforced_policies.clone();
+            }
+        }
+        dr.log_denies = self.bool();
+        if direction == Direction::Egress {
+            dr.implicit_dns = ImplicitDns {
+                enforced: enforced.is_isolated() && self.bool(),
+                staged: staged.is_isolated() && self.bool(),
+            };
+        }
+        dr.enforced = enforced;
+        dr.staged = staged;
+        dr
+    }
+}
+
+/// Pod rules decoded from arbitrary bytes: one to three interfaces with names from
+/// [`IFNAMES`], each direction open, enforced, monitored or both.
+pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
+    let mut b = Bytes { data, at: 0 };
+    let count = 1 + b.below(3);
+    let mut names: Vec<&str> = Vec::new();
+    while names.len() < count {
+        let name = IFNAMES[b.below(IFNAMES.len())];
+        if names.contains(&name) {
+            // Distinct names (a netns has one interface per name); stop when the bytes repeat.
+            if b.at > data.len() {
+                break;
+            }
+            continue;
+        }
+        names.push(name);
+    }
+    let interfaces = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| InterfaceRules {
+            name: name.to_string(),
+            network: if i == 0 {
+                NetworkId::Primary
+            } else {
+                NetworkId::nad(MARK, *name)
+            },
+            ips: vec![IpAddr::V4(Ipv4Addr::new(10, 0, i as u8, 1))],
+            ingress: b.direction(Direction::Ingress),
+            egress: b.direction(Direction::Egress),
+        })
+        .collect();
+    PodRules {
+        pod: ObjectKey::new(MARK, MARK),
+        netns: None,
+        interfaces,
+    }
+}
+
+/// What rendering `rules` gave, for the kernel checks.
+#[derive(Debug)]
+pub struct Rendered {
+    /// The nft creation transaction: JSON and text (`None`: nothing isolated, or refused).
+    pub nft: Option<(String, String)>,
+    /// The iptables ruleset (`None`: refused).
+    pub iptables: Option<crate::iptables::IptablesRuleset>,
+}
+
+/// Renders `rules` with both backends and checks every invariant that needs no kernel:
+/// nothing panics; a pod is refused only for an interface name the backend cannot match
+/// exactly, and never otherwise; the JSON is a well-formed document of commands; interface
+/// names appear only as exact-match operands; no object text (see [`MARK`]) reaches a rule.
+pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
+    let isolated: Vec<&InterfaceRules> = rules
+        .interfaces
+        .iter()
+        .filter(|i| i.is_isolated())
+        .collect();
+    let nft = match build_table(rules, opts) {
+        Ok(table) => {
+            for i in &isolated {
+                assert!(
+                    ifname_match_error(&i.name).is_none(),
+                    "{:?} rendered though nft cannot match it exactly",
+                    i.name
+                );
+            }
+            table.map(|t| {
+                let tx = Transaction::create(&t);
+                (tx.to_json(), tx.to_text())
+            })
+        }
+        Err(RenderError::UnmatchableInterface { name, .. }) => {
+            assert!(
+                ifname_match_error(&name).is_some(),
+                "{name:?} refused though nft can match it"
+            );
+            None
+        }
+    };
+    if let Some((json, text)) = &nft {
+        assert!(!json.contains(MARK), "object text in the nft JSON: {json}");
+        assert!(!text.contains(MARK), "object text in the nft text: {text}");
+        let doc: serde_json::Value = serde_json::from_str(json).expect("well-formed JSON");
+        let commands = doc["nftables"].as_array().expect("a command list");
+        for c in commands {
+            let rule = &c["add"]["rule"];
+            let Some(expr) = rule["expr"].as_array() else {
+                continue;
+            };
+            for e in expr {
+                let key = e["match"]["left"]["meta"]["key"].as_str();
+                if matches!(key, Some("iifname" | "oifname")) {
+                    let name = e["match"]["right"].as_str().expect("a name");
+                    let exact = name.strip_suffix("\\*").map(|s| format!("{s}*"));
+                    let known = name == "lo"
+                        || rules
+                            .interfaces
+                            .iter()
+                            .any(|i| i.name == name || exact.as_deref() == Some(i.name.as_str()));
+                    assert!(known, "unknown interface operand {name:?}");
+                    assert!(
+                        !name.ends_with('*') || name.ends_with("\\*"),
+                        "a wildcard operand: {name:?}"
+                    );
+                }
+            }
+        }
+    }
+    let chained: Vec<&InterfaceRules> = rules
+        .interfaces
+        .iter()
+        .filter(|i| needs_chain(&i.ingress) || needs_chain(&i.egress))
+        .collect();
+    let iptables = match render_iptables(rules, opts) {
+        Ok(r) => {
+            for i in &chained {
+                assert!(
+                    iptables_ifname(&i.name).is_ok(),
+                    "{:?} rendered though iptables cannot match it",
+                    i.name
+                );
+            }
+            for text in [&r.v4, &r.v6, &r.ipset_script()] {
+                assert!(!text.contains(MARK), "object text in iptables: {text}");
+            }
+            assert!(
+                r.sets
+                    .iter()
+                    .all(|s| s.cidrs.iter().all(|c| c.prefix_len() > 0)),
+                "a /0 in an ipset"
+            );
+            Some(r)
+        }
+        Err(RenderError::UnmatchableInterface { name, .. }) => {
+            assert!(
+                iptables_ifname(&name).is_err() && chained.iter().any(|i| i.name == name),
+                "{name:?} refused though iptables can match it or it needs no rule"
+            );
+            None
+        }
+    };
+    Rendered { nft, iptables }
+}
