@@ -433,10 +433,7 @@ impl Engine {
         let peers = if rule.peers.is_empty() {
             PeerMatch::Any
         } else {
-            let mut set = AddrSet::new();
-            for peer in &rule.peers {
-                set.union_with(&self.peer_addrs(policy, peer));
-            }
+            let set = AddrSet::union_of(rule.peers.iter().map(|p| self.peer_addrs(policy, p)));
             PeerMatch::Addrs(Arc::new(set))
         };
         let egress_clauses = match direction {

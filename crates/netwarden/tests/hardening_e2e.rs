@@ -10,17 +10,15 @@
 //! Each test builds its own namespaces (`nwh<pid>-…`), joined by veths, and removes them even
 //! when it fails. Traffic only flows between them.
 
-mod common;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-use common::{netwarden_leftovers, root_or_skip, TempDir};
-use netwarden_dataplane::netns::{create_named, delete_named, exec_in, named_path, run_in};
 use netwarden_dataplane::Backend;
+use netwarden_testing::{
+    assert_connects, assert_refused, listen, root_or_skip, wait_reachable, AgentProcess,
+    Namespaces, TempDir,
+};
 use serde_json::{json, Value};
 
 /// The binary under test; `NETWARDEN_BIN` runs these tests against another build (to show a
@@ -29,107 +27,55 @@ fn bin() -> String {
     std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into())
 }
 
-/// Named namespaces deleted on drop (also when the test panics).
-struct Namespaces {
-    prefix: String,
-    names: Vec<String>,
-}
-
-impl Namespaces {
-    fn new(tag: &str) -> Namespaces {
-        Namespaces {
-            prefix: format!("nwh{}-{tag}", std::process::id()),
-            names: Vec::new(),
-        }
-    }
-
-    fn create(&mut self, name: &str) -> PathBuf {
-        let full = format!("{}-{name}", self.prefix);
-        let _ = delete_named(&full);
-        let path = create_named(&full).expect("create netns");
-        ip(&path, &["link", "set", "lo", "up"]);
-        self.names.push(full);
-        path
-    }
-
-    fn name(&self, short: &str) -> String {
-        format!("{}-{short}", self.prefix)
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = delete_named(n);
-        }
-    }
-}
-
-fn ip(ns: &Path, args: &[&str]) {
-    exec_in(ns, "ip", args, None)
-        .unwrap_or_else(|e| panic!("ip {args:?} in {}: {e}", ns.display()));
-}
-
-/// A veth from `pod` (`pod_if`, `net`.1/24) to the client netns named `client_name`
+/// A veth from `pod` (`pod_if`, `net`.1/24) to the client netns `client` named `client_name`
 /// (`client_if`, `net`.2/24).
 fn veth(pod: &Path, pod_if: &str, client: &Path, client_name: &str, client_if: &str, net: &str) {
-    ip(
+    netwarden_testing::veth(
         pod,
-        &[
-            "link", "add", pod_if, "type", "veth", "peer", "name", client_if,
-        ],
-    );
-    ip(pod, &["link", "set", client_if, "netns", client_name]);
-    ip(pod, &["addr", "add", &format!("{net}.1/24"), "dev", pod_if]);
-    ip(pod, &["link", "set", pod_if, "up"]);
-    ip(
+        pod_if,
+        &format!("{net}.1/24"),
         client,
-        &["addr", "add", &format!("{net}.2/24"), "dev", client_if],
+        client_name,
+        client_if,
+        &format!("{net}.2/24"),
     );
-    ip(client, &["link", "set", client_if, "up"]);
 }
 
-fn listen(ns: &Path, addr: &str) -> TcpListener {
-    let addr: SocketAddr = addr.parse().unwrap();
-    run_in(ns, move || TcpListener::bind(addr))
-        .unwrap()
-        .unwrap()
-}
-
-fn connect(ns: &Path, addr: &str) -> std::io::Result<TcpStream> {
-    let addr: SocketAddr = addr.parse().unwrap();
-    run_in(ns, move || {
-        TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-    })
-    .unwrap()
-}
-
-/// Waits until `client` reaches `addr` (a fresh veth takes a moment to pass packets).
-fn wait_reachable(client: &Path, addr: &str) {
-    let start = Instant::now();
-    while connect(client, addr).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{addr} never reachable"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn assert_refused(client: &Path, addr: &str, why: &str) {
-    match connect(client, addr) {
-        Ok(_) => panic!("{why}: {addr} connected, must be refused"),
-        Err(e) => assert_eq!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionRefused,
-            "{why}: {addr}: {e} (a refusal, not a timeout)"
-        ),
-    }
-}
-
-fn assert_connects(client: &Path, addr: &str, why: &str) {
-    if let Err(e) = connect(client, addr) {
-        panic!("{why}: {addr} must connect: {e}");
+/// Everything of netwarden's backend `backend` that the system tools show in `netns`.
+fn leftovers(backend: Backend, netns: &Path) -> Vec<String> {
+    let text = |program: &str, args: &[&str]| {
+        String::from_utf8_lossy(&netwarden_testing::run_in(netns, program, args).stdout)
+            .into_owned()
+    };
+    match backend {
+        Backend::Nft => text("nft", &["list", "tables"])
+            .lines()
+            .filter(|l| l.trim() == "table inet netwarden")
+            .map(str::to_string)
+            .collect(),
+        Backend::Iptables => {
+            let mut found: Vec<String> = ["iptables-save", "ip6tables-save"]
+                .iter()
+                .flat_map(|p| {
+                    text(p, &["-t", "filter"])
+                        .lines()
+                        .filter(|l| l.contains("DANM_"))
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            found.extend(
+                text("ipset", &["list", "-n"])
+                    .lines()
+                    .filter(|n| {
+                        ["nw4-", "nw6-", "nwt4-", "nwt6-"]
+                            .iter()
+                            .any(|p| n.starts_with(p))
+                    })
+                    .map(str::to_string),
+            );
+            found
+        }
     }
 }
 
@@ -191,7 +137,7 @@ fn apply(dir: &Path, backend: Backend) -> Output {
 /// Defects 1 and 2 for one backend: the pod IP sits on `ens5` (no network-status annotation:
 /// the manifests would guess `eth0`), and a second interface has an unusual name.
 fn primary_and_unusual_names(backend: Backend, unusual: &str, tag: &str) {
-    let mut nss = Namespaces::new(tag);
+    let mut nss = Namespaces::new(&format!("nwh{tag}"));
     let pod = nss.create("pod");
     let client = nss.create("client");
     let client_name = nss.name("client");
@@ -296,7 +242,7 @@ fn iptables_refuses_a_name_it_cannot_match() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("ir");
+    let mut nss = Namespaces::new("nwhir");
     let pod = nss.create("pod");
     let client = nss.create("client");
     let client_name = nss.name("client");
@@ -318,69 +264,17 @@ fn iptables_refuses_a_name_it_cannot_match() {
         stderr.contains("refused") && stderr.contains("a\\\"b;+"),
         "the error names the interface: {stderr}"
     );
-    assert!(netwarden_leftovers(Backend::Iptables, &pod).is_empty());
-}
-
-/// The agent as a child process, killed when dropped.
-struct Agent {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Agent {
-    fn start(dir: &Path, backend: Backend, log: PathBuf) -> Agent {
-        let stderr = File::create(&log).expect("agent log");
-        let child = Command::new(bin())
-            .args(["run", "-f"])
-            .arg(dir)
-            .args(["--interval", "100ms", "--backend", backend.as_str()])
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start the agent");
-        Agent { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits up to 10 s for `cond`; panics with the agent's log otherwise.
-    fn wait_for(&mut self, what: &str, mut cond: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "the agent exited ({status}) waiting for {what}:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out waiting for {what}; agent log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    assert!(leftovers(Backend::Iptables, &pod).is_empty());
 }
 
 /// Defect 4: a pod sandbox restart deletes the pod's netns and creates a new one at the same
 /// path. The agent notices the new identity and programs it at once, though no manifest
 /// changed.
 fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
-    let mut nss = Namespaces::new(tag);
+    let mut nss = Namespaces::new(&format!("nwh{tag}"));
     let pod = nss.create("pod");
     let client = nss.create("client");
-    let (pod_name, client_name) = (nss.name("pod"), nss.name("client"));
+    let client_name = nss.name("client");
     veth(&pod, "eth0", &client, &client_name, "c1", "10.231.94");
     let dir = TempDir::new(tag);
     dir.write(
@@ -391,23 +285,34 @@ fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
         "np.yaml",
         &docs_text(&[deny_ingress("NetworkPolicy", "np", Some(8080))]),
     );
-    let mut agent = Agent::start(&dir.path, backend, dir.path.join("agent.log"));
-    agent.wait_for("the first rules", || {
-        !netwarden_leftovers(backend, &pod).is_empty()
+    let mut agent = AgentProcess::start(
+        &bin(),
+        &[
+            "run",
+            "-f",
+            &dir.path.display().to_string(),
+            "--interval",
+            "100ms",
+            "--backend",
+            backend.as_str(),
+        ],
+        &dir.path.join("agent.log"),
+    );
+    let within = Duration::from_secs(10);
+    agent.wait_for("the first rules", within, || {
+        !leftovers(backend, &pod).is_empty()
     });
 
     // The sandbox restarts: same path, new namespace, same addresses.
-    delete_named(&pod_name).unwrap();
-    let again = create_named(&pod_name).unwrap();
-    assert_eq!(again, named_path(&pod_name).unwrap());
-    ip(&pod, &["link", "set", "lo", "up"]);
+    nss.delete("pod");
+    assert_eq!(nss.create("pod"), pod);
     veth(&pod, "eth0", &client, &client_name, "c2", "10.231.94");
     let _l = [
         listen(&pod, "10.231.94.1:8080"),
         listen(&pod, "10.231.94.1:8081"),
     ];
-    agent.wait_for("the rules in the new netns", || {
-        !netwarden_leftovers(backend, &pod).is_empty()
+    agent.wait_for("the rules in the new netns", within, || {
+        !leftovers(backend, &pod).is_empty()
     });
     wait_reachable(&client, "10.231.94.1:8080");
     assert_refused(&client, "10.231.94.1:8081", "rules of the recreated netns");
@@ -440,7 +345,7 @@ fn switching_backend_removes_the_other_backends_rules() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("sw");
+    let mut nss = Namespaces::new("nwhsw");
     let pod = nss.create("pod");
     let client = nss.create("client");
     let client_name = nss.name("client");
@@ -470,19 +375,16 @@ fn switching_backend_removes_the_other_backends_rules() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            !netwarden_leftovers(from, &pod).is_empty(),
-            "{from:?} applied"
-        );
+        assert!(!leftovers(from, &pod).is_empty(), "{from:?} applied");
         let out = apply(&dir.path, to);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(!netwarden_leftovers(to, &pod).is_empty(), "{to:?} applied");
+        assert!(!leftovers(to, &pod).is_empty(), "{to:?} applied");
         assert_eq!(
-            netwarden_leftovers(from, &pod),
+            leftovers(from, &pod),
             Vec::<String>::new(),
             "{from:?} left behind after switching to {to:?}"
         );
