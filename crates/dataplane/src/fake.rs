@@ -40,7 +40,7 @@ pub struct FakeDataplane {
     pub ops: Vec<FakeOp>,
     /// The table of each netns as the (fake) kernel holds it, by name.
     pub kernel: HashMap<PathBuf, NftObjects>,
-    /// The last transaction sent to each netns, as nft text.
+    /// The last transactions sent to each netns, as nft text.
     pub transactions: HashMap<PathBuf, String>,
     /// Netns "recreated" since (see [`FakeDataplane::recreate`]).
     recreated: HashSet<PathBuf>,
@@ -77,16 +77,14 @@ impl FakeDataplane {
             .unwrap_or_else(|| NftNetnsState::from_kernel(kernel.clone()));
         let p = plan(desired, &state);
         let mut next = kernel;
-        // A transaction the kernel would refuse is a bug of the planner: fail loudly.
-        next.apply(&p.transaction).unwrap_or_else(|e| {
-            panic!(
-                "{}: refused: {e}\n{}",
-                netns.display(),
-                p.transaction.to_text()
-            )
-        });
-        self.transactions
-            .insert(netns.to_owned(), p.transaction.to_text());
+        let mut text = String::new();
+        for tx in p.transactions() {
+            // A transaction the kernel would refuse is a bug of the planner: fail loudly.
+            next.apply(tx)
+                .unwrap_or_else(|e| panic!("{}: refused: {e}\n{}", netns.display(), tx.to_text()));
+            text.push_str(&tx.to_text());
+        }
+        self.transactions.insert(netns.to_owned(), text);
         self.kernel.insert(netns.to_owned(), next);
         self.state.insert(netns.to_owned(), p.after);
         Ok(())

@@ -3,8 +3,9 @@
 //! nothing — also when the agent is killed mid-apply).
 //!
 //! Each apply runs on a thread inside the pod's netns: it reads what the kernel holds when
-//! that is not known yet, plans the transaction against it ([`nft_plan`](crate::nft_plan)),
-//! and commits it as libnftables JSON (any interface name, exactly). Contexts stay open per netns
+//! that is not known yet, plans against it ([`nft_plan`](crate::nft_plan)) — new peer sets in a
+//! transaction of their own, then the rules — and commits each as libnftables JSON (any
+//! interface name, exactly). Contexts stay open per netns
 //! ([`nft_contexts`](crate::nft_contexts)); batches apply to several netns at once.
 //!
 //! Moving from the iptables backend: the first time this process touches a netns, after the
@@ -159,8 +160,9 @@ fn run_job(job: Job) -> JobDone {
             }
         };
         let plan = plan(job.desired.as_deref(), &state);
-        if !plan.is_empty() {
-            ctx.run(&plan.transaction.to_json(), Output::Json)?;
+        // New sets first, then the rules that use them (see `nft_plan`): each an atomic batch.
+        for tx in plan.transactions() {
+            ctx.run(&tx.to_json(), Output::Json)?;
         }
         let iptables_leftovers = match (job.look_for_iptables, tables) {
             (false, _) => false,

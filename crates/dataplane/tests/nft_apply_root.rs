@@ -1015,3 +1015,92 @@ fn rapid_replacements_lose_no_packets_without_kept_contexts() {
         NftDataplane::new(RenderOptions::default()).with_max_contexts(0),
     );
 }
+
+/// Closes `stream` with a reset (`SO_LINGER` 0): no TIME_WAIT, so probes made without pause
+/// neither run out of ports nor meet a stale connection's reset.
+fn reset_close(stream: TcpStream) {
+    let zero = nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::Linger, &zero);
+}
+
+/// Regression (found by the agent's crash test): a transaction that created a large peer set
+/// and switched the rules to it refused allowed connections for a moment — interval sets answer
+/// lookups from an array the kernel builds after the new rules are live. New sets now come in a
+/// transaction of their own. Every apply here brings a new 20,000-element set while connections
+/// run without pause: none allowed may be refused, none denied may connect.
+#[test]
+fn new_large_sets_never_refuse_allowed_traffic() {
+    if !root_or_skip() {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_guard, pod, client) = topology("n");
+    let (l1, l2) = (listen(&pod, POD_IP, 8080), listen(&pod, POD_IP, 8081));
+    wait_reachable(&client, 8080);
+    let mut dp = NftDataplane::new(RenderOptions::default());
+    let applies: u32 = std::env::var("NW_NEW_SET_APPLIES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(12);
+    let big_with_client = |marker: u32| {
+        let mut rules = big_rules(20_000, marker);
+        if let Isolation::Isolated(r) = &mut rules.interfaces[0].ingress.enforced {
+            if let PeerMatch::Addrs(set) = &mut r[0].clauses[0].peers {
+                let mut s = (**set).clone();
+                s.union_with(&AddrSet::from_addrs([CLIENT_IP.parse().unwrap()]));
+                *set = Arc::new(s);
+            }
+        }
+        rules.interfaces[0].ingress.staged = rules.interfaces[0].ingress.enforced.clone();
+        rules
+    };
+    let tables: Vec<NftRuleset> = (0..=applies)
+        .map(|m| table(&dp, &big_with_client(m)))
+        .collect();
+    dp.apply(&pod, &tables[0]).unwrap();
+    let stop = AtomicBool::new(false);
+    let (mut wrong, mut probes) = (Vec::new(), 0usize);
+    std::thread::scope(|scope| {
+        for l in [&l1, &l2] {
+            scope.spawn(|| {
+                l.set_nonblocking(true).unwrap();
+                while !stop.load(Ordering::SeqCst) {
+                    if l.accept().is_err() {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            });
+        }
+        let prober = scope.spawn(|| {
+            let mut log = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let ok = connect(&client, 8080).0.map(reset_close);
+                let no = connect(&client, 8081).0.map(reset_close);
+                log.push((ok, no));
+            }
+            log
+        });
+        for t in &tables[1..] {
+            assert_eq!(dp.apply(&pod, t).unwrap(), ApplyOutcome::Applied);
+        }
+        stop.store(true, Ordering::SeqCst);
+        for (ok, no) in prober.join().unwrap() {
+            probes += 1;
+            let refused = no
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+            if ok.is_err() || !refused {
+                wrong.push(format!("allowed: {ok:?}, denied: {no:?}"));
+            }
+        }
+    });
+    eprintln!(
+        "{applies} applies of new 20,000-element sets, {probes} probe pairs, {} wrong",
+        wrong.len()
+    );
+    assert!(probes > 100, "{probes}");
+    assert!(wrong.is_empty(), "{wrong:?}");
+}

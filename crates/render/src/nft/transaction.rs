@@ -78,6 +78,15 @@ impl<'t> Transaction<'t> {
         self.commands.last() == Some(&Command::DeleteTable)
     }
 
+    /// `add table` then every set of `sets`, declared and filled.
+    pub fn add_sets(&mut self, sets: impl IntoIterator<Item = &'t AddrSetDef>) {
+        self.commands.push(Command::AddTable);
+        for set in sets {
+            self.commands.push(Command::AddSet(set));
+            self.commands.push(Command::AddElements(set));
+        }
+    }
+
     /// `add table`, the limits, the sets for which `send_set` says so (with their elements),
     /// and every chain.
     pub fn declare(&mut self, table: &'t Table, send_set: impl Fn(&AddrSetDef) -> bool) {
