@@ -7,7 +7,8 @@
 //! - [`nft_session`]: a long-lived `nft -i` per netns, which [`nft_apply`] sends transactions to.
 //! - [`fake`]: an in-memory implementation for tests of the reconcile loop.
 
-#![forbid(unsafe_code)]
+// Denied, not forbidden: `netns::check` needs one `ioctl` (NS_GET_NSTYPE), allowed there alone.
+#![deny(unsafe_code)]
 
 pub mod apply;
 pub mod discover;
@@ -21,5 +22,5 @@ pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, RenderedRuleset};
 pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;
-pub use netns::{exec_in, run_in, Netns, NetnsError};
+pub use netns::{exec_in, netns_id, run_in, Netns, NetnsAccess, NetnsError, NetnsId};
 pub use nft_apply::NftDataplane;

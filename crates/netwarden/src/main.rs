@@ -169,6 +169,10 @@ struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Accept a pod netns that is netwarden's own network namespace (refused by default:
+    /// programming it would firewall the node itself). For test beds only.
+    #[arg(long)]
+    allow_host_netns: bool,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -422,6 +426,15 @@ fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
     })
 }
 
+/// Fixes, before any netns is opened, whether pod netns paths may name netwarden's own.
+fn fix_netns_access(args: &RunArgs) -> Result<()> {
+    let access = netwarden_dataplane::NetnsAccess {
+        allow_own: args.allow_host_netns,
+    };
+    netwarden_dataplane::netns::set_process_access(access)?;
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Reach(args) => {
@@ -487,8 +500,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Apply(args) => netwarden::agent::run(agent_config(&args)?, true),
-        Command::Run(args) => netwarden::agent::run(agent_config(&args)?, false),
+        Command::Apply(args) => {
+            fix_netns_access(&args)?;
+            netwarden::agent::run(agent_config(&args)?, true)
+        }
+        Command::Run(args) => {
+            fix_netns_access(&args)?;
+            netwarden::agent::run(agent_config(&args)?, false)
+        }
         Command::Lab(LabCommand::Check(args)) => {
             netwarden_lab::install_signal_cleanup()?;
             let load = LoadOptions {
