@@ -1,7 +1,8 @@
 //! netwarden-dataplane: everything that touches a pod's network namespace.
 //!
-//! - [`netns`]: entering a network namespace (on a dedicated thread) and running commands in it.
-//! - [`discover`]: listing the interfaces and L3 addresses found inside a netns.
+//! - [`netns`]: opening a network namespace (only a real one, and never the agent's own unless
+//!   allowed), entering it on a dedicated thread, and running commands in it.
+//! - [`discover`]: listing the interfaces and L3 addresses found inside a netns (rtnetlink).
 //! - [`apply`]: the [`Dataplane`] trait (apply / remove / read back one pod netns's rules).
 //! - [`nft_apply`]: the nftables implementation (`nft -f -` in the pod netns, one transaction).
 //! - [`nft_session`]: a long-lived `nft -i` per netns, which [`nft_apply`] sends transactions to.
