@@ -3,9 +3,10 @@
 //! SPEC section 2 (seed 004): a pod interface is any kernel interface in the pod's netns that has
 //! an L3 address, except `lo`. The kernel is asked directly over rtnetlink, from a thread inside
 //! the netns ([`Netns::run`]): one dump of the links (index, name, `IFF_UP`), one of the
-//! addresses of every family; [`rtnl`] builds the requests and reads the replies. (This replaced
-//! running `ip -j addr show` per pod: a process per pod and round, and JSON, which cannot carry
-//! an interface name that is not UTF-8 — one such name made the whole netns unreadable.)
+//! addresses of every family; the `rtnl` submodule builds the requests and reads the replies.
+//! (This replaced running `ip -j addr show` per pod: a process per pod and round, and JSON,
+//! which cannot carry an interface name that is not UTF-8 — one such name, even on an
+//! interface without an address, made the whole netns unreadable.)
 //!
 //! IPv6 link-local addresses (`fe80::/10`) exist on every IPv6-enabled interface, so they do not
 //! make an interface a pod interface, and they never identify a pod to policy. They are kept apart

@@ -12,8 +12,9 @@
 //!   `iptables-restore` or `ipset restore` spawned from a switched thread act on that netns.
 //!
 //! Every way in ([`Netns::open`], [`run_in`], [`exec_in`], discovery) goes through one check
-//! ([`check`]): only a real network-namespace file is opened, without blocking on a FIFO, and
-//! the agent's own netns is refused unless the process allowed it ([`set_process_access`]).
+//! (the `check` submodule): only a real network-namespace file is opened, without blocking on
+//! a FIFO, and the agent's own netns is refused unless the process allowed it
+//! ([`set_process_access`]).
 //!
 //! Commands are always run with an argv (never through a shell), so nothing in an argument can be
 //! interpreted as shell syntax.
@@ -72,7 +73,7 @@ pub enum NetnsError {
     List { dir: PathBuf, source: io::Error },
 }
 
-/// An open handle on a network namespace, checked to be one (see [`check`]).
+/// An open handle on a network namespace, checked to be one (see the `check` submodule).
 ///
 /// Holding the file keeps the namespace alive and lets a thread enter it repeatedly (a probe pool
 /// thread switches between pods) without re-opening the path.

@@ -128,7 +128,7 @@ impl DumpReply {
         seq: u32,
         datagram: &[u8],
     ) -> Result<(), ReplyError> {
-        let malformed = |what: String| ReplyError::Malformed(what);
+        let malformed = ReplyError::Malformed;
         let mut offset = 0;
         while offset < datagram.len() && !self.done {
             let message = NetlinkBuffer::new_checked(&datagram[offset..])
