@@ -15,7 +15,7 @@ use netwarden_engine::PodRules;
 use netwarden_render::RenderError;
 
 use crate::libnft::LibnftError;
-use crate::netns::NetnsError;
+use crate::netns::{NetnsError, NetnsId};
 
 /// Which tool programs the netns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,20 +88,19 @@ pub(crate) fn netns_gone(e: &NetnsError) -> bool {
     matches!(e, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// The identity of the namespace a path names now: device and inode of the nsfs file (the
-/// same for a `/run/netns/NAME` bind mount and `/proc/PID/ns/net`). A netns deleted and created
-/// again at the same path (a pod sandbox restart) has a new identity. `None`: the path names
-/// nothing.
-pub fn netns_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+/// The identity of the network namespace a path names now ([`NetnsId`]: the same for a
+/// `/run/netns/NAME` bind mount and `/proc/PID/ns/net`). A netns deleted and created again at
+/// the same path (a pod sandbox restart) has a new identity. `None`: the path names no network
+/// namespace that may be used (gone, not a netns, the agent's own).
+pub fn netns_identity(path: &Path) -> Option<NetnsId> {
+    crate::netns::netns_id(path).ok()
 }
 
 /// What a dataplane remembers of its last successful apply to one netns: which namespace it
 /// was (a recreated netns at the same path needs everything again) and what was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
-    pub identity: (u64, u64),
+    pub identity: NetnsId,
     pub hash: u64,
 }
 

@@ -37,6 +37,7 @@ use crate::apply::{
     netns_gone, netns_identity, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend,
     Dataplane, APPLY_WORKERS,
 };
+use crate::netns::NetnsId;
 use crate::netns::{self, exec_in, NetnsError};
 
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +151,7 @@ pub struct IptablesDataplane {
     /// per table and idempotent.
     applied: AppliedLog,
     /// Netns (with the identity seen) whose nft-backend table was already looked for.
-    looked_for_nft: HashSet<(PathBuf, (u64, u64))>,
+    looked_for_nft: HashSet<(PathBuf, NetnsId)>,
 }
 
 impl IptablesDataplane {

@@ -1,7 +1,8 @@
 //! netwarden-dataplane: everything that touches a pod's network namespace.
 //!
-//! - [`netns`]: entering a network namespace (on a dedicated thread) and running commands in it.
-//! - [`discover`]: listing the interfaces and L3 addresses found inside a netns.
+//! - [`netns`]: opening a network namespace (only a real one, and never the agent's own unless
+//!   allowed), entering it on a dedicated thread, and running commands in it.
+//! - [`discover`]: listing the interfaces and L3 addresses found inside a netns (rtnetlink).
 //! - [`apply`]: the [`Dataplane`] trait (render, apply, remove, read back one pod netns's
 //!   rules), one implementation per backend, each with its own ruleset type.
 //! - [`nft_apply`]: the nftables implementation; [`nft_plan`] plans its transactions (pure),
@@ -27,5 +28,5 @@ pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane};
 pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;
-pub use netns::{exec_in, run_in, Netns, NetnsError};
+pub use netns::{exec_in, netns_id, run_in, Netns, NetnsAccess, NetnsError, NetnsId};
 pub use nft_apply::NftDataplane;

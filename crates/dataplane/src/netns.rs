@@ -11,8 +11,15 @@
 //! - a child process inherits the netns of the thread that forked it, so `nft -f -`,
 //!   `iptables-restore` or `ipset restore` spawned from a switched thread act on that netns.
 //!
+//! Every way in ([`Netns::open`], [`run_in`], [`exec_in`], discovery) goes through one check
+//! (the `check` submodule): only a real network-namespace file is opened, without blocking on
+//! a FIFO, and the agent's own netns is refused unless the process allowed it
+//! ([`set_process_access`]).
+//!
 //! Commands are always run with an argv (never through a shell), so nothing in an argument can be
 //! interpreted as shell syntax.
+
+mod check;
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -21,6 +28,8 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 
 use nix::sched::{setns, CloneFlags};
 
+pub use check::{own_netns_id, process_access, set_process_access, NetnsAccess, NetnsId, NotNetns};
+
 /// Where `ip netns add` puts its namespaces.
 pub const NAMED_NETNS_DIR: &str = "/run/netns";
 
@@ -28,6 +37,23 @@ pub const NAMED_NETNS_DIR: &str = "/run/netns";
 pub enum NetnsError {
     #[error("cannot open network namespace {path}: {source}")]
     Open { path: PathBuf, source: io::Error },
+    #[error("refusing {path} as a network namespace: it is {what}")]
+    NotANetns { path: PathBuf, what: NotNetns },
+    #[error(
+        "refusing {path}: it is the agent's own network namespace; \
+         pass --allow-host-netns to allow it"
+    )]
+    OwnNetns { path: PathBuf },
+    #[error("cannot check that {path} is a network namespace ({step}): {source}")]
+    Inspect {
+        path: PathBuf,
+        step: &'static str,
+        source: io::Error,
+    },
+    #[error("cannot read the agent's own network namespace from {path}: {source}")]
+    OwnNetnsUnknown { path: PathBuf, source: io::Error },
+    #[error("the netns access of this process is already fixed ({fixed:?})")]
+    AccessAlreadyFixed { fixed: NetnsAccess },
     #[error("cannot enter network namespace {path}: {source}")]
     Setns { path: PathBuf, source: nix::Error },
     #[error("cannot start a thread for network namespace {path}: {source}")]
@@ -47,7 +73,7 @@ pub enum NetnsError {
     List { dir: PathBuf, source: io::Error },
 }
 
-/// An open handle on a network namespace.
+/// An open handle on a network namespace, checked to be one (see the `check` submodule).
 ///
 /// Holding the file keeps the namespace alive and lets a thread enter it repeatedly (a probe pool
 /// thread switches between pods) without re-opening the path.
@@ -55,17 +81,23 @@ pub enum NetnsError {
 pub struct Netns {
     path: PathBuf,
     file: File,
+    id: NetnsId,
 }
 
 impl Netns {
+    /// Opens the network namespace at `path` with the process's access ([`process_access`]):
+    /// anything but a network namespace, and the agent's own netns unless allowed, is refused.
     pub fn open(path: &Path) -> Result<Netns, NetnsError> {
-        let file = File::open(path).map_err(|source| NetnsError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+        Netns::open_with(path, process_access())
+    }
+
+    /// Like [`Netns::open`] with an explicit `access` instead of the process's.
+    pub fn open_with(path: &Path, access: NetnsAccess) -> Result<Netns, NetnsError> {
+        let (file, id) = check::open_checked(path, access)?;
         Ok(Netns {
             path: path.to_owned(),
             file,
+            id,
         })
     }
 
@@ -73,10 +105,17 @@ impl Netns {
         &self.path
     }
 
+    /// The namespace's identity, as it was when opened (what the handle refers to, whatever
+    /// the path names later).
+    pub fn id(&self) -> NetnsId {
+        self.id
+    }
+
     /// Moves the **calling thread** into this namespace.
     ///
     /// Only call this on a thread you spawned for the purpose and that ends (or switches again)
-    /// when done; see the module doc. Fails with `EINVAL` when the path is not a network namespace.
+    /// when done; see the module doc. Never on the main thread: [`own_netns_id`] relies on it
+    /// staying in the netns the process started in.
     pub fn enter_current_thread(&self) -> Result<(), NetnsError> {
         setns(&self.file, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Setns {
             path: self.path.clone(),
@@ -112,6 +151,12 @@ impl Netns {
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
+}
+
+/// The identity of the network namespace at `path`, after the same checks as [`Netns::open`]
+/// (so it fails for what `open` refuses), without entering it.
+pub fn netns_id(path: &Path) -> Result<NetnsId, NetnsError> {
+    Netns::open(path).map(|netns| netns.id())
 }
 
 /// Runs `f` on a dedicated thread inside the network namespace at `path`.
@@ -335,8 +380,18 @@ mod tests {
 
     #[test]
     fn entering_a_non_netns_file_fails() {
-        // /proc/self/ns/uts is a namespace file of another type: setns(CLONE_NEWNET) refuses it.
+        // /proc/self/ns/uts is a namespace file of another type: refused before any setns.
         let err = run_in(Path::new("/proc/self/ns/uts"), || ()).unwrap_err();
-        assert!(matches!(err, NetnsError::Setns { .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                NetnsError::NotANetns {
+                    what: NotNetns::Namespace(libc::CLONE_NEWUTS),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("is a uts namespace"), "{err}");
     }
 }

@@ -30,6 +30,7 @@ use crate::apply::{
 };
 use crate::libnft::{NftContext, Output};
 use crate::netns::Netns;
+use crate::netns::NetnsId;
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
 use crate::nft_plan::{parse_objects, parse_tables, plan, NftNetnsState, NftObjects};
 
@@ -196,7 +197,7 @@ pub struct NftDataplane {
     state: HashMap<PathBuf, NftNetnsState>,
     contexts: ContextPool,
     /// Netns (with the identity seen) whose iptables leftovers were already looked for.
-    looked_for_iptables: HashSet<(PathBuf, (u64, u64))>,
+    looked_for_iptables: HashSet<(PathBuf, NetnsId)>,
 }
 
 impl NftDataplane {
@@ -306,7 +307,7 @@ impl NftDataplane {
     fn finish(
         &mut self,
         netns: &Path,
-        identity: Option<(u64, u64)>,
+        identity: Option<NetnsId>,
         ruleset: &NftRuleset,
         done: JobDone,
     ) -> Result<ApplyOutcome, ApplyError> {
@@ -388,7 +389,7 @@ impl Dataplane for NftDataplane {
         let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
             Vec::with_capacity(batch.len());
         // Each worker owns its item's job while it runs (the Mutex is never contended).
-        let mut todo: Vec<(usize, Option<(u64, u64)>, Mutex<Option<Job>>)> = Vec::new();
+        let mut todo: Vec<(usize, Option<NetnsId>, Mutex<Option<Job>>)> = Vec::new();
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
             let hash = netwarden_render::hash::content_hash(ruleset);
             if self.applied.is_current(netns, hash) {

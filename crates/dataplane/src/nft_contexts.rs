@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::apply::netns_identity;
 use crate::libnft::NftContext;
+use crate::netns::NetnsId;
 
 /// How many contexts (one per netns) are kept open.
 pub const MAX_CONTEXTS: usize = 256;
@@ -18,7 +19,7 @@ pub const MAX_CONTEXTS: usize = 256;
 #[derive(Debug)]
 struct Pooled {
     ctx: NftContext,
-    identity: (u64, u64),
+    identity: NetnsId,
     used: u64,
 }
 
@@ -47,7 +48,7 @@ impl ContextPool {
 
     /// Keeps `ctx` for the namespace with `identity` at `netns`, closing the least recently used
     /// beyond the bound.
-    pub fn give_back(&mut self, netns: &Path, ctx: NftContext, identity: (u64, u64)) {
+    pub fn give_back(&mut self, netns: &Path, ctx: NftContext, identity: NetnsId) {
         if self.max == 0 {
             return;
         }

@@ -1,9 +1,14 @@
 //! Privileged tests of netns entry and discovery in throwaway named namespaces.
+//!
+//! Discovery is compared with `ip -j addr show` in the same netns (an oracle used by the tests
+//! only).
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use ipnet::IpNet;
 use netwarden_dataplane::netns::{self, create_named, delete_named, exec_in, list_named, run_in};
-use netwarden_dataplane::{interfaces, NetnsError};
+use netwarden_dataplane::{interfaces, DiscoverError, DiscoveredInterface, NetnsError};
 
 fn root_or_skip() -> bool {
     if netns::is_root() {
@@ -122,4 +127,197 @@ fn invalid_names_never_reach_ip() {
             "{bad:?}"
         );
     }
+}
+
+/// What `ip -j addr show` reports, reduced the way discovery reduces it (the oracle: iproute2
+/// reads the same kernel tables through its own netlink code).
+fn ip_addr_show_oracle(path: &Path) -> Vec<DiscoveredInterface> {
+    let out = exec_in(path, "ip", &["-j", "addr", "show"], None).unwrap();
+    let links: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut found = Vec::new();
+    for link in links {
+        let name = link["ifname"].as_str().unwrap().to_owned();
+        if name == "lo" {
+            continue;
+        }
+        let (mut addrs, mut link_local) = (Vec::new(), Vec::new());
+        for info in link["addr_info"].as_array().unwrap() {
+            let Some(local) = info["local"].as_str() else {
+                continue;
+            };
+            let net: IpNet = format!("{local}/{}", info["prefixlen"]).parse().unwrap();
+            if info["scope"] == "link" && net.addr().is_ipv6() {
+                link_local.push(net);
+            } else {
+                addrs.push(net);
+            }
+        }
+        if addrs.is_empty() {
+            continue;
+        }
+        let flags = link["flags"].as_array().unwrap();
+        found.push(DiscoveredInterface {
+            name,
+            index: link["ifindex"].as_u64().unwrap() as u32,
+            addrs,
+            link_local,
+            up: flags.iter().any(|f| f == "UP"),
+        });
+    }
+    found
+}
+
+/// `ip` in the netns at `path`, panicking with its stderr on failure.
+fn ip(path: &Path, args: &[&str]) {
+    exec_in(path, "ip", args, None).unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
+}
+
+/// A veth pair inside the netns; `dev` gets no automatic link-local address (so what the
+/// test adds is all there is, whenever it looks).
+fn veth(path: &Path, dev: &str, peer: &str) {
+    ip(
+        path,
+        &["link", "add", dev, "type", "veth", "peer", "name", peer],
+    );
+    ip(path, &["link", "set", "dev", dev, "addrgenmode", "none"]);
+    ip(path, &["link", "set", "dev", peer, "addrgenmode", "none"]);
+}
+
+#[test]
+fn discovery_reads_the_kernel_as_ip_addr_show_does() {
+    if !root_or_skip() {
+        return;
+    }
+    let name = unique("disc");
+    let path = create_named(&name).unwrap();
+    let _guard = Guard(name);
+    ip(&path, &["link", "set", "lo", "up"]);
+    veth(&path, "eth0", "peer0");
+    veth(&path, "net1", "peer1");
+    veth(&path, "a\"b;+", "peer2");
+    veth(&path, "ll-only", "peer3");
+    for (dev, v4, v6, ll) in [
+        ("eth0", "10.61.0.2/24", "fd61::2/64", "fe80::61:2/64"),
+        ("net1", "10.62.0.2/28", "fd62::2/120", "fe80::62:2/64"),
+        ("a\"b;+", "192.168.63.2/32", "fd63::2/128", "fe80::63:2/64"),
+    ] {
+        ip(&path, &["addr", "add", v4, "dev", dev]);
+        ip(&path, &["addr", "add", v6, "dev", dev, "nodad"]);
+        ip(&path, &["addr", "add", ll, "dev", dev, "nodad"]);
+    }
+    // A secondary address, and a point-to-point one (IFA_LOCAL differs from IFA_ADDRESS).
+    ip(&path, &["addr", "add", "10.61.0.3/24", "dev", "eth0"]);
+    ip(
+        &path,
+        &[
+            "addr",
+            "add",
+            "10.64.0.1",
+            "peer",
+            "10.64.0.2/32",
+            "dev",
+            "net1",
+        ],
+    );
+    ip(
+        &path,
+        &["addr", "add", "fe80::64:2/64", "dev", "ll-only", "nodad"],
+    );
+    for dev in ["eth0", "a\"b;+", "ll-only", "peer0", "peer2"] {
+        ip(&path, &["link", "set", dev, "up"]);
+    }
+
+    let found = interfaces(&path).unwrap();
+    assert_eq!(found, ip_addr_show_oracle(&path));
+    let summary: Vec<(&str, Vec<String>, Vec<String>, bool)> = found
+        .iter()
+        .map(|i| {
+            (
+                i.name.as_str(),
+                i.addrs.iter().map(ToString::to_string).collect(),
+                i.link_local.iter().map(ToString::to_string).collect(),
+                i.up,
+            )
+        })
+        .collect();
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                "eth0",
+                s(&["10.61.0.2/24", "10.61.0.3/24", "fd61::2/64"]),
+                s(&["fe80::61:2/64"]),
+                true
+            ),
+            (
+                "net1",
+                s(&["10.62.0.2/28", "10.64.0.1/32", "fd62::2/120"]),
+                s(&["fe80::62:2/64"]),
+                false
+            ),
+            (
+                "a\"b;+",
+                s(&["192.168.63.2/32", "fd63::2/128"]),
+                s(&["fe80::63:2/64"]),
+                true
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_pod_interface_named_in_bytes_that_are_not_utf8_is_refused() {
+    if !root_or_skip() {
+        return;
+    }
+    let name = unique("utf8");
+    let path = create_named(&name).unwrap();
+    let _guard = Guard(name);
+    // `ip` takes the name as bytes: give it the raw 0xff through an OsStr.
+    let raw = std::ffi::OsStr::from_bytes(b"x\xffy");
+    let status = std::process::Command::new("ip")
+        .args(["-n", path.file_name().unwrap().to_str().unwrap()])
+        .args(["link", "add"])
+        .arg(raw)
+        .args(["type", "veth", "peer", "name", "peer0"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    veth(&path, "eth0", "peer1");
+    ip(&path, &["addr", "add", "10.65.0.2/24", "dev", "eth0"]);
+    // No address yet: not a pod interface, so its name does not matter.
+    let found = interfaces(&path).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].name, "eth0");
+
+    // `ip -o link`: one `INDEX: NAME@PEER: ...` line per link, the name as raw bytes.
+    let out = exec_in(&path, "ip", &["-o", "link", "show"], None).unwrap();
+    let index: u32 = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .find_map(|line| {
+            let line = std::str::from_utf8(line).err().map(|_| line)?;
+            let colon = line.iter().position(|b| *b == b':')?;
+            let rest = line[colon + 1..].trim_ascii_start();
+            rest.starts_with(b"x\xffy@").then(|| {
+                std::str::from_utf8(&line[..colon])
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+        })
+        .expect("ip -o link shows the interface");
+    let status = std::process::Command::new("ip")
+        .args(["-n", path.file_name().unwrap().to_str().unwrap()])
+        .args(["addr", "add", "10.66.0.2/24", "dev"])
+        .arg(raw)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = interfaces(&path).unwrap_err();
+    assert!(
+        matches!(&err, DiscoverError::UnsupportedName { index: i, bytes } if *i == index && bytes == b"x\xffy"),
+        "{err:?}"
+    );
 }

@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -25,7 +24,7 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use netwarden_dataplane::netns::{run_in, NetnsError};
+use netwarden_dataplane::netns::{run_in, NetnsError, NetnsId};
 use nix::errno::Errno;
 use nix::sys::socket::{
     bind, recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr,
@@ -94,10 +93,7 @@ pub enum NflogError {
     #[error("cannot start the listener thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot inspect network namespace {path}: {source}")]
-    NetnsPath {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    NetnsPath { path: PathBuf, source: NetnsError },
 }
 
 /// What one `recv` gave.
@@ -298,14 +294,13 @@ pub enum ListenerExit {
 struct ListenerHandle {
     stop: Arc<AtomicBool>,
     context: Arc<RwLock<Arc<PodContext>>>,
-    identity: (u64, u64),
+    identity: NetnsId,
     thread: JoinHandle<ListenerExit>,
 }
 
-/// (device, inode) of a namespace file: what identifies the namespace behind a path.
-fn netns_identity(path: &Path) -> std::io::Result<(u64, u64)> {
-    let m = std::fs::metadata(path)?;
-    Ok((m.dev(), m.ino()))
+/// What identifies the namespace behind a path (the dataplane's one identity type).
+fn netns_identity(path: &Path) -> Result<NetnsId, NetnsError> {
+    netwarden_dataplane::netns::netns_id(path)
 }
 
 /// Listeners for every managed netns, feeding one bounded queue.
@@ -463,7 +458,7 @@ struct Listener {
     sock: NflogSocket,
     path: Arc<Path>,
     /// What `path` named when the listener was opened.
-    identity: (u64, u64),
+    identity: NetnsId,
     poll: Duration,
     stop: Arc<AtomicBool>,
     context: Arc<RwLock<Arc<PodContext>>>,

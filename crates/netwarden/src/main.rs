@@ -170,6 +170,10 @@ struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Accept a pod netns that is netwarden's own network namespace (refused by default:
+    /// programming it would firewall the node itself). For test beds only.
+    #[arg(long)]
+    allow_host_netns: bool,
 }
 
 #[derive(Subcommand)]
@@ -425,6 +429,21 @@ fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
     })
 }
 
+/// Fixes, before any netns is opened, whether pod netns paths may name netwarden's own.
+fn fix_netns_access(args: &RunArgs) -> Result<()> {
+    let access = netwarden_dataplane::NetnsAccess {
+        allow_own: args.allow_host_netns,
+    };
+    netwarden_dataplane::netns::set_process_access(access)?;
+    Ok(())
+}
+
+/// `apply` (one pass) and `run` (the agent).
+fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
+    fix_netns_access(&args)?;
+    netwarden::agent::run(agent_config(&args)?, once)
+}
+
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {
     let (mut engine, _) = args.input.load()?;
     let rules = engine.all_pod_rules();
@@ -655,8 +674,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Explain(args) => explain_command(args),
         Command::Validate(args) => validate_command(args),
         Command::Render(args) => render_command(args),
-        Command::Apply(args) => netwarden::agent::run(agent_config(&args)?, true),
-        Command::Run(args) => netwarden::agent::run(agent_config(&args)?, false),
+        Command::Apply(args) => agent_command(args, true),
+        Command::Run(args) => agent_command(args, false),
         Command::Lab(command) => lab_command(command),
         Command::Report(args) => report_command(args),
         Command::Demo(args) => {
