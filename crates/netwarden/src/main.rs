@@ -424,22 +424,20 @@ fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Reach(args) => {
-            let (mut engine, _) = args.input.load()?;
-            let rules = engine.all_pod_rules();
-            let query = ReachQuery {
+        Command::Reach(args) => reach::command(
+            args.input.load()?.0,
+            &ReachQuery {
                 ports: args.ports,
                 network: Some(args.network),
                 from: args.from,
                 to: args.to,
-            };
-            let report = reach::reach(&engine, &rules, &query);
+            },
             match args.output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-                Output::Table => print!("{}", reach::render_table(&report)),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+                Output::Json => reach::ReachFormat::Json,
+                Output::Table => reach::ReachFormat::Table,
+            },
+            std::io::stdout().lock(),
+        ),
         Command::Explain(args) => {
             let (mut engine, _) = args.input.load()?;
             let rules = engine.all_pod_rules();
