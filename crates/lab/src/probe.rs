@@ -8,6 +8,12 @@
 //! with `ECONNREFUSED` at once: `Refused`; no answer: `Timeout`.
 //! UDP: a connected socket sends a payload and waits for the echo; an ICMP port unreachable
 //! comes back as `ECONNREFUSED` on the socket: `Refused`. A lost datagram is retried.
+//!
+//! A rule in the source netns's OUTPUT hook that discards a datagram makes `send` fail with
+//! `EPERM` — for a REJECT and for a silent DROP alike. That error alone proves nothing: the
+//! probe keeps waiting, and only the ICMP port unreachable a REJECT sends back to the socket
+//! (`ECONNREFUSED`) makes it `Refused`; after a DROP nothing comes: `Timeout`. (TCP needs no
+//! such care: the kernel ignores the local error of a SYN and waits for the REJECT's reset.)
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -262,7 +268,11 @@ fn probe_udp(spec: &ProbeSpec, timeout: Duration, attempts: u32) -> Step<ProbeDe
     let payload = format!("netwarden-lab probe {}:{}", spec.dst_ip, spec.port);
     let mut buf = [0u8; 512];
     for _ in 0..attempts {
-        send(fd.as_raw_fd(), payload.as_bytes(), MsgFlags::empty()).map_err(|e| ("send", e))?;
+        match send(fd.as_raw_fd(), payload.as_bytes(), MsgFlags::empty()) {
+            // Discarded in this netns's OUTPUT hook: wait for the refusal a REJECT sends back.
+            Ok(_) | Err(Errno::EPERM) => {}
+            Err(e) => return Err(("send", e)),
+        }
         let deadline = Instant::now() + timeout;
         while wait(&fd, PollFlags::POLLIN, deadline)? {
             match recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {

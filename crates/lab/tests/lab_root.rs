@@ -10,7 +10,8 @@ use netwarden_dataplane::discover;
 use netwarden_dataplane::netns::{exec_in, is_root, list_named, run_in};
 use netwarden_engine::model::{NetworkId, Pod, PodInterface, PodKey, Protocol};
 use netwarden_lab::{
-    cleanup_stale, teardown_from_state, Lab, LabError, LabOptions, LabSpec, ProbeDetail, ProbeSpec,
+    cleanup_stale, teardown_from_state, Lab, LabError, LabOptions, LabSpec, ProbeConfig,
+    ProbeDetail, ProbeSpec,
 };
 
 fn root_or_skip() -> bool {
@@ -415,6 +416,93 @@ fn discover_sees_lab_interfaces() {
         !Path::new("/sys/class/net/v0x0").exists(),
         "no lab link in the root netns"
     );
+    lab.down().unwrap();
+    assert_eq!(leftovers(prefix), Vec::<String>::new());
+}
+
+/// What netwarden's egress rules do, in the source pod: REJECT port 80 (TCP with a reset, UDP
+/// with port unreachable) in the OUTPUT hook; and a silent DROP of port 81 for contrast.
+const EGRESS_REJECT_80_DROP_81: &str = "table inet nwlabtest {
+  chain output {
+    type filter hook output priority 0; policy accept;
+    oif \"lo\" accept
+    tcp dport 80 reject with tcp reset
+    udp dport 80 reject with icmpx type port-unreachable
+    th dport 81 drop
+  }
+}
+";
+
+/// Regression: a datagram discarded in the source's OUTPUT hook fails `send` with EPERM,
+/// whether it was rejected or dropped. The probe used to report that as an error; an egress
+/// REJECT is a refusal (its port unreachable reaches the socket) and an egress DROP a timeout.
+#[test]
+fn egress_reject_is_refused_and_egress_drop_times_out() {
+    if !root_or_skip() {
+        return;
+    }
+    let prefix = "nwlabt6";
+    let spec = LabSpec {
+        pods: vec![
+            pod(
+                "a",
+                vec![iface(
+                    "eth0",
+                    NetworkId::Primary,
+                    &["10.60.0.1/24", "fd60::1/64"],
+                )],
+            ),
+            pod(
+                "b",
+                vec![iface(
+                    "eth0",
+                    NetworkId::Primary,
+                    &["10.60.0.2/24", "fd60::2/64"],
+                )],
+            ),
+        ],
+        ports: vec![
+            (80, Protocol::Tcp),
+            (80, Protocol::Udp),
+            (81, Protocol::Tcp),
+            (81, Protocol::Udp),
+        ],
+    };
+    let mut lab = Lab::up_with(&spec, &options(prefix)).unwrap();
+    // Timeouts are what this test waits for: keep them short.
+    lab.set_probe_config(ProbeConfig {
+        tcp_timeout: Duration::from_millis(500),
+        udp_timeout: Duration::from_millis(300),
+        ..ProbeConfig::default()
+    });
+    let a = PodKey::new("t", "a");
+    let a_path = lab.pod_netns(&a).unwrap().to_owned();
+    exec_in(
+        &a_path,
+        "nft",
+        &["-f", "-"],
+        Some(EGRESS_REJECT_80_DROP_81.as_bytes()),
+    )
+    .unwrap();
+    let probes: Vec<ProbeSpec> = all_probes(&spec.pods, &spec.ports)
+        .into_iter()
+        .filter(|p| p.from == a && p.to != a)
+        .collect();
+    assert_eq!(probes.len(), 2 * 4, "a -> b, 2 families, 4 ports");
+    let outcomes = lab.probe(&probes);
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .filter(|o| {
+            let want = if o.spec.port == 80 {
+                ProbeDetail::Refused
+            } else {
+                ProbeDetail::Timeout
+            };
+            o.detail != want
+        })
+        .map(|o| format!("{:?} -> {}", o.spec, o.detail))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
     lab.down().unwrap();
     assert_eq!(leftovers(prefix), Vec::<String>::new());
 }

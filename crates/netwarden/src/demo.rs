@@ -11,7 +11,7 @@ use netwarden_engine::{EngineOptions, Mode, PolicyScope};
 use netwarden_manifest::LoadOptions;
 use netwarden_render::RenderOptions;
 
-use crate::lab::{default_ports, render_text, EnforcedLab, LabCheckOptions, LabReport};
+use crate::lab::{default_ports, render_text, EnforcedLab, LabCheckOptions};
 
 pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
     let inventory = netwarden_manifest::load_paths(paths, &LoadOptions::default());
@@ -74,20 +74,12 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
         }
     }
     println!("\n== probing every pod pair on every network with real TCP/UDP connections");
-    let probes = lab.probe(&options.ports);
-    let mismatches = probes.iter().filter(|p| p.mismatch()).count();
-    let would_deny: Vec<_> = probes
+    let report = lab.report(&options.ports);
+    let would_deny: Vec<_> = report
+        .probes
         .iter()
         .filter(|p| p.predicted.allowed && !p.predicted.staged_allowed)
         .collect();
-    let events = lab.events();
-    let report = LabReport {
-        backend: backend.as_str(),
-        probes: probes.clone(),
-        events: events.clone(),
-        mismatches,
-        sync: lab.sync.clone(),
-    };
     print!("{}", render_text(&report));
     if !would_deny.is_empty() {
         println!(
@@ -102,11 +94,9 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
                 p.predicted.port,
                 p.predicted.protocol,
                 p.predicted.network,
-                if p.observed == Some(true) {
-                    "connected"
-                } else {
-                    "blocked"
-                },
+                p.detail
+                    .as_ref()
+                    .map_or("not probed".to_string(), |d| d.to_string()),
                 p.predicted
                     .monitored_policies
                     .iter()
@@ -118,15 +108,15 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
     }
     println!(
         "\n== events the kernel logged (NFLOG, collected per pod netns), {} in all:",
-        events.len()
+        report.events.len()
     );
-    for e in events.iter().take(6) {
+    for e in report.events.iter().take(6) {
         println!("   {}", e.to_json_line());
     }
     println!("\n== cleaning up");
     lab.down()?;
     println!("   lab removed: no netns, link or rule of the demo is left");
-    Ok(if mismatches == 0 {
+    Ok(if report.mismatches == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -1,6 +1,12 @@
 //! `netwarden lab check` and `netwarden demo`: build a real netns topology from manifests,
 //! enforce the rules netwarden computes, send real TCP/UDP connections between every pod pair
 //! on every network, and set what happened beside what `reach` predicted.
+//!
+//! A prediction holds only when the connection did exactly what netwarden's rules make it do:
+//! an allow connects, a deny is *refused* (TCP reset or ICMP port unreachable: netwarden
+//! REJECTs, SPEC 3.1). A deny that times out, is unreachable or could not be probed at all is a
+//! [`Mismatch`] like a deny that connects: a silent drop somewhere else must not pass for
+//! netwarden's verdict.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use netwarden_dataplane::Backend;
-use netwarden_engine::{Engine, EngineOptions, PodKey, Protocol};
+use netwarden_engine::{Engine, EngineOptions, Family, NetworkId, PodKey, Protocol};
 use netwarden_lab::{Lab, LabSpec, ProbeDetail, ProbeSpec};
 use netwarden_manifest::{Inventory, LoadOptions};
 use netwarden_monitor::{
@@ -23,22 +29,93 @@ use crate::inventory::engine_from;
 use crate::reach::{reach, Probe, ReachQuery};
 use crate::sync::{for_backend, Reconciler, SyncReport};
 
+/// How a real connection disagreed with the prediction. A predicted allow must connect; a
+/// predicted deny must be refused. `allowed` is the enforced verdict: a would-deny (allowed
+/// now, denied by monitored policies) passes traffic, so it must connect too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mismatch {
+    DeniedButConnected,
+    /// Dropped somewhere: netwarden never drops silently.
+    DeniedButTimedOut,
+    DeniedButUnreachable,
+    DeniedButProbeFailed,
+    AllowedButRefused,
+    AllowedButTimedOut,
+    AllowedButUnreachable,
+    AllowedButProbeFailed,
+}
+
+impl Mismatch {
+    /// `None` when `detail` is what the prediction `allowed` implies.
+    pub fn of(allowed: bool, detail: &ProbeDetail) -> Option<Mismatch> {
+        use ProbeDetail as D;
+        match (allowed, detail) {
+            (true, D::Connected) | (false, D::Refused) => None,
+            (false, D::Connected) => Some(Mismatch::DeniedButConnected),
+            (false, D::Timeout) => Some(Mismatch::DeniedButTimedOut),
+            (false, D::Unreachable) => Some(Mismatch::DeniedButUnreachable),
+            (false, D::Error(_)) => Some(Mismatch::DeniedButProbeFailed),
+            (true, D::Refused) => Some(Mismatch::AllowedButRefused),
+            (true, D::Timeout) => Some(Mismatch::AllowedButTimedOut),
+            (true, D::Unreachable) => Some(Mismatch::AllowedButUnreachable),
+            (true, D::Error(_)) => Some(Mismatch::AllowedButProbeFailed),
+        }
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mismatch::DeniedButConnected => "denied but connected",
+            Mismatch::DeniedButTimedOut => "denied but timed out (expected a refusal)",
+            Mismatch::DeniedButUnreachable => "denied but unreachable (expected a refusal)",
+            Mismatch::DeniedButProbeFailed => "denied but the probe failed (expected a refusal)",
+            Mismatch::AllowedButRefused => "allowed but refused",
+            Mismatch::AllowedButTimedOut => "allowed but timed out",
+            Mismatch::AllowedButUnreachable => "allowed but unreachable",
+            Mismatch::AllowedButProbeFailed => "allowed but the probe failed",
+        })
+    }
+}
+
 /// One probe: the `reach` prediction plus what the real connection did.
 #[derive(Debug, Clone, Serialize)]
 pub struct ObservedProbe {
     #[serde(flatten)]
     pub predicted: Probe,
-    /// `None` when the protocol cannot be probed here (SCTP).
+    /// Whether the connection was made; `None` when the protocol cannot be probed here (SCTP).
     pub observed: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<ProbeDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<f64>,
+    /// Set when the connection disagreed with the prediction; says how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<Mismatch>,
 }
 
 impl ObservedProbe {
-    pub fn mismatch(&self) -> bool {
-        self.observed.is_some_and(|o| o != self.predicted.allowed)
+    /// A prediction with the outcome of its real connection.
+    pub fn with_outcome(predicted: Probe, detail: ProbeDetail, elapsed: Duration) -> ObservedProbe {
+        ObservedProbe {
+            observed: Some(detail == ProbeDetail::Connected),
+            mismatch: Mismatch::of(predicted.allowed, &detail),
+            detail: Some(detail),
+            elapsed_ms: Some(elapsed.as_secs_f64() * 1e3),
+            predicted,
+        }
+    }
+
+    /// A prediction that cannot be checked here (SCTP, or a pod outside the lab).
+    pub fn not_probed(predicted: Probe) -> ObservedProbe {
+        ObservedProbe {
+            predicted,
+            observed: None,
+            detail: None,
+            elapsed_ms: None,
+            mismatch: None,
+        }
     }
 }
 
@@ -163,6 +240,14 @@ impl EnforcedLab {
         )
     }
 
+    /// Probes (as [`EnforcedLab::probe`]) and collects the events those probes logged: what
+    /// `lab check` prints.
+    pub fn report(&mut self, ports: &[PortProto]) -> LabReport {
+        let probes = self.probe(ports);
+        let events = self.events();
+        LabReport::new(self.syncer.backend(), probes, events, self.sync.clone())
+    }
+
     /// The events logged so far (waits until the kernel has been quiet for a moment).
     pub fn events(&self) -> Vec<netwarden_monitor::Event> {
         let sink = Arc::new(MemorySink::new());
@@ -211,48 +296,59 @@ fn observe(
     unsupported: &[(u16, Protocol)],
     run: impl FnOnce(&[ProbeSpec]) -> Vec<netwarden_lab::ProbeOutcome>,
 ) -> Vec<ObservedProbe> {
-    let mut specs = Vec::new();
-    let mut index = Vec::new();
-    for (i, p) in predicted.iter().enumerate() {
-        let Some(protocol) = Protocol::parse(&p.protocol) else {
-            continue;
-        };
-        let (Some(from), Some(to)) = (parse_key(&p.from), parse_key(&p.to)) else {
-            continue;
-        };
-        if unsupported.contains(&(p.port, protocol)) || !in_lab(&from) || !in_lab(&to) {
-            continue;
-        }
-        index.push(i);
-        specs.push(ProbeSpec {
-            from,
-            to,
+    let probed: Vec<bool> = predicted
+        .iter()
+        .map(|p| !unsupported.contains(&(p.port, p.protocol)) && in_lab(&p.from) && in_lab(&p.to))
+        .collect();
+    let specs: Vec<ProbeSpec> = predicted
+        .iter()
+        .zip(&probed)
+        .filter(|(_, probed)| **probed)
+        .map(|(p, _)| ProbeSpec {
+            from: p.from.clone(),
+            to: p.to.clone(),
             src_ip: Some(p.src),
             dst_ip: p.dst,
             port: p.port,
-            protocol,
-        });
-    }
-    let outcomes = run(&specs);
-    let mut observed: Vec<ObservedProbe> = predicted
-        .into_iter()
-        .map(|predicted| ObservedProbe {
-            predicted,
-            observed: None,
-            detail: None,
-            elapsed_ms: None,
+            protocol: p.protocol,
         })
         .collect();
-    for (i, outcome) in index.into_iter().zip(outcomes) {
-        observed[i].observed = Some(outcome.connected);
-        observed[i].elapsed_ms = Some(outcome.elapsed.as_secs_f64() * 1e3);
-        observed[i].detail = Some(outcome.detail);
-    }
-    observed
+    let mut outcomes = run(&specs).into_iter();
+    predicted
+        .into_iter()
+        .zip(probed)
+        .map(|(p, probed)| {
+            if !probed {
+                return ObservedProbe::not_probed(p);
+            }
+            match outcomes.next() {
+                Some(o) => ObservedProbe::with_outcome(p, o.detail, o.elapsed),
+                // Fail closed: a probe that was asked for and not made is not a pass.
+                None => ObservedProbe::with_outcome(
+                    p,
+                    ProbeDetail::Error("the prober returned no outcome".into()),
+                    Duration::ZERO,
+                ),
+            }
+        })
+        .collect()
 }
 
-fn parse_key(s: &str) -> Option<PodKey> {
-    s.split_once('/').map(|(ns, name)| PodKey::new(ns, name))
+impl LabReport {
+    fn new(
+        backend: Backend,
+        probes: Vec<ObservedProbe>,
+        events: Vec<netwarden_monitor::Event>,
+        sync: SyncReport,
+    ) -> LabReport {
+        LabReport {
+            backend: backend.as_str(),
+            mismatches: probes.iter().filter(|p| p.mismatch.is_some()).count(),
+            probes,
+            events,
+            sync,
+        }
+    }
 }
 
 /// `lab check`: up, enforce, probe, down.
@@ -268,76 +364,72 @@ pub fn check(
         options.ports = default_ports(&inventory);
     }
     let mut lab = EnforcedLab::up(&inventory, &options)?;
-    let probes = lab.probe(&options.ports);
-    let events = lab.events();
-    let sync = lab.sync.clone();
+    let report = lab.report(&options.ports);
     lab.down()?;
-    let mismatches = probes.iter().filter(|p| p.mismatch()).count();
-    Ok(LabReport {
-        backend: options.backend.as_str(),
-        probes,
-        events,
-        mismatches,
-        sync,
-    })
+    Ok(report)
 }
 
 /// The readable form of a lab run: one matrix per (network, port, family) where each cell is
-/// what really happened (`.` connected, `X` refused/timed out, `?` not probed), `!` marking a
-/// disagreement with the prediction; then every mismatch and the totals.
+/// what really happened (`.` connected, `X` refused, `T` timed out, `U` unreachable, `E` the
+/// probe failed, `?` not probed), `!` marking a disagreement with the prediction; then every
+/// mismatch, saying how, and the totals.
 pub fn render_text(report: &LabReport) -> String {
     use std::fmt::Write;
-    let mut groups: BTreeMap<(String, u16, String, String), Vec<&ObservedProbe>> = BTreeMap::new();
+    type Matrix<'a> = (&'a NetworkId, u16, Protocol, Family);
+    let mut groups: BTreeMap<Matrix<'_>, Vec<&ObservedProbe>> = BTreeMap::new();
     for p in &report.probes {
-        let family = format!("{:?}", p.predicted.family).to_lowercase();
+        let q = &p.predicted;
         groups
-            .entry((
-                p.predicted.network.clone(),
-                p.predicted.port,
-                p.predicted.protocol.clone(),
-                family,
-            ))
+            .entry((&q.network, q.port, q.protocol, q.family))
             .or_default()
             .push(p);
     }
     let mut out = String::new();
     for ((network, port, protocol, family), probes) in &groups {
-        let mut names: Vec<&str> = probes
+        let mut names: Vec<&PodKey> = probes
             .iter()
-            .flat_map(|p| [p.predicted.from.as_str(), p.predicted.to.as_str()])
+            .flat_map(|p| [&p.predicted.from, &p.predicted.to])
             .collect();
         names.sort();
         names.dedup();
-        let width = names.iter().map(|n| n.len()).max().unwrap_or(1);
-        let cell: BTreeMap<(&str, &str), &ObservedProbe> = probes
+        let names: Vec<(&PodKey, String)> = names.into_iter().map(|k| (k, k.to_string())).collect();
+        let width = names.iter().map(|(_, n)| n.len()).max().unwrap_or(1);
+        let cell: BTreeMap<(&PodKey, &PodKey), &ObservedProbe> = probes
             .iter()
-            .map(|p| ((p.predicted.from.as_str(), p.predicted.to.as_str()), *p))
+            .map(|p| ((&p.predicted.from, &p.predicted.to), *p))
             .collect();
+        let family = match family {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        };
         let _ = writeln!(
             out,
             "network {network}, {port}/{protocol}, {family}  (rows: from, columns: to)"
         );
         let _ = write!(out, "{:width$}", "");
-        for n in &names {
+        for (_, n) in &names {
             let _ = write!(out, " {n:>width$}");
         }
         out.push('\n');
-        for from in &names {
-            let _ = write!(out, "{from:width$}");
-            for to in &names {
+        for (from, from_name) in &names {
+            let _ = write!(out, "{from_name:width$}");
+            for (to, _) in &names {
                 let mark = match cell.get(&(*from, *to)) {
                     None => "-".to_string(),
-                    Some(p) => match p.observed {
-                        None => "?".to_string(),
-                        Some(o) => {
-                            let m = if o { "." } else { "X" };
-                            if p.mismatch() {
-                                format!("!{m}")
-                            } else {
-                                m.to_string()
-                            }
+                    Some(p) => {
+                        let seen = match &p.detail {
+                            None => "?",
+                            Some(ProbeDetail::Connected) => ".",
+                            Some(ProbeDetail::Refused) => "X",
+                            Some(ProbeDetail::Timeout) => "T",
+                            Some(ProbeDetail::Unreachable) => "U",
+                            Some(ProbeDetail::Error(_)) => "E",
+                        };
+                        match p.mismatch {
+                            Some(_) => format!("!{seen}"),
+                            None => seen.to_string(),
                         }
-                    },
+                    }
                 };
                 let _ = write!(out, " {mark:>width$}");
             }
@@ -345,28 +437,21 @@ pub fn render_text(report: &LabReport) -> String {
         }
         out.push('\n');
     }
-    for p in report.probes.iter().filter(|p| p.mismatch()) {
+    if !groups.is_empty() {
         let _ = writeln!(
             out,
-            "MISMATCH {} -> {} {}/{} on {} ({} -> {}): predicted {}, observed {} ({:?})",
-            p.predicted.from,
-            p.predicted.to,
-            p.predicted.port,
-            p.predicted.protocol,
-            p.predicted.network,
-            p.predicted.src,
-            p.predicted.dst,
-            if p.predicted.allowed {
-                "allowed"
-            } else {
-                "denied"
-            },
-            if p.observed == Some(true) {
-                "connected"
-            } else {
-                "blocked"
-            },
-            p.detail
+            ". connected   X refused   T timed out   U unreachable   E probe failed   ? not probed   ! differs from the prediction\n"
+        );
+    }
+    for p in &report.probes {
+        let (Some(mismatch), Some(detail)) = (p.mismatch, &p.detail) else {
+            continue;
+        };
+        let q = &p.predicted;
+        let _ = writeln!(
+            out,
+            "MISMATCH {} -> {} {}/{} on {} ({} -> {}): {mismatch} [{detail}]",
+            q.from, q.to, q.port, q.protocol, q.network, q.src, q.dst,
         );
     }
     let probed = report
@@ -391,8 +476,42 @@ pub struct LabSession {
     pub pid: u32,
     pub backend: String,
     pub state: netwarden_lab::LabState,
-    /// Pod `ns/name` → netns path.
-    pub netns: BTreeMap<String, PathBuf>,
+    /// Pod → netns path; in the file, an object keyed by `ns/name`.
+    #[serde(with = "netns_by_pod")]
+    pub netns: BTreeMap<PodKey, PathBuf>,
+}
+
+/// [`LabSession::netns`] in the state file: keys written and read as `ns/name`.
+mod netns_by_pod {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use netwarden_engine::PodKey;
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::cli_args::PodSelectorArg;
+
+    pub fn serialize<S: Serializer>(
+        netns: &BTreeMap<PodKey, PathBuf>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_map(netns.iter().map(|(key, path)| (key.to_string(), path)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<PodKey, PathBuf>, D::Error> {
+        BTreeMap::<String, PathBuf>::deserialize(d)?
+            .into_iter()
+            .map(|(key, path)| match key.parse::<PodSelectorArg>() {
+                Ok(PodSelectorArg::Pod(pod)) => Ok((pod, path)),
+                _ => Err(D::Error::custom(format!(
+                    "lab state: pod {key:?} is not ns/name"
+                ))),
+            })
+            .collect()
+    }
 }
 
 impl EnforcedLab {
@@ -401,11 +520,7 @@ impl EnforcedLab {
             pid: std::process::id(),
             backend: self.syncer.backend().as_str().to_string(),
             state: self.lab.state().clone(),
-            netns: self
-                .netns
-                .iter()
-                .map(|(k, p)| (k.to_string(), p.clone()))
-                .collect(),
+            netns: self.netns.clone(),
         }
     }
 }
@@ -422,11 +537,6 @@ pub fn probe_session(
     let inventory = netwarden_manifest::load_paths(paths, load);
     let mut engine = engine_from(&inventory, engine_options);
     let predicted = predict(&mut engine, ports);
-    let sources: BTreeMap<PodKey, PathBuf> = session
-        .netns
-        .iter()
-        .filter_map(|(k, p)| parse_key(k).map(|k| (k, p.clone())))
-        .collect();
     let sctp: Vec<(u16, Protocol)> = ports
         .iter()
         .filter(|p| p.protocol == Protocol::Sctp)
@@ -434,21 +544,249 @@ pub fn probe_session(
         .collect();
     let probes = observe(
         predicted,
-        |key| sources.contains_key(key),
+        |key| session.netns.contains_key(key),
         &sctp,
-        |specs| netwarden_lab::probe_paths(&sources, specs, &netwarden_lab::ProbeConfig::default()),
+        |specs| {
+            netwarden_lab::probe_paths(
+                &session.netns,
+                specs,
+                &netwarden_lab::ProbeConfig::default(),
+            )
+        },
     );
-    let mismatches = probes.iter().filter(|p| p.mismatch()).count();
     let backend = if session.backend == "iptables" {
-        "iptables"
+        Backend::Iptables
     } else {
-        "nft"
+        Backend::Nft
     };
-    Ok(LabReport {
+    Ok(LabReport::new(
         backend,
         probes,
-        events: Vec::new(),
-        mismatches,
-        sync: SyncReport::default(),
-    })
+        Vec::new(),
+        SyncReport::default(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwarden_engine::testing::{netpol, pod, selector};
+    use netwarden_engine::{Mode, PolicyKind};
+    use netwarden_lab::ProbeOutcome;
+
+    #[test]
+    fn only_a_connection_confirms_an_allow_and_only_a_refusal_a_deny() {
+        use ProbeDetail as D;
+        let error = D::Error("bind source address: Cannot assign requested address".into());
+        let cases = [
+            (true, D::Connected, None),
+            (true, D::Refused, Some(Mismatch::AllowedButRefused)),
+            (true, D::Timeout, Some(Mismatch::AllowedButTimedOut)),
+            (true, D::Unreachable, Some(Mismatch::AllowedButUnreachable)),
+            (true, error.clone(), Some(Mismatch::AllowedButProbeFailed)),
+            (false, D::Refused, None),
+            (false, D::Connected, Some(Mismatch::DeniedButConnected)),
+            (false, D::Timeout, Some(Mismatch::DeniedButTimedOut)),
+            (false, D::Unreachable, Some(Mismatch::DeniedButUnreachable)),
+            (false, error, Some(Mismatch::DeniedButProbeFailed)),
+        ];
+        for (allowed, detail, want) in cases {
+            assert_eq!(Mismatch::of(allowed, &detail), want, "{allowed} {detail}");
+        }
+        assert_eq!(
+            Mismatch::DeniedButTimedOut.to_string(),
+            "denied but timed out (expected a refusal)"
+        );
+        assert_eq!(
+            serde_json::to_value(Mismatch::DeniedButTimedOut).unwrap(),
+            "denied-but-timed-out"
+        );
+    }
+
+    /// x/a, x/b on the primary network (IPv4); x/b isolated for ingress: nothing reaches it
+    /// but itself. `monitor`: the policy is only monitored, so a -> b is a would-deny.
+    fn predicted(monitor: bool, ports: &[PortProto]) -> Vec<Probe> {
+        let mut engine = Engine::new(EngineOptions::default());
+        engine.set_pod(pod("x", "a", &[("app", "a")], &["10.0.0.1"]));
+        engine.set_pod(pod("x", "b", &[("app", "b")], &["10.0.0.2"]));
+        let mut policy = netpol(
+            "x",
+            "b-closed",
+            selector(&[("app", "b")]),
+            Some(vec![]),
+            None,
+        );
+        if monitor {
+            policy.mode = Mode::Monitor;
+        }
+        assert_eq!(policy.kind, PolicyKind::NetworkPolicy);
+        engine.set_policy(policy);
+        predict(&mut engine, ports)
+    }
+
+    /// Answers each probe as a kernel with netwarden's rules would (`.allowed`: connected, else
+    /// refused), except `dropped` pairs, which time out.
+    fn kernel<'a>(
+        predicted: &'a [Probe],
+        dropped: &'a [(&'a str, &'a str)],
+    ) -> impl FnOnce(&[ProbeSpec]) -> Vec<ProbeOutcome> + 'a {
+        move |specs| {
+            specs
+                .iter()
+                .map(|spec| {
+                    let p = predicted
+                        .iter()
+                        .find(|p| p.from == spec.from && p.to == spec.to && p.port == spec.port)
+                        .expect("a spec of a prediction");
+                    let pair = (spec.from.to_string(), spec.to.to_string());
+                    let detail = if dropped
+                        .iter()
+                        .any(|(f, t)| (*f, *t) == (pair.0.as_str(), pair.1.as_str()))
+                    {
+                        ProbeDetail::Timeout
+                    } else if p.allowed {
+                        ProbeDetail::Connected
+                    } else {
+                        ProbeDetail::Refused
+                    };
+                    ProbeOutcome {
+                        spec: spec.clone(),
+                        connected: detail == ProbeDetail::Connected,
+                        detail,
+                        elapsed: Duration::from_millis(1),
+                    }
+                })
+                .collect()
+        }
+    }
+
+    const TCP_80: PortProto = PortProto {
+        port: 80,
+        protocol: Protocol::Tcp,
+    };
+
+    #[test]
+    fn a_refused_deny_matches_and_a_dropped_deny_does_not() {
+        let predicted = predicted(false, &[TCP_80]);
+        let a_to_b =
+            |p: &&ObservedProbe| p.predicted.from.name == "a" && p.predicted.to.name == "b";
+        let refused = observe(predicted.clone(), |_| true, &[], kernel(&predicted, &[]));
+        assert_eq!(refused.len(), 4);
+        assert!(refused.iter().all(|p| p.mismatch.is_none()), "{refused:#?}");
+        let a_b = refused.iter().find(a_to_b).unwrap();
+        assert!(!a_b.predicted.allowed);
+        assert_eq!(a_b.observed, Some(false));
+
+        let dropped = observe(
+            predicted.clone(),
+            |_| true,
+            &[],
+            kernel(&predicted, &[("x/a", "x/b")]),
+        );
+        let flagged: Vec<_> = dropped.iter().filter(|p| p.mismatch.is_some()).collect();
+        assert_eq!(flagged.len(), 1, "{dropped:#?}");
+        assert!(a_to_b(&flagged[0]));
+        assert_eq!(flagged[0].mismatch, Some(Mismatch::DeniedButTimedOut));
+        // Still "not connected": `observed` keeps its meaning.
+        assert_eq!(flagged[0].observed, Some(false));
+    }
+
+    #[test]
+    fn a_would_deny_must_connect() {
+        let predicted = predicted(true, &[TCP_80]);
+        let a_b = predicted
+            .iter()
+            .find(|p| p.from.name == "a" && p.to.name == "b")
+            .unwrap();
+        assert!(a_b.allowed && !a_b.staged_allowed, "{a_b:?}");
+        let observed = observe(predicted.clone(), |_| true, &[], kernel(&predicted, &[]));
+        assert!(
+            observed.iter().all(|p| p.mismatch.is_none()),
+            "{observed:#?}"
+        );
+        // Monitor mode must not change traffic: a refused would-deny is a mismatch.
+        let refused_would_deny = |specs: &[ProbeSpec]| {
+            specs
+                .iter()
+                .map(|spec| {
+                    let detail = if spec.from.name == "a" && spec.to.name == "b" {
+                        ProbeDetail::Refused
+                    } else {
+                        ProbeDetail::Connected
+                    };
+                    ProbeOutcome {
+                        spec: spec.clone(),
+                        connected: detail == ProbeDetail::Connected,
+                        detail,
+                        elapsed: Duration::ZERO,
+                    }
+                })
+                .collect()
+        };
+        let observed = observe(predicted, |_| true, &[], refused_would_deny);
+        let flagged: Vec<_> = observed.iter().filter_map(|p| p.mismatch).collect();
+        assert_eq!(flagged, [Mismatch::AllowedButRefused]);
+    }
+
+    #[test]
+    fn unprobeable_is_unobserved_and_a_missing_outcome_fails_closed() {
+        let sctp = PortProto {
+            port: 80,
+            protocol: Protocol::Sctp,
+        };
+        let predicted = predicted(false, &[TCP_80, sctp]);
+        let outside = PodKey::new("x", "b");
+        // SCTP is unsupported and x/b is not in the lab: only x/a -> x/a over TCP is probed,
+        // and the prober answers nothing.
+        let observed = observe(
+            predicted,
+            |key| *key != outside,
+            &[(80, Protocol::Sctp)],
+            |specs| {
+                assert_eq!(specs.len(), 1, "{specs:?}");
+                assert_eq!(specs[0].protocol, Protocol::Tcp);
+                Vec::new()
+            },
+        );
+        let probed: Vec<_> = observed.iter().filter(|p| p.observed.is_some()).collect();
+        assert_eq!(probed.len(), 1);
+        assert_eq!(probed[0].mismatch, Some(Mismatch::AllowedButProbeFailed));
+        for p in observed.iter().filter(|p| p.observed.is_none()) {
+            let json = serde_json::to_value(p).unwrap();
+            assert_eq!(json["observed"], serde_json::Value::Null);
+            assert!(json.get("mismatch").is_none() && json.get("detail").is_none());
+        }
+    }
+
+    #[test]
+    fn lab_session_keys_pods_as_ns_name() {
+        let session = LabSession {
+            pid: 42,
+            backend: "nft".into(),
+            state: netwarden_lab::LabState {
+                instance: "nwlab-abcdef".into(),
+                fabric: "nwlab-abcdef-f".into(),
+                pods: Vec::new(),
+            },
+            netns: BTreeMap::from([
+                (
+                    PodKey::new("x", "a"),
+                    PathBuf::from("/run/netns/nwlab-abcdef-0"),
+                ),
+                (
+                    PodKey::new("y", "b-1"),
+                    PathBuf::from("/run/netns/nwlab-abcdef-1"),
+                ),
+            ]),
+        };
+        let json = serde_json::to_value(&session).unwrap();
+        assert_eq!(json["netns"]["x/a"], "/run/netns/nwlab-abcdef-0");
+        assert_eq!(json["netns"]["y/b-1"], "/run/netns/nwlab-abcdef-1");
+        let back: LabSession = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.netns, session.netns);
+        let mut bad = json;
+        bad["netns"] = serde_json::json!({"no-slash": "/run/netns/x"});
+        let err = serde_json::from_value::<LabSession>(bad).unwrap_err();
+        assert!(err.to_string().contains("no-slash"), "{err}");
+    }
 }

@@ -445,20 +445,20 @@ fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
 }
 
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {
-    let (mut engine, _) = args.input.load()?;
-    let rules = engine.all_pod_rules();
-    let query = ReachQuery {
-        ports: args.ports,
-        network: Some(args.network),
-        from: args.from,
-        to: args.to,
-    };
-    let report = reach::reach(&engine, &rules, &query);
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Table => print!("{}", reach::render_table(&report)),
-    }
-    Ok(ExitCode::SUCCESS)
+    reach::command(
+        args.input.load()?.0,
+        &ReachQuery {
+            ports: args.ports,
+            network: Some(args.network),
+            from: args.from,
+            to: args.to,
+        },
+        match args.output {
+            Output::Json => reach::ReachFormat::Json,
+            Output::Table => reach::ReachFormat::Table,
+        },
+        std::io::stdout().lock(),
+    )
 }
 
 fn explain_command(args: ExplainArgs) -> Result<ExitCode> {

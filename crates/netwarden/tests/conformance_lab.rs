@@ -6,24 +6,26 @@
 //! What a real connection did must equal the case's expected matrix (not only `reach`'s
 //! prediction, which the `conformance` test checks separately), and must equal `allowed` even
 //! where monitored policies make `staged_allowed` differ: monitor mode never changes traffic.
+//! A denied connection must be refused (reset or port unreachable: netwarden REJECTs), so any
+//! probe `lab check` flags with a `mismatch` (e.g. a deny that timed out) fails the case too.
 //! SCTP cannot be probed on this kernel (`observed: null`); those probes are counted, not
 //! checked. Every case, step and backend runs; the test fails at the end listing every failure.
+//!
+//! `a_silent_drop_is_a_mismatch` pins that rule on a lab where a foreign table drops what
+//! netwarden would refuse.
 
+mod common;
 #[allow(dead_code)] // the helpers serve `conformance.rs` too; this runner uses part of them
 mod support;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use support::case::{apply_labels, conformance_dir, load_cases, load_objects, Case, Probe};
 use support::matrix::Matrix;
 use support::reach::{write_docs, TempDir};
 use support::variant::{self, Variant};
-
-/// One lab at a time: a lab is a whole netns topology, and other lab tests may run in parallel.
-static LAB_LOCK: Mutex<()> = Mutex::new(());
 
 const BACKENDS: [&str; 2] = ["nft", "iptables"];
 
@@ -40,6 +42,8 @@ struct LabProbe {
     staged_allowed: bool,
     /// `None`: not probed (SCTP has no sockets on this kernel).
     observed: Option<bool>,
+    /// How the connection disagreed with `allowed` (`denied-but-timed-out`, ...), if it did.
+    mismatch: Option<String>,
     raw: Value,
 }
 
@@ -50,23 +54,6 @@ struct Tally {
     observed: usize,
     sctp_skipped: usize,
     elapsed: Duration,
-}
-
-/// Whether the test can run: root is needed to build network namespaces.
-fn have_root() -> bool {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    if uid == "0" {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("conformance_lab needs root (uid {uid:?}) and CI=true: refusing to skip");
-    }
-    println!("skipped: needs root");
-    false
 }
 
 /// Runs `netwarden lab check` on the objects and policies for the given ports.
@@ -128,6 +115,11 @@ fn parse_probe(v: &Value) -> Result<LabProbe, String> {
         Value::Bool(b) => Some(*b),
         other => return Err(format!("lab probe with observed {other}: {v}")),
     };
+    let mismatch = match &v["mismatch"] {
+        Value::Null => None,
+        Value::String(m) => Some(m.clone()),
+        other => return Err(format!("lab probe with mismatch {other}: {v}")),
+    };
     Ok(LabProbe {
         from: s("from")?,
         to: s("to")?,
@@ -141,6 +133,7 @@ fn parse_probe(v: &Value) -> Result<LabProbe, String> {
         allowed: b("allowed")?,
         staged_allowed: b("staged_allowed")?,
         observed,
+        mismatch,
         raw: v.clone(),
     })
 }
@@ -213,14 +206,16 @@ fn check_step(
             tally.observed += 1;
             covered.insert((r.from.clone(), r.to.clone()));
             // Monitored policies never change traffic: observed must be `allowed`, whatever
-            // `staged_allowed` says, and `allowed` must be the expected matrix.
-            if seen != want || seen != r.allowed {
+            // `staged_allowed` says, and `allowed` must be the expected matrix. A deny must
+            // be a refusal: `lab check` flags anything else (a timeout...) as a mismatch.
+            if seen != want || seen != r.allowed || r.mismatch.is_some() {
                 failures.push(format!(
-                    "{head}: {pair}: expected {}, observed {}, allowed {}, staged_allowed {}; {}",
+                    "{head}: {pair}: expected {}, observed {}, allowed {}, staged_allowed {}, mismatch {}; {}",
                     verdict(want),
                     verdict(seen),
                     verdict(r.allowed),
                     verdict(r.staged_allowed),
+                    r.mismatch.as_deref().unwrap_or("none"),
                     probe_detail(r)
                 ));
             }
@@ -290,7 +285,7 @@ fn run_case(
         let before = failures.len();
         let started = Instant::now();
         let records = {
-            let _lab = LAB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            let _lab = common::lab_lock();
             run_lab(backend, &objs, &policies, &ports)
         };
         tally.elapsed += started.elapsed();
@@ -307,7 +302,7 @@ fn run_case(
 
 #[test]
 fn conformance_on_the_kernel() {
-    if !have_root() {
+    if !common::root_or_skip() {
         return;
     }
     let dir = conformance_dir();
@@ -357,22 +352,28 @@ fn conformance_on_the_kernel() {
 }
 
 /// The comparison itself, on synthetic records (no root needed): a connection that differs
-/// from the matrix, a pair without an observed probe and an unobservable SCTP probe.
+/// from the matrix, a deny that timed out instead of being refused, a pair without an observed
+/// probe and an unobservable SCTP probe.
 #[test]
 fn check_step_reports_differences() {
-    let record =
-        |from: &str, to: &str, protocol: &str, allowed: bool, observed: Option<bool>| LabProbe {
-            from: from.to_string(),
-            to: to.to_string(),
-            network: "default".to_string(),
-            port: 80,
-            protocol: protocol.to_string(),
-            family: "ipv4".to_string(),
-            allowed,
-            staged_allowed: allowed,
-            observed,
-            raw: serde_json::json!({ "src": "10.244.1.1", "detail": { "result": "refused" } }),
-        };
+    let record = |from: &str,
+                  to: &str,
+                  protocol: &str,
+                  allowed: bool,
+                  observed: Option<bool>,
+                  mismatch: Option<&str>| LabProbe {
+        from: from.to_string(),
+        to: to.to_string(),
+        network: "default".to_string(),
+        port: 80,
+        protocol: protocol.to_string(),
+        family: "ipv4".to_string(),
+        allowed,
+        staged_allowed: allowed,
+        observed,
+        mismatch: mismatch.map(str::to_string),
+        raw: serde_json::json!({ "src": "10.244.1.1", "detail": { "result": "refused" } }),
+    };
     let probe = |protocol: &str| Probe {
         port: 80,
         protocol: protocol.to_string(),
@@ -381,27 +382,170 @@ fn check_step_reports_differences() {
         expect: "- x/a x/b\nx/a . X\nx/b . .\n".to_string(),
         staged: None,
     };
+    let connected_deny = Some("denied-but-connected");
+    let timed_out_deny = Some("denied-but-timed-out");
     let records = [
-        record("x/a", "x/a", "TCP", true, Some(true)),
+        record("x/a", "x/a", "TCP", true, Some(true), None),
         // Predicted and expected denied, but the connection went through.
-        record("x/a", "x/b", "TCP", false, Some(true)),
-        record("x/b", "x/a", "TCP", true, Some(true)),
+        record("x/a", "x/b", "TCP", false, Some(true), connected_deny),
+        record("x/b", "x/a", "TCP", true, Some(true), None),
         // x/b -> x/b has no record at all.
-        record("x/a", "x/b", "SCTP", false, None),
+        record("x/a", "x/b", "SCTP", false, None, None),
+        record("x/a", "x/a", "UDP", true, Some(true), None),
+        // Not connected, as expected, but dropped instead of refused.
+        record("x/a", "x/b", "UDP", false, Some(false), timed_out_deny),
+        record("x/b", "x/a", "UDP", true, Some(true), None),
+        record("x/b", "x/b", "UDP", true, Some(true), None),
     ];
     let mut tally = Tally::default();
     let mut failures = Vec::new();
     check_step(
         "case step 1 [nft]",
-        &[probe("TCP"), probe("SCTP")],
+        &[probe("TCP"), probe("SCTP"), probe("UDP")],
         &records,
         &mut tally,
         &mut failures,
     );
-    assert_eq!(tally.observed, 3);
+    assert_eq!(tally.observed, 7);
     assert_eq!(tally.sctp_skipped, 1);
-    assert_eq!(failures.len(), 2, "{failures:#?}");
+    assert_eq!(failures.len(), 3, "{failures:#?}");
     assert!(failures[0].contains("x/a -> x/b (ipv4): expected denied, observed allowed"));
     assert!(failures[0].contains("refused"));
     assert!(failures[1].contains("no observed probe for x/b -> x/b"));
+    assert!(
+        failures[2].contains("80/UDP")
+            && failures[2].contains("x/a -> x/b (ipv4): expected denied, observed denied")
+            && failures[2].contains("mismatch denied-but-timed-out"),
+        "{}",
+        failures[2]
+    );
+}
+
+/// Regression: a deny that times out is not netwarden's deny. In a real lab (both backends),
+/// client-no -> server is denied and refused; then a table of the test's own in the server's
+/// netns silently drops that one flow (IPv4, TCP) before netwarden's chains see it. `lab
+/// check`'s report must call exactly that probe a mismatch, of the timed-out kind, where it
+/// found none before the drop.
+#[test]
+fn a_silent_drop_is_a_mismatch() {
+    use netwarden::cli_args::PortProto;
+    use netwarden::lab::{EnforcedLab, LabCheckOptions, Mismatch};
+    use netwarden::reach::Family;
+    use netwarden_dataplane::netns::exec_in;
+    use netwarden_dataplane::Backend;
+    use netwarden_engine::Protocol;
+    use netwarden_lab::ProbeDetail;
+
+    if !common::root_or_skip() {
+        return;
+    }
+    let (server, client_no) = (common::pod_def("server"), common::pod_def("client-no"));
+    let docs = [
+        common::namespace_doc(),
+        common::pod_doc(server, None),
+        common::pod_doc(common::pod_def("client-ok"), None),
+        common::pod_doc(client_no, None),
+        common::ingress_policy("server-from-ok", "server", &["ok"], false),
+    ];
+    let inventory = common::inventory(&docs);
+    // Priority -10 runs before netwarden's chains (priority filter, 0) and iptables' INPUT.
+    let drop_table = format!(
+        "table inet nwtest_drop {{\n  chain input {{\n    type filter hook input priority -10;\n    ip saddr {} tcp dport {} drop\n  }}\n}}\n",
+        client_no.v4,
+        common::PORT
+    );
+    for backend in [Backend::Nft, Backend::Iptables] {
+        let options = LabCheckOptions {
+            backend,
+            ports: vec![PortProto {
+                port: common::PORT,
+                protocol: Protocol::Tcp,
+            }],
+            engine: Default::default(),
+            render: Default::default(),
+        };
+        let _lock = common::lab_lock();
+        // Dropped (also on a panic), the lab removes its namespaces and what is in them.
+        let mut lab = EnforcedLab::up(&inventory, &options).expect("lab up");
+        let before = lab.report(&options.ports);
+        let server_netns = lab.netns[&common::key("server")].clone();
+        exec_in(
+            &server_netns,
+            "nft",
+            &["-f", "-"],
+            Some(drop_table.as_bytes()),
+        )
+        .expect("adding the drop table in the server's netns");
+        let after = lab.report(&options.ports);
+        lab.down().expect("lab down");
+
+        let show = |r: &netwarden::lab::LabReport| {
+            r.probes
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} -> {} {:?} allowed {} detail {:?} mismatch {:?}",
+                        p.predicted.from,
+                        p.predicted.to,
+                        p.predicted.family,
+                        p.predicted.allowed,
+                        p.detail,
+                        p.mismatch
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            before.probes.iter().all(|p| p.observed.is_some()),
+            "[{backend:?}] {:#?}",
+            show(&before)
+        );
+        assert_eq!(
+            before.mismatches,
+            0,
+            "[{backend:?}] without the drop: {:#?}",
+            show(&before)
+        );
+        let denied = |r: &netwarden::lab::LabReport, family: Family| {
+            r.probes
+                .iter()
+                .find(|p| {
+                    p.predicted.from == common::key("client-no")
+                        && p.predicted.to == common::key("server")
+                        && p.predicted.family == family
+                })
+                .cloned()
+                .expect("a client-no -> server probe")
+        };
+        let v4 = denied(&before, Family::Ipv4);
+        assert!(!v4.predicted.allowed);
+        assert_eq!(v4.detail, Some(ProbeDetail::Refused), "[{backend:?}]");
+
+        assert_eq!(
+            after.mismatches,
+            1,
+            "[{backend:?}] with the drop: {:#?}",
+            show(&after)
+        );
+        let dropped = denied(&after, Family::Ipv4);
+        assert_eq!(dropped.detail, Some(ProbeDetail::Timeout), "[{backend:?}]");
+        assert_eq!(dropped.observed, Some(false));
+        assert_eq!(dropped.mismatch, Some(Mismatch::DeniedButTimedOut));
+        let text = netwarden::lab::render_text(&after);
+        assert!(
+            text.contains("denied but timed out (expected a refusal)"),
+            "[{backend:?}] {text}"
+        );
+        let json = serde_json::to_value(&after).expect("JSON");
+        let flagged: Vec<&Value> = json["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter(|p| !p["mismatch"].is_null())
+            .collect();
+        assert_eq!(flagged.len(), 1, "[{backend:?}] {flagged:#?}");
+        assert_eq!(flagged[0]["mismatch"], "denied-but-timed-out");
+        assert_eq!(flagged[0]["observed"], false);
+        assert_eq!(flagged[0]["detail"]["result"], "timeout");
+    }
 }

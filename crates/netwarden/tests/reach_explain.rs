@@ -78,9 +78,8 @@ proptest! {
         let report = reach(&e, &rules, &ReachQuery { ports: ports.clone(), network: None, from: PodSelectorArg::All, to: PodSelectorArg::All });
         prop_assert!(!report.probes.is_empty());
         for p in &report.probes {
-            let key = |s: &str| { let (ns, n) = s.split_once('/').unwrap(); PodKey::new(ns, n) };
-            let port = PortProto { port: p.port, protocol: Protocol::parse(&p.protocol).unwrap() };
-            let ex = explain(&rules, &key(&p.from), &key(&p.to), port, Some(&p.network), Some(p.family)).unwrap();
+            let port = PortProto { port: p.port, protocol: p.protocol };
+            let ex = explain(&rules, &p.from, &p.to, port, Some(&p.network.display_name()), Some(p.family)).unwrap();
             prop_assert_eq!(ex.len(), 1);
             prop_assert_eq!(ex[0].verdict.allowed, p.allowed);
             prop_assert_eq!(ex[0].verdict.staged_allowed, p.staged_allowed);
