@@ -15,7 +15,7 @@ use netwarden_engine::PodRules;
 use netwarden_render::RenderError;
 
 use crate::libnft::LibnftError;
-use crate::netns::{NetnsError, NetnsId};
+use crate::netns::{Netns, NetnsError, NetnsId};
 
 /// Which tool programs the netns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,11 +96,18 @@ pub fn netns_identity(path: &Path) -> Option<NetnsId> {
     crate::netns::netns_id(path).ok()
 }
 
-/// What a dataplane remembers of its last successful apply to one netns: which namespace it
-/// was (a recreated netns at the same path needs everything again) and what was applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a dataplane remembers of its last successful apply to one netns: the namespace it
+/// applied to (opened before the apply) and what was applied.
+///
+/// The handle is held on purpose. A namespace's identity is its nsfs inode number, and the
+/// kernel gives a freed number to the next namespace it creates: a pod netns deleted and
+/// created again at the same path (a sandbox restart) can get the very number of the one it
+/// replaces, once nothing holds the old one. Holding it keeps the number taken, so "the path
+/// names another namespace" is always seen; the handle is dropped as soon as it is (or when the
+/// netns is forgotten), so a deleted pod's netns is not kept beyond the next check.
+#[derive(Debug)]
 pub struct Applied {
-    pub identity: NetnsId,
+    pub netns: Netns,
     pub hash: u64,
 }
 
@@ -115,21 +122,20 @@ impl AppliedLog {
     pub fn is_current(&self, netns: &Path, hash: u64) -> bool {
         self.applied
             .get(netns)
-            .is_some_and(|a| a.hash == hash && netns_identity(netns) == Some(a.identity))
+            .is_some_and(|a| a.hash == hash && netns_identity(netns) == Some(a.netns.id()))
     }
 
-    /// Records a successful apply (to the namespace `netns` names now; if it names nothing
-    /// any more, nothing is recorded, so the next apply is a full one).
-    pub fn record(&mut self, netns: &Path, hash: u64) {
-        match netns_identity(netns) {
-            Some(identity) => {
-                self.applied
-                    .insert(netns.to_owned(), Applied { identity, hash });
-            }
-            None => {
-                self.applied.remove(netns);
-            }
-        }
+    /// Records a successful apply of `hash` to `handle`, the namespace opened at `netns` before
+    /// the apply. If the path names another namespace by now, the next
+    /// [`take_changed`](Self::take_changed) says so.
+    pub fn record(&mut self, netns: &Path, handle: Netns, hash: u64) {
+        self.applied.insert(
+            netns.to_owned(),
+            Applied {
+                netns: handle,
+                hash,
+            },
+        );
     }
 
     pub fn forget(&mut self, netns: &Path) {
@@ -144,12 +150,18 @@ impl AppliedLog {
         self.applied.keys().map(PathBuf::as_path)
     }
 
+    /// Whether nothing was applied to `netns` since the last change or failure: its first
+    /// contact in this process, as far as the other backend's leftovers are concerned.
+    pub fn knows(&self, netns: &Path) -> bool {
+        self.applied.contains_key(netns)
+    }
+
     /// Forgets, and returns, every netns whose path now names another namespace or nothing.
     pub fn take_changed(&mut self) -> Vec<PathBuf> {
         let changed: Vec<PathBuf> = self
             .applied
             .iter()
-            .filter(|(path, a)| netns_identity(path) != Some(a.identity))
+            .filter(|(path, a)| netns_identity(path) != Some(a.netns.id()))
             .map(|(path, _)| path.clone())
             .collect();
         for path in &changed {

@@ -22,7 +22,7 @@
 //! read back with the same variant that wrote them, and a pod whose own tools use the other
 //! variant would have two filter tables that both apply.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,11 +34,10 @@ use netwarden_render::iptables::{
 use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
-    netns_gone, netns_identity, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend,
-    Dataplane, APPLY_WORKERS,
+    netns_gone, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane,
+    APPLY_WORKERS,
 };
-use crate::netns::NetnsId;
-use crate::netns::{self, exec_in, NetnsError};
+use crate::netns::{self, exec_in, Netns, NetnsError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IptablesError {
@@ -150,8 +149,8 @@ pub struct IptablesDataplane {
     /// In memory only: after an agent restart everything is re-applied once, which is atomic
     /// per table and idempotent.
     applied: AppliedLog,
-    /// Netns (with the identity seen) whose nft-backend table was already looked for.
-    looked_for_nft: HashSet<(PathBuf, NetnsId)>,
+    /// Netns found changed by a sweep, not yet reported by `changed_netns`.
+    changed: Vec<PathBuf>,
 }
 
 impl IptablesDataplane {
@@ -159,7 +158,7 @@ impl IptablesDataplane {
         IptablesDataplane {
             options,
             applied: AppliedLog::default(),
-            looked_for_nft: HashSet::new(),
+            changed: Vec::new(),
         }
     }
 
@@ -168,15 +167,9 @@ impl IptablesDataplane {
         read_state(netns)
     }
 
-    /// Removes the nft backend's table the first time this process touches `netns` (moving
-    /// from nft to iptables), after the iptables rules are in place.
-    fn remove_nft_leftovers(&mut self, netns: &Path) -> Result<(), IptablesError> {
-        let Some(identity) = netns_identity(netns) else {
-            return Ok(());
-        };
-        if !self.looked_for_nft.insert((netns.to_owned(), identity)) {
-            return Ok(());
-        }
+    /// Removes the nft backend's table (moving from nft to iptables): on the first contact
+    /// with `netns` in this process, after the iptables rules are in place.
+    fn remove_nft_leftovers(netns: &Path) -> Result<(), IptablesError> {
         if !crate::libnft::available() {
             // Without libnftables the nft backend never ran on this machine.
             return Ok(());
@@ -188,9 +181,13 @@ impl IptablesDataplane {
         }
     }
 
+    /// Books the outcome of an apply to `handle` (the netns opened for it; `first`: the first
+    /// contact with it in this process).
     fn finish(
         &mut self,
         netns: &Path,
+        handle: Netns,
+        first: bool,
         ruleset: &IptablesRulesetRef,
         result: Result<(), IptablesError>,
     ) -> Result<ApplyOutcome, ApplyError> {
@@ -203,9 +200,11 @@ impl IptablesDataplane {
             (Err(e), _) => return Err(err(e)),
             (Ok(()), _) => {}
         }
-        self.remove_nft_leftovers(netns).map_err(err)?;
+        if first {
+            Self::remove_nft_leftovers(netns).map_err(err)?;
+        }
         self.applied
-            .record(netns, netwarden_render::hash::content_hash(ruleset));
+            .record(netns, handle, netwarden_render::hash::content_hash(ruleset));
         Ok(if ruleset.is_some() {
             ApplyOutcome::Applied
         } else {
@@ -244,10 +243,22 @@ impl Dataplane for IptablesDataplane {
         {
             return Ok(ApplyOutcome::Unchanged);
         }
+        let first = !self.applied.knows(netns);
         // Forget first: if anything below fails, the next sync must re-apply in full.
         self.applied.forget(netns);
+        // Opened before the apply: what was applied is recorded against this namespace.
+        let handle = match Netns::open(netns) {
+            Ok(handle) => handle,
+            Err(e) if ruleset.is_none() && netns_gone(&e) => return Ok(ApplyOutcome::Removed),
+            Err(source) => {
+                return Err(ApplyError::Netns {
+                    netns: netns.to_owned(),
+                    source,
+                })
+            }
+        };
         let result = apply_to(netns, ruleset);
-        self.finish(netns, ruleset, result)
+        self.finish(netns, handle, first, ruleset, result)
     }
 
     /// Applies the changed rulesets of a batch to several netns at once (each restore mostly
@@ -256,28 +267,43 @@ impl Dataplane for IptablesDataplane {
         &mut self,
         batch: &[(PathBuf, IptablesRulesetRef)],
     ) -> Vec<Result<ApplyOutcome, ApplyError>> {
+        // Records of pods deleted since the last batch go now (each holds a netns alive); the
+        // caller still hears of them from `changed_netns`.
+        self.changed.extend(self.applied.take_changed());
         let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
             Vec::with_capacity(batch.len());
-        let mut todo: Vec<usize> = Vec::new();
+        let mut todo: Vec<(usize, Netns, bool)> = Vec::new();
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
             if self
                 .applied
                 .is_current(netns, netwarden_render::hash::content_hash(ruleset))
             {
                 results.push(Some(Ok(ApplyOutcome::Unchanged)));
-            } else {
-                self.applied.forget(netns);
-                results.push(None);
-                todo.push(i);
+                continue;
+            }
+            let first = !self.applied.knows(netns);
+            self.applied.forget(netns);
+            match Netns::open(netns) {
+                Ok(handle) => {
+                    results.push(None);
+                    todo.push((i, handle, first));
+                }
+                Err(e) if ruleset.is_none() && netns_gone(&e) => {
+                    results.push(Some(Ok(ApplyOutcome::Removed)))
+                }
+                Err(source) => results.push(Some(Err(ApplyError::Netns {
+                    netns: netns.clone(),
+                    source,
+                }))),
             }
         }
-        let outcomes = run_parallel(&todo, APPLY_WORKERS, |&i| {
-            let (netns, ruleset) = &batch[i];
+        let outcomes = run_parallel(&todo, APPLY_WORKERS, |(i, _, _)| {
+            let (netns, ruleset) = &batch[*i];
             apply_to(netns, ruleset)
         });
-        for (i, outcome) in todo.into_iter().zip(outcomes) {
+        for ((i, handle, first), outcome) in todo.into_iter().zip(outcomes) {
             let (netns, ruleset) = &batch[i];
-            results[i] = Some(self.finish(netns, ruleset, outcome));
+            results[i] = Some(self.finish(netns, handle, first, ruleset, outcome));
         }
         results
             .into_iter()
@@ -287,7 +313,7 @@ impl Dataplane for IptablesDataplane {
 
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
         self.applied.forget(netns);
-        match remove_from(netns).and_then(|()| self.remove_nft_leftovers(netns)) {
+        match remove_from(netns).and_then(|()| Self::remove_nft_leftovers(netns)) {
             Ok(()) => Ok(()),
             Err(e) if e.netns_gone() => Ok(()),
             Err(source) => Err(ApplyError::Iptables {
@@ -322,7 +348,8 @@ impl Dataplane for IptablesDataplane {
     }
 
     fn changed_netns(&mut self) -> Vec<PathBuf> {
-        self.applied.take_changed()
+        self.changed.extend(self.applied.take_changed());
+        std::mem::take(&mut self.changed)
     }
 }
 

@@ -15,7 +15,7 @@
 //! Nothing here touches another table: removal deletes `inet netwarden` only, and only when it
 //! exists (the pod is open then, so no packet depends on what goes).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -25,25 +25,23 @@ use netwarden_render::nft::{build_table, Table, TABLE_FAMILY, TABLE_NAME};
 use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
-    netns_identity, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane,
-    APPLY_WORKERS,
+    run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane, APPLY_WORKERS,
 };
 use crate::libnft::{NftContext, Output};
 use crate::netns::Netns;
-use crate::netns::NetnsId;
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
 use crate::nft_plan::{parse_objects, parse_tables, plan, NftNetnsState, NftObjects};
 
 /// The nft ruleset of one pod: its table, `None` when nothing is isolated.
 pub type NftRuleset = Option<Arc<Table>>;
 
-/// One apply inside a netns, run on a thread that entered it.
+/// One apply inside a netns, run on a thread that entered it. When the state is unknown (first
+/// contact in this process, or after a failure or a change of netns), the kernel is read, and
+/// the iptables backend's leftovers are looked for at the same time.
 struct Job {
     ctx: Option<NftContext>,
     desired: NftRuleset,
     state: Option<NftNetnsState>,
-    /// First contact in this process: look for the iptables backend's leftovers.
-    look_for_iptables: bool,
 }
 
 struct JobDone {
@@ -151,6 +149,7 @@ fn run_job(job: Job) -> JobDone {
     };
     let result = (|| {
         let mut tables = None;
+        let look_for_iptables = job.state.is_none();
         let state = match job.state {
             Some(state) => state,
             None => {
@@ -165,7 +164,7 @@ fn run_job(job: Job) -> JobDone {
         for tx in plan.transactions() {
             ctx.run(&tx.to_json(), Output::Json)?;
         }
-        let iptables_leftovers = match (job.look_for_iptables, tables) {
+        let iptables_leftovers = match (look_for_iptables, tables) {
             (false, _) => false,
             (true, Some(tables)) => iptables_leftovers(&mut ctx, &tables)?,
             (true, None) => {
@@ -196,8 +195,8 @@ pub struct NftDataplane {
     /// `forget`, or when the netns changed (then read from the kernel before the next apply).
     state: HashMap<PathBuf, NftNetnsState>,
     contexts: ContextPool,
-    /// Netns (with the identity seen) whose iptables leftovers were already looked for.
-    looked_for_iptables: HashSet<(PathBuf, NetnsId)>,
+    /// Netns found changed by a sweep, not yet reported by `changed_netns`.
+    changed: Vec<PathBuf>,
 }
 
 impl NftDataplane {
@@ -207,7 +206,7 @@ impl NftDataplane {
             applied: AppliedLog::default(),
             state: HashMap::new(),
             contexts: ContextPool::new(MAX_CONTEXTS),
-            looked_for_iptables: HashSet::new(),
+            changed: Vec::new(),
         }
     }
 
@@ -254,6 +253,16 @@ impl NftDataplane {
             .map_err(|e| e.into_apply_error(netns))
     }
 
+    /// Forgets the netns whose path names another namespace (or none) now, releasing what held
+    /// them, and keeps their paths for [`Dataplane::changed_netns`].
+    fn sweep_changed(&mut self) {
+        for netns in self.applied.take_changed() {
+            self.state.remove(&netns);
+            self.contexts.close(&netns);
+            self.changed.push(netns);
+        }
+    }
+
     /// Deletes table `inet netwarden` from `netns` if it is there, and nothing else (no
     /// bookkeeping, no look at other tables): how the iptables backend removes what the nft
     /// backend left. Whether a table was deleted.
@@ -293,27 +302,25 @@ impl NftDataplane {
 
     /// The job for `netns`, taking its context and state out (a failure leaves both unknown).
     fn job(&mut self, netns: &Path, desired: &NftRuleset) -> Job {
-        let look_for_iptables = netns_identity(netns)
-            .is_some_and(|id| !self.looked_for_iptables.contains(&(netns.to_owned(), id)));
         Job {
             ctx: self.contexts.take(netns),
             desired: desired.clone(),
             state: self.state.remove(netns),
-            look_for_iptables,
         }
     }
 
-    /// Books the outcome of a job: context, state, iptables leftovers, applied hash.
+    /// Books the outcome of a job on `handle` (the netns opened for it): context, state,
+    /// iptables leftovers, applied hash.
     fn finish(
         &mut self,
         netns: &Path,
-        identity: Option<NetnsId>,
+        handle: Netns,
         ruleset: &NftRuleset,
         done: JobDone,
     ) -> Result<ApplyOutcome, ApplyError> {
         let committed = done.result.map_err(|e| e.into_apply_error(netns))?;
-        if let (Some(ctx), Some(id)) = (done.ctx, identity) {
-            self.contexts.give_back(netns, ctx, id);
+        if let Some(ctx) = done.ctx {
+            self.contexts.give_back(netns, ctx, handle.id());
         }
         if committed.iptables_leftovers {
             // After the nft table is in place: the pod is enforced throughout.
@@ -322,12 +329,9 @@ impl NftDataplane {
                 source,
             })?;
         }
-        if let Some(id) = identity {
-            self.looked_for_iptables.insert((netns.to_owned(), id));
-        }
         self.state.insert(netns.to_owned(), committed.after);
         self.applied
-            .record(netns, netwarden_render::hash::content_hash(ruleset));
+            .record(netns, handle, netwarden_render::hash::content_hash(ruleset));
         Ok(if ruleset.is_none() {
             ApplyOutcome::Removed
         } else {
@@ -336,19 +340,22 @@ impl NftDataplane {
     }
 
     fn run_one(&mut self, netns: &Path, ruleset: &NftRuleset) -> Result<ApplyOutcome, ApplyError> {
-        let identity = netns_identity(netns);
-        let job = self.job(netns, ruleset);
-        let handle = Netns::open(netns).map_err(|source| ApplyError::Netns {
-            netns: netns.to_owned(),
-            source,
+        let handle = Netns::open(netns).map_err(|source| {
+            // Its context (if any) serves a namespace that is gone or replaced.
+            self.contexts.close(netns);
+            ApplyError::Netns {
+                netns: netns.to_owned(),
+                source,
+            }
         })?;
+        let job = self.job(netns, ruleset);
         let done = handle
             .run(move || run_job(job))
             .map_err(|source| ApplyError::Netns {
                 netns: netns.to_owned(),
                 source,
             })?;
-        self.finish(netns, identity, ruleset, done)
+        self.finish(netns, handle, ruleset, done)
     }
 }
 
@@ -384,12 +391,16 @@ impl Dataplane for NftDataplane {
         &mut self,
         batch: &[(PathBuf, NftRuleset)],
     ) -> Vec<Result<ApplyOutcome, ApplyError>> {
-        // Contexts of pods deleted since the last batch go now (each holds a netns alive).
+        // Contexts and applied records of pods deleted since the last batch go now (each holds
+        // a netns alive); the caller still hears of them from `changed_netns`.
+        self.sweep_changed();
         self.contexts.prune();
         let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
             Vec::with_capacity(batch.len());
         // Each worker owns its item's job while it runs (the Mutex is never contended).
-        let mut todo: Vec<(usize, Option<NetnsId>, Mutex<Option<Job>>)> = Vec::new();
+        // Each worker owns its item's job while it runs (the Mutex is never contended). The
+        // netns is opened here, before the apply: what was applied is recorded against it.
+        let mut todo: Vec<(usize, Netns, Mutex<Option<Job>>)> = Vec::new();
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
             let hash = netwarden_render::hash::content_hash(ruleset);
             if self.applied.is_current(netns, hash) {
@@ -397,13 +408,26 @@ impl Dataplane for NftDataplane {
                 continue;
             }
             self.applied.forget(netns);
-            let identity = netns_identity(netns);
-            let job = self.job(netns, ruleset);
-            todo.push((i, identity, Mutex::new(Some(job))));
-            results.push(None);
+            match Netns::open(netns) {
+                Ok(handle) => {
+                    let job = self.job(netns, ruleset);
+                    todo.push((i, handle, Mutex::new(Some(job))));
+                    results.push(None);
+                }
+                Err(e) if ruleset.is_none() && crate::apply::netns_gone(&e) => {
+                    self.contexts.close(netns);
+                    results.push(Some(Ok(ApplyOutcome::Removed)));
+                }
+                Err(source) => {
+                    self.contexts.close(netns);
+                    results.push(Some(Err(ApplyError::Netns {
+                        netns: netns.clone(),
+                        source,
+                    })))
+                }
+            }
         }
-        let outcomes = run_parallel(&todo, APPLY_WORKERS, |(i, _, job)| {
-            let (netns, _) = &batch[*i];
+        let outcomes = run_parallel(&todo, APPLY_WORKERS, |(_, handle, job)| {
             let job = job
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -411,14 +435,12 @@ impl Dataplane for NftDataplane {
                 .expect("each job runs once");
             // This worker thread is scoped to the batch: entering one netns after the other is
             // harmless (see `netns`).
-            Netns::open(netns)
-                .and_then(|handle| handle.enter_current_thread())
-                .map(|()| run_job(job))
+            handle.enter_current_thread().map(|()| run_job(job))
         });
-        for ((i, identity, _), outcome) in todo.into_iter().zip(outcomes) {
+        for ((i, handle, _), outcome) in todo.into_iter().zip(outcomes) {
             let (netns, ruleset) = &batch[i];
             let result = match outcome {
-                Ok(done) => self.finish(netns, identity, ruleset, done),
+                Ok(done) => self.finish(netns, handle, ruleset, done),
                 Err(source) => Err(ApplyError::Netns {
                     netns: netns.clone(),
                     source,
@@ -481,12 +503,8 @@ impl Dataplane for NftDataplane {
     }
 
     fn changed_netns(&mut self) -> Vec<PathBuf> {
-        let changed = self.applied.take_changed();
-        for netns in &changed {
-            self.state.remove(netns);
-            self.contexts.close(netns);
-        }
-        changed
+        self.sweep_changed();
+        std::mem::take(&mut self.changed)
     }
 }
 

@@ -691,7 +691,9 @@ fn big_rules(n: u32, marker: u32) -> PodRules {
 }
 
 /// Every set of our table in `ns` holds exactly `elements` elements and every chain the number
-/// of rules `expect` names: the table is one that was applied whole.
+/// of rules `expect` names: the table is one that was applied whole. A table with sets and no
+/// chain at all is the one other whole state: killed between the first transaction (the new
+/// sets) and the second (the rules) of the very first apply, when the pod had no rules yet.
 fn assert_whole_table(ns: &Path, elements: usize, expect: &[(String, usize)], context: &str) {
     let out = exec_in(
         ns,
@@ -709,6 +711,9 @@ fn assert_whole_table(ns: &Path, elements: usize, expect: &[(String, usize)], co
             "{context}: set {} holds {n} elements",
             set["name"]
         );
+    }
+    if !items.iter().any(|i| i.get("chain").is_some()) {
+        return;
     }
     for (chain, rules) in expect {
         let n = items
