@@ -348,16 +348,19 @@ pub struct ProcessStats {
 
 impl ProcessStats {
     pub fn of(pid: u32) -> ProcessStats {
+        use std::os::unix::fs::MetadataExt;
         let mut s = ProcessStats::default();
+        // A namespace file lives on nsfs: same device as this process's own netns file (a
+        // bind-mounted one reads back as its mount path, so the link text does not tell).
+        let nsfs = std::fs::metadata("/proc/self/ns/net").map(|m| m.dev()).ok();
         if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for fd in fds.flatten() {
                 s.fds += 1;
                 let target = std::fs::read_link(fd.path()).unwrap_or_default();
-                let target = target.to_string_lossy();
-                if target.starts_with("net:[") {
-                    s.netns_fds += 1;
-                } else if target.starts_with("socket:[") {
+                if target.to_string_lossy().starts_with("socket:[") {
                     s.sockets += 1;
+                } else if std::fs::metadata(fd.path()).is_ok_and(|m| Some(m.dev()) == nsfs) {
+                    s.netns_fds += 1;
                 }
             }
         }
