@@ -310,7 +310,7 @@ fn split_documents(text: &str) -> Vec<String> {
         } else if bare.starts_with('%') && !cur_has_content {
             directives.push_str(line);
         } else {
-            cur_has_content |= !is_only_comments(line);
+            cur_has_content = cur_has_content || !is_only_comments(line);
             cur.push_str(line);
         }
     }

@@ -24,7 +24,8 @@ use netwarden_engine::{
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
-use crate::{files, parse_str, validate, Inventory, LoadOptions, Loader, Problem};
+use crate::read::FileRead;
+use crate::{files, validate, Inventory, LoadOptions, Loader, Problem};
 
 /// The longest a problem's file, kind, object, field or reason may be.
 pub const MAX_PROBLEM_PART: usize = 1024;
@@ -39,13 +40,21 @@ pub fn check_load(data: &[u8]) {
         check_problems(&inv.problems);
         return;
     };
-    for label in ["fuzz.yaml", "fuzz.json"] {
-        let inv = parse_str(label, text, &LoadOptions::default());
+    // The file name matters only for text that looks like JSON (a `.json` file falls back to
+    // YAML differently): YAML text is loaded once.
+    let looks_like_json = matches!(text.trim_start().chars().next(), Some('{' | '['));
+    let labels: &[&str] = if looks_like_json {
+        &["fuzz.yaml", "fuzz.json"]
+    } else {
+        &["fuzz.yaml"]
+    };
+    for &label in labels {
+        // What `parse_str` does, keeping the parsed documents to compare with.
         let mut problems = Vec::new();
-        let written: Vec<Value> = files::parse_documents(label, text, &mut problems)
-            .into_iter()
-            .map(|d| d.value)
-            .collect();
+        let docs = files::parse_documents(label, text, &mut problems);
+        let read = FileRead::from_documents(label, problems, &docs);
+        let inv = assemble([Part::File(&read)], &LoadOptions::default());
+        let written: Vec<Value> = docs.into_iter().map(|d| d.value).collect();
         check_inventory(&inv, &written);
     }
     // A document handed over already parsed (as the agent's API source does).

@@ -65,8 +65,22 @@ impl Walk {
             }
         }
         push_key(&mut out, key);
-        out
+        bound_path(out)
     }
+}
+
+/// The longest path reported; a deeper one keeps its end, which says most.
+const MAX_PATH: usize = 400;
+
+fn bound_path(path: String) -> String {
+    if path.len() <= MAX_PATH {
+        return path;
+    }
+    let mut start = path.len() - MAX_PATH;
+    while !path.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &path[start..])
 }
 
 /// Appends `.key`, or `["key"]` when the key is not a plain word (`k8s.io/name`).
@@ -75,7 +89,7 @@ fn push_key(out: &mut String, key: &str) {
         if !out.is_empty() {
             out.push('.');
         }
-        out.push_str(key);
+        out.push_str(&crate::validate::shorten(key));
     } else {
         out.push_str(&format!("[\"{}\"]", crate::validate::shorten(key)));
     }
@@ -202,6 +216,25 @@ mod tests {
         let docs = stream(r#"{"a":1} {"a":2,"a":3}"#).unwrap();
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[1].duplicate_keys, ["a"]);
+    }
+
+    #[test]
+    fn paths_stay_short() {
+        let key = "k".repeat(1000);
+        let outer = format!("{{\"{}\":", "o".repeat(100));
+        let nested = format!(
+            "{}{{\"{key}\":1,\"{key}\":2}}{}",
+            outer.repeat(100),
+            "}".repeat(100)
+        );
+        let c = from_str(&nested).unwrap();
+        assert_eq!(c.duplicate_keys.len(), 1);
+        let path = &c.duplicate_keys[0];
+        assert!(path.len() <= MAX_PATH + 3, "{path}");
+        assert!(
+            path.starts_with("...") && path.ends_with("kkk..."),
+            "{path}"
+        );
     }
 
     #[test]

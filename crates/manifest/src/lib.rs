@@ -2,30 +2,66 @@
 //! engine's model types, validating as it goes and reporting **every** problem with file, kind,
 //! object, field and reason, while the rest of the input is still loaded (SPEC sections 1, 2, 7).
 //!
-//! What is read (unknown kinds, e.g. Deployments, and unknown fields are ignored):
+//! What is read (other projects' kinds, e.g. Deployments or Calico's NetworkPolicy, and unknown
+//! fields are ignored; near misses of our kinds are not, see below):
 //!
-//! | kind | fields |
+//! | kind (apiVersion) | fields |
 //! | --- | --- |
 //! | `Namespace` (v1) | name, labels (`kubernetes.io/metadata.name` is always added) |
 //! | `Pod` (v1) | namespace, name, labels, `spec.hostNetwork`, `spec.{initC,c}ontainers[].ports[]`, `status.podIPs` / `status.podIP`, annotations `k8s.v1.cni.cncf.io/network-status` (or `networks-status`) and `netwarden.io/netns` |
-//! | `DanmEp` (danm.k8s.io) | `spec.Pod`, `spec.NetworkName` (or `NetworkID`), `spec.apiType`, `spec.Interface.{Name,Address,AddressIPv6}`, `spec.netns`: adds an interface to its pod |
-//! | `NetworkPolicy` (networking.k8s.io) | the whole spec; scope = primary interface |
-//! | `DanmNetworkPolicy` (danm.k8s.io) | the spec plus `networkSelector` in peers; scope = all interfaces |
-//! | `MultiNetworkPolicy` (k8s.cni.cncf.io) | the spec; scope = networks of annotation `k8s.v1.cni.cncf.io/policy-for` |
+//! | `DanmEp` (danm.k8s.io/v1) | `spec.Pod`, `spec.NetworkName` (or `NetworkID`), `spec.apiType`, `spec.Interface.{Name,Address,AddressIPv6}`, `spec.netns`: adds an interface to its pod |
+//! | `NetworkPolicy` (networking.k8s.io/v1) | the whole spec; scope = primary interface |
+//! | `DanmNetworkPolicy` (danm.k8s.io/v1) | the spec plus `networkSelector` in peers; scope = all interfaces |
+//! | `MultiNetworkPolicy` (k8s.cni.cncf.io/v1beta1 or v1beta2) | the spec; scope = networks of annotation `k8s.v1.cni.cncf.io/policy-for` |
 //! | `Service` (v1) | `spec.clusterIPs` / `clusterIP`, `spec.selector`, `spec.ports[]` |
-//! | `EndpointSlice` (discovery.k8s.io) | label `kubernetes.io/service-name`, `endpoints[].addresses` |
+//! | `EndpointSlice` (discovery.k8s.io/v1) | label `kubernetes.io/service-name`, `endpoints[].addresses`, `endpoints[].conditions.ready` |
 //!
 //! Policy annotations: `netwarden.io/mode`, `kube-router.io/network-policy.monitor`,
 //! `kube-router.io/network-policy.staged` (monitor phase; bad or conflicting values fail closed to
 //! enforce), `netwarden.io/replaces`, `netwarden.io/log`.
 //!
-//! Invalid input never widens a policy: an invalid peer or port is dropped, and a rule whose
+//! # Problems
+//!
+//! Errors mean something was dropped or not applied as written (`netwarden validate` exits 1);
+//! warnings mean it loaded but probably does not do what its author expects (exit 0).
+//!
+//! | problem | severity | what happens |
+//! | --- | --- | --- |
+//! | a file cannot be read, is not UTF-8, a document is not valid YAML/JSON (duplicate YAML keys included) | error | that file / document is skipped; the file's other documents load |
+//! | a document without `kind`, or not an object | error | skipped |
+//! | a misspelled kind (`Networkpolicy`, `NetworkPolicies`, `DanmNetworkpolicy`: other case, plural, or edit distance ≤ 2, ≤ 1 for names of at most 4 letters) unless its group is clearly another project's | error, naming the intended kind | object ignored |
+//! | a kind we read with a missing, non-string or wrong apiVersion (`networking.k8s.io/v2`, `extensions/v1beta1`, a typo of our groups) | error, naming the right apiVersion | object ignored |
+//! | a missing, invalid or unreadable name or namespace | error | object ignored (never moved to `default`) |
+//! | a field of the wrong type anywhere in an object (`namespace: y` read by YAML 1.1 as a boolean, a number where a string belongs, a list for an object) | error, with a quoting hint for booleans and numbers | object ignored |
+//! | an invalid label (syntax) on an object, or in a Service selector | error | object ignored (a pod missing a label would leave the policies that select it) |
+//! | a `policyTypes` entry other than Ingress/Egress | error | policy ignored |
+//! | an invalid value in a rule (CIDR, port, protocol, selector, networkSelector) | error | the peer or port is dropped; a rule left with none is dropped whole (a warning says so) |
+//! | an invalid `podSelector` | error | policy ignored |
+//! | an interface name Linux refuses (network-status `interface`, DanmEp `spec.Interface.Name`) | error | interface dropped |
+//! | a network-status annotation that is not JSON, not a list, or has a field of the wrong type | error | interfaces taken from `status.podIPs` |
+//! | a duplicate object (same kind, namespace, name) | error | the later one is ignored |
+//! | bad monitor/log/replaces annotations | error | policy enforced / not logging / not replacing |
+//! | an input directory without manifest files; paths that yield no object at all | warning | — |
+//! | a key written twice in a JSON object (the path is reported) | warning | the last value is used, as by the API server |
+//! | a container port name used twice in a pod | warning, saying which port wins | named ports resolve to the first port with that name and protocol |
+//! | two pods (not hostNetwork) with one address on one network | warning, naming both | rules allowing one of them allow both |
+//! | `policy-for` naming no valid network (`",,,"`), or missing | warning | the MultiNetworkPolicy applies nowhere |
+//! | hostNetwork pods, orphan DanmEps and EndpointSlices, host bits in a CIDR, lower-case protocols | warning | loaded as described |
+//!
+//! Invalid values never widen a policy: an invalid peer or port is dropped, and a rule whose
 //! peers (or ports) were all invalid is dropped as a whole rather than read as "all peers". An
 //! object with an invalid name is dropped, because names reach rule comments and log prefixes.
 //!
-//! Loading happens in two passes: [`Loader::add_str`] reduces each document on its own, then
-//! [`Loader::finish`] pairs DanmEps with pods and EndpointSlices with Services, and adds the
-//! namespaces that objects refer to but the input does not declare.
+//! # Structure
+//!
+//! Loading happens in two passes. The first (`read`) reduces each document of a file on its
+//! own (the readers in `pod`, `policy`, `service`, over the field accessors of `ctx`); the
+//! second (`assemble`) refuses duplicates, pairs DanmEps with pods and EndpointSlices with
+//! Services, adds the namespaces that objects refer to but the input does not declare, and
+//! reports shared addresses. [`load_paths`] and [`parse_str`] do both at once; [`ManifestSet`]
+//! keeps each file's first pass and re-reads only changed files, keeping the last good version
+//! of a file while it is broken (for the agent). [`fuzzing`] states the loader's invariants
+//! for fuzzers and property tests.
 #![forbid(unsafe_code)]
 
 mod assemble;
@@ -38,7 +74,7 @@ mod pod;
 mod policy;
 mod read;
 mod service;
-mod set;
+pub mod set;
 pub mod validate;
 
 #[cfg(test)]

@@ -101,8 +101,17 @@ impl FileRead {
 
     /// Reads one file's text (YAML, possibly multi-document, or JSON).
     pub fn from_text(file: &str, text: &str) -> Self {
-        let mut read = FileRead::default();
-        let docs = files::parse_documents(file, text, &mut read.file_problems);
+        let mut file_problems = Vec::new();
+        let docs = files::parse_documents(file, text, &mut file_problems);
+        Self::from_documents(file, file_problems, &docs)
+    }
+
+    /// Reads one file's parsed documents; `file_problems` are those of parsing it.
+    pub fn from_documents(file: &str, file_problems: Vec<Problem>, docs: &[files::Doc]) -> Self {
+        let mut read = FileRead {
+            file_problems,
+            ..FileRead::default()
+        };
         for doc in docs {
             read.documents += 1;
             if !doc.duplicate_keys.is_empty() {

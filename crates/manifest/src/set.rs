@@ -35,8 +35,8 @@
 //! still in the racy window and gets hashed, and a modification time restored afterwards
 //! (`touch -d`, `cp -p`) moves the ctime, which no user can set.
 //!
-//! The per-file decision is the pure function [`merge`]; the I/O (listing, stat, reading) is
-//! kept thin around it.
+//! The per-file decision is a pure function (`merge`, unit-tested); the I/O (listing, stat,
+//! reading) is kept thin around it.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -126,7 +126,8 @@ impl Tracked {
     }
 }
 
-/// See the module documentation.
+/// The manifests under a set of paths, re-read as they change; a file that is broken (mid-edit)
+/// keeps its last good objects. See the [module documentation](self) for the contract.
 #[derive(Debug)]
 pub struct ManifestSet {
     paths: Vec<PathBuf>,

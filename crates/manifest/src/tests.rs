@@ -2666,7 +2666,10 @@ fn manifest_set_keeps_the_last_good_version_of_a_broken_file() {
             ("b.yaml".into(), Change::Added)
         ]
     );
-    assert_eq!(*set.inventory(), load_paths(std::slice::from_ref(&d), &opts));
+    assert_eq!(
+        *set.inventory(),
+        load_paths(std::slice::from_ref(&d), &opts)
+    );
     let good = set.inventory().clone();
     assert_eq!(policy_names(&good), ["ns1/deny"]);
 
@@ -2724,7 +2727,10 @@ fn manifest_set_keeps_the_last_good_version_of_a_broken_file() {
     )
     .unwrap();
     assert_eq!(changes(&mut set), [("a.yaml".into(), Change::Modified)]);
-    assert_eq!(*set.inventory(), load_paths(std::slice::from_ref(&d), &opts));
+    assert_eq!(
+        *set.inventory(),
+        load_paths(std::slice::from_ref(&d), &opts)
+    );
     assert_eq!(
         set.inventory().policies[0].pod_selector.match_labels["app"],
         "x"
@@ -2734,7 +2740,10 @@ fn manifest_set_keeps_the_last_good_version_of_a_broken_file() {
     std::fs::write(&a, set_pod("p1", "10.0.0.1")).unwrap();
     assert_eq!(changes(&mut set), [("a.yaml".into(), Change::Modified)]);
     assert!(set.inventory().policies.is_empty());
-    assert_eq!(*set.inventory(), load_paths(std::slice::from_ref(&d), &opts));
+    assert_eq!(
+        *set.inventory(),
+        load_paths(std::slice::from_ref(&d), &opts)
+    );
 
     // A removed file removes its objects.
     std::fs::remove_file(&b).unwrap();
@@ -2746,7 +2755,10 @@ fn manifest_set_keeps_the_last_good_version_of_a_broken_file() {
         .map(|p| p.key.name.clone())
         .collect();
     assert_eq!(pods, ["p1"]);
-    assert_eq!(*set.inventory(), load_paths(std::slice::from_ref(&d), &opts));
+    assert_eq!(
+        *set.inventory(),
+        load_paths(std::slice::from_ref(&d), &opts)
+    );
 
     // Nothing changed: nothing reported.
     assert_eq!(changes(&mut set), []);
@@ -2831,4 +2843,23 @@ fn manifest_set_keeps_files_under_a_directory_it_cannot_list() {
     std::fs::remove_file(&sub).unwrap();
     assert_eq!(changes(&mut set), [("a.yaml".into(), Change::Removed)]);
     assert!(set.inventory().policies.is_empty());
+}
+
+#[test]
+fn problems_about_huge_keys_and_values_stay_short() {
+    let key = "k".repeat(5000);
+    for text in [
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  {key}: 1\n  {key}: 2\n"),
+        format!("apiVersion: v1\nkind: Pod{key}\nmetadata: {{name: a}}\n"),
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: a, labels: {{{key}: x}}}}\n"),
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: a, namespace: {key}}}\n"),
+        format!("{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"a\", \"{key}\": 1, \"{key}\": 2}}}}"),
+    ] {
+        let inv = parse_str("t.json", &text, &LoadOptions::default());
+        for p in &inv.problems {
+            for part in [&p.object, &p.field, &p.reason] {
+                assert!(part.len() <= crate::fuzzing::MAX_PROBLEM_PART, "{}", &part[..200]);
+            }
+        }
+    }
 }
