@@ -52,8 +52,9 @@ pub(crate) enum Outcome {
     Loaded(Box<ReadObject>),
     /// Its identity was read, but an error dropped it.
     Rejected(ObjectId),
-    /// Nothing to load, and nothing wrong with that: another project's kind, an FQDN
-    /// EndpointSlice, or an entry that only carries problems about its document.
+    /// Nothing to load, and nothing wrong with that: an FQDN EndpointSlice, a switched-off
+    /// kind, or an entry that only carries problems about its document (duplicate JSON keys).
+    /// Another project's kind leaves no entry at all.
     Skipped,
     /// Not identifiable: not an object, no kind, a near miss of our kinds, an unreadable or
     /// invalid name or namespace.
@@ -195,7 +196,8 @@ impl FileRead {
             Resolved::NearMiss { field, reason } => {
                 problems.push(Problem {
                     file: file.to_string(),
-                    kind: kind.to_string(),
+                    // As written (it is not one of ours), so escaped and shortened.
+                    kind: validate::shorten(kind),
                     object: name_label(doc).unwrap_or_else(|| label.to_string()),
                     field: field.to_string(),
                     reason,

@@ -2846,6 +2846,17 @@ fn manifest_set_keeps_files_under_a_directory_it_cannot_list() {
 }
 
 #[test]
+fn a_misspelled_kind_is_shown_escaped() {
+    // Found by cargo-fuzz: the kind as written went into the problem raw, so a tab or a
+    // newline in it broke the one-line output.
+    let inv = load("apiVersion: v1\nkind: \"Name\\t!space\"\nmetadata: {name: web}\n");
+    assert_eq!(errors(&inv), vec![e("Name\\t!space", "web", "kind")]);
+    for p in &inv.problems {
+        assert!(!p.to_string().chars().any(char::is_control), "{p:?}");
+    }
+}
+
+#[test]
 fn problems_about_huge_keys_and_values_stay_short() {
     let key = "k".repeat(5000);
     for text in [
