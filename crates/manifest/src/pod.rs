@@ -139,7 +139,8 @@ fn read_container_ports(cx: &mut Ctx<'_>, spec: &Value) -> Vec<ContainerPort> {
                             cx.warn(
                                 &name_field,
                                 format!(
-                                    "port name {name:?} is also used by {}/{} at {field}; policies and Services naming it resolve to that first port, not to {}/{}",
+                                    "port name {name:?} is also used by {}/{} at {field}; policies and \
+                                     Services naming it resolve to that first port, not to {}/{}",
                                     winner.port, winner.protocol, cp.port, cp.protocol
                                 ),
                             );
@@ -149,7 +150,9 @@ fn read_container_ports(cx: &mut Ctx<'_>, spec: &Value) -> Vec<ContainerPort> {
                                 cx.warn(
                                     &name_field,
                                     format!(
-                                        "port name {name:?} is also used at {field} (another protocol); names must be unique within a pod, and each protocol resolves to its own first port"
+                                        "port name {name:?} is also used at {field} (another protocol); \
+                                         names must be unique within a pod, and each protocol \
+                                         resolves to its own first port"
                                     ),
                                 );
                             }
