@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::read::FileRead;
-use crate::{json, LoadError, Problem, Severity};
+use crate::{json, validate, LoadError, Problem, Severity};
 
 const EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
@@ -250,7 +250,35 @@ fn yaml_error(e: serde_saphyr::Error) -> LoadError {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    LoadError::Yaml(msg)
+    LoadError::Yaml(bound_parser_message(&msg))
+}
+
+/// The longest parser message kept whole.
+const MAX_PARSER_MESSAGE: usize = 400;
+
+/// A parser's message as one short line. The parser quotes the input it chokes on between
+/// backticks, however long (a scalar of a megabyte, control characters included): each
+/// quote is escaped and shortened like any user input, so the position that follows it
+/// (`at line 3, column 7`) stays; a message still too long loses its middle.
+fn bound_parser_message(msg: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in msg.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        if i % 2 == 1 {
+            out.push_str(&validate::shorten(part));
+        } else {
+            out.extend(part.chars().map(|c| if c.is_control() { ' ' } else { c }));
+        }
+    }
+    if out.len() <= MAX_PARSER_MESSAGE {
+        return out;
+    }
+    let half = MAX_PARSER_MESSAGE / 2;
+    let head: String = out.chars().take(half).collect();
+    let tail: Vec<char> = out.chars().rev().take(half).collect();
+    format!("{head}...{}", tail.into_iter().rev().collect::<String>())
 }
 
 /// The whole text at once, numbering documents as the splitter would.
