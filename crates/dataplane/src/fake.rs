@@ -100,7 +100,7 @@ impl Dataplane for FakeDataplane {
     }
 
     fn apply(&mut self, netns: &Path, ruleset: &NftRuleset) -> Result<ApplyOutcome, ApplyError> {
-        let hash = netwarden_render::hash::content_hash(ruleset);
+        let hash = netwarden_engine::hash::content_hash(ruleset);
         if self.last_applied.get(netns) == Some(&hash) {
             return Ok(ApplyOutcome::Unchanged);
         }

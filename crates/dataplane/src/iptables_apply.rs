@@ -204,7 +204,7 @@ impl IptablesDataplane {
             Self::remove_nft_leftovers(netns).map_err(err)?;
         }
         self.applied
-            .record(netns, handle, netwarden_render::hash::content_hash(ruleset));
+            .record(netns, handle, netwarden_engine::hash::content_hash(ruleset));
         Ok(if ruleset.is_some() {
             ApplyOutcome::Applied
         } else {
@@ -239,7 +239,7 @@ impl Dataplane for IptablesDataplane {
     ) -> Result<ApplyOutcome, ApplyError> {
         if self
             .applied
-            .is_current(netns, netwarden_render::hash::content_hash(ruleset))
+            .is_current(netns, netwarden_engine::hash::content_hash(ruleset))
         {
             return Ok(ApplyOutcome::Unchanged);
         }
@@ -276,7 +276,7 @@ impl Dataplane for IptablesDataplane {
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
             if self
                 .applied
-                .is_current(netns, netwarden_render::hash::content_hash(ruleset))
+                .is_current(netns, netwarden_engine::hash::content_hash(ruleset))
             {
                 results.push(Some(Ok(ApplyOutcome::Unchanged)));
                 continue;

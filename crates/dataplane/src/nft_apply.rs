@@ -331,7 +331,7 @@ impl NftDataplane {
         }
         self.state.insert(netns.to_owned(), committed.after);
         self.applied
-            .record(netns, handle, netwarden_render::hash::content_hash(ruleset));
+            .record(netns, handle, netwarden_engine::hash::content_hash(ruleset));
         Ok(if ruleset.is_none() {
             ApplyOutcome::Removed
         } else {
@@ -368,7 +368,7 @@ impl Dataplane for NftDataplane {
     }
 
     fn apply(&mut self, netns: &Path, ruleset: &NftRuleset) -> Result<ApplyOutcome, ApplyError> {
-        let hash = netwarden_render::hash::content_hash(ruleset);
+        let hash = netwarden_engine::hash::content_hash(ruleset);
         if self.applied.is_current(netns, hash) {
             return Ok(ApplyOutcome::Unchanged);
         }
@@ -402,7 +402,7 @@ impl Dataplane for NftDataplane {
         // netns is opened here, before the apply: what was applied is recorded against it.
         let mut todo: Vec<(usize, Netns, Mutex<Option<Job>>)> = Vec::new();
         for (i, (netns, ruleset)) in batch.iter().enumerate() {
-            let hash = netwarden_render::hash::content_hash(ruleset);
+            let hash = netwarden_engine::hash::content_hash(ruleset);
             if self.applied.is_current(netns, hash) {
                 results.push(Some(Ok(ApplyOutcome::Unchanged)));
                 continue;

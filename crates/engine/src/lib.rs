@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addrset;
+pub mod hash;
 pub mod model;
 
 pub use addrset::AddrSet;

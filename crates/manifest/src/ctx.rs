@@ -1,5 +1,12 @@
 //! Reading a `serde_json::Value` field by field while recording a [`Problem`] for every field
 //! that is present but malformed, so that one bad field never hides the others.
+//!
+//! A field of the wrong type (a list where an object belongs, an unquoted `y` that YAML 1.1
+//! reads as a boolean) marks the whole object rejected ([`Ctx::rejected`]): it was not written
+//! as its author believes, so no part of it is trusted, and nothing falls back to a default
+//! (an unreadable namespace never becomes `default`). Values of the right type that are
+//! invalid (a port out of range, a bad CIDR) are handled by each reader, which drops the
+//! smallest part that keeps the object from widening.
 
 use std::net::IpAddr;
 
@@ -7,15 +14,29 @@ use ipnet::IpNet;
 use netwarden_engine::Protocol;
 use serde_json::{Map, Value};
 
+use crate::read::ObjectId;
 use crate::validate;
 use crate::{Problem, Severity};
 
-/// Where problems found in one object go, and how they are labelled.
+/// Where problems found in one object go, how they are labelled, and what is known about the
+/// object so far.
 pub(crate) struct Ctx<'a> {
     pub file: &'a str,
-    pub kind: &'a str,
+    pub kind: &'static str,
     pub object: String,
     pub problems: &'a mut Vec<Problem>,
+    /// Set as soon as kind, namespace and name are read and valid.
+    pub id: Option<ObjectId>,
+    /// A field had the wrong type: the object must not be loaded.
+    pub rejected: bool,
+    /// Errors reported for this object so far.
+    pub errors: usize,
+}
+
+/// How [`Ctx::string_map`] checks a map of labels.
+pub(crate) struct LabelCheck {
+    /// Appended to the reason of an invalid entry, e.g. `"; object ignored"`.
+    pub consequence: &'static str,
 }
 
 /// `base.key`, or `key` at the top.
@@ -56,8 +77,28 @@ pub(crate) fn type_name(v: &Value) -> &'static str {
     }
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    pub fn new(
+        file: &'a str,
+        kind: &'static str,
+        object: String,
+        problems: &'a mut Vec<Problem>,
+    ) -> Self {
+        Self {
+            file,
+            kind,
+            object,
+            problems,
+            id: None,
+            rejected: false,
+            errors: 0,
+        }
+    }
+
     pub fn push(&mut self, severity: Severity, field: &str, reason: impl Into<String>) {
+        if severity == Severity::Error {
+            self.errors += 1;
+        }
         self.problems.push(Problem {
             file: self.file.to_string(),
             kind: self.kind.to_string(),
@@ -76,8 +117,36 @@ impl Ctx<'_> {
         self.push(Severity::Warning, field, reason);
     }
 
-    fn wrong_type(&mut self, field: &str, want: &str, got: &Value) {
-        self.error(field, format!("expected {want}, found {}", type_name(got)));
+    /// Reports a field whose value cannot be read and rejects the object.
+    pub fn reject(&mut self, field: &str, reason: impl Into<String>) {
+        self.rejected = true;
+        self.error(field, format!("{}; object ignored", reason.into()));
+    }
+
+    /// Reports a field of the wrong type and rejects the object (see the module doc). When a
+    /// string was expected and YAML produced a boolean or a number, says how to quote it.
+    pub fn wrong_type(&mut self, field: &str, want: &str, got: &Value) {
+        self.rejected = true;
+        let found =
+            match got {
+                Value::Bool(b) if want == "a string" => {
+                    format!(
+                "the boolean {b} (YAML reads an unquoted {} as {b}): quote the value, e.g. {}",
+                if *b { "y, yes, on or true" } else { "n, no, off or false" },
+                quoted_example(field, if *b { "y" } else { "n" })
+            )
+                }
+                Value::Number(n) if want == "a string" => format!(
+                    "the number {}: quote the value, e.g. {}",
+                    validate::shorten(&n.to_string()),
+                    quoted_example(field, &n.to_string())
+                ),
+                other => type_name(other).to_string(),
+            };
+        self.error(
+            field,
+            format!("expected {want}, found {found}; object ignored"),
+        );
     }
 
     /// `v[key]` as a string; reports a present non-string.
@@ -156,15 +225,16 @@ impl Ctx<'_> {
         }
     }
 
-    /// A map of string values (labels, annotations, selectors). Non-string values are reported
-    /// and skipped; with `check_labels`, keys and values are checked against the label syntax.
-    /// Returns the map and whether every entry was valid.
+    /// A map of string values (labels, annotations, selectors). A non-string value (or a
+    /// non-object map) rejects the object. With `labels`, keys and values are checked against
+    /// the label syntax; an invalid entry is reported (its reason ending in `labels.consequence`)
+    /// and skipped. Returns the map and whether every entry was valid.
     pub fn string_map(
         &mut self,
         v: &Value,
         base: &str,
         key: &str,
-        check_labels: bool,
+        labels: Option<LabelCheck>,
     ) -> (std::collections::BTreeMap<String, String>, bool) {
         let mut out = std::collections::BTreeMap::new();
         let mut ok = true;
@@ -175,21 +245,14 @@ impl Ctx<'_> {
         for (k, val) in map {
             let f = keyed(&field, k);
             let Value::String(s) = val else {
-                self.error(
-                    &f,
-                    format!("expected a string value, found {}", type_name(val)),
-                );
+                self.wrong_type(&f, "a string", val);
                 ok = false;
                 continue;
             };
-            if check_labels {
-                if let Err(e) = validate::label_key(k) {
-                    self.error(&f, e);
-                    ok = false;
-                    continue;
-                }
-                if let Err(e) = validate::label_value(s) {
-                    self.error(&f, e);
+            if let Some(check) = &labels {
+                let valid = validate::label_key(k).and_then(|()| validate::label_value(s));
+                if let Err(e) = valid {
+                    self.error(&f, format!("{e}{}", check.consequence));
                     ok = false;
                     continue;
                 }
@@ -256,6 +319,21 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// How the value of `field` is written quoted: `namespace: "y"`, `app: "y"` for a label, or
+/// `- "y"` for a list item.
+fn quoted_example(field: &str, value: &str) -> String {
+    let value = validate::shorten(value);
+    if let Some(open) = field.rfind("[\"").filter(|_| field.ends_with("\"]")) {
+        let key = &field[open + 2..field.len() - 2];
+        return format!("{key}: \"{value}\"");
+    }
+    if field.ends_with(']') {
+        return format!("- \"{value}\"");
+    }
+    let key = field.rsplit('.').next().unwrap_or(field);
+    format!("{key}: \"{value}\"")
 }
 
 /// Parses a plain address, or an address with a prefix (`10.0.0.5/24`), returning the address

@@ -7,60 +7,110 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::{LoadError, Loader, Problem, Severity};
+use crate::read::FileRead;
+use crate::{json, validate, LoadError, Problem, Severity};
 
 const EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
-pub(crate) fn add_path(loader: &mut Loader, path: &Path) {
+/// One step of a listing of the input paths, in load order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Listed {
+    /// A file to read (a file named twice, explicitly and under a directory, is listed twice).
+    File(PathBuf),
+    /// A path that does not exist (any more): nothing under it is loaded.
+    Missing { path: PathBuf, problem: Problem },
+    /// A path that exists but cannot be listed or examined: what was found under it before
+    /// is kept by [`crate::ManifestSet`].
+    Unlistable { path: PathBuf, problem: Problem },
+    /// A problem that removes nothing (a directory without manifest files).
+    Note(Problem),
+}
+
+/// Lists the files to read under `paths` (files as given, directories walked).
+pub(crate) fn list(paths: &[PathBuf]) -> Vec<Listed> {
+    let mut out = Vec::new();
+    for path in paths {
+        list_path(path, &mut out);
+    }
+    out
+}
+
+fn list_path(path: &Path, out: &mut Vec<Listed>) {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
-        Err(e) => return io_problem(loader, path, e),
+        Err(e) => return out.push(io_listed(path, e)),
     };
-    if meta.is_dir() {
-        let mut files = Vec::new();
-        let mut visited = HashSet::new();
-        walk(loader, path, &mut files, &mut visited);
-        files.sort();
-        for f in files {
-            add_file(loader, &f);
-        }
-    } else {
-        add_file(loader, path);
+    if !meta.is_dir() {
+        return out.push(Listed::File(path.to_path_buf()));
+    }
+    let start = out.len();
+    let mut visited = HashSet::new();
+    walk(path, out, &mut visited);
+    let listed_anything = out[start..]
+        .iter()
+        .any(|l| matches!(l, Listed::File(_) | Listed::Unlistable { .. }));
+    if !listed_anything {
+        out.push(Listed::Note(Problem {
+            file: path.display().to_string(),
+            kind: String::new(),
+            object: String::new(),
+            field: String::new(),
+            reason: "no manifest files (*.yaml, *.yml, *.json) in this directory".into(),
+            severity: Severity::Warning,
+        }));
     }
 }
 
-fn io_problem(loader: &mut Loader, path: &Path, e: std::io::Error) {
-    loader.problems.push(Problem {
+fn io_problem(path: &Path, e: std::io::Error) -> Problem {
+    Problem {
         file: path.display().to_string(),
         kind: String::new(),
         object: String::new(),
         field: String::new(),
         reason: LoadError::Io(e).to_string(),
         severity: Severity::Error,
-    });
+    }
+}
+
+fn io_listed(path: &Path, e: std::io::Error) -> Listed {
+    let path = path.to_path_buf();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        let problem = io_problem(&path, e);
+        Listed::Missing { path, problem }
+    } else {
+        let problem = io_problem(&path, e);
+        Listed::Unlistable { path, problem }
+    }
 }
 
 /// Collects manifest files under `dir`. Entries starting with `.` are skipped: besides hidden
 /// files, that avoids reading a ConfigMap volume twice (its files are symlinks into `..data`).
 /// Symlinked directories are followed once (canonical paths are remembered, so loops end).
-fn walk(loader: &mut Loader, dir: &Path, out: &mut Vec<PathBuf>, visited: &mut HashSet<PathBuf>) {
+fn walk(dir: &Path, out: &mut Vec<Listed>, visited: &mut HashSet<PathBuf>) {
     match dir.canonicalize() {
         Ok(c) => {
             if !visited.insert(c) {
                 return;
             }
         }
-        Err(e) => return io_problem(loader, dir, e),
+        Err(e) => return out.push(io_listed(dir, e)),
     }
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) => return io_problem(loader, dir, e),
+        Err(e) => return out.push(io_listed(dir, e)),
     };
     let mut paths: Vec<PathBuf> = Vec::new();
     for entry in entries {
         match entry {
             Ok(e) => paths.push(e.path()),
-            Err(e) => io_problem(loader, dir, e),
+            // The directory cannot be listed completely: keep what was under it.
+            Err(e) => {
+                let problem = io_problem(dir, e);
+                return out.push(Listed::Unlistable {
+                    path: dir.to_path_buf(),
+                    problem,
+                });
+            }
         }
     }
     paths.sort();
@@ -72,36 +122,39 @@ fn walk(loader: &mut Loader, dir: &Path, out: &mut Vec<PathBuf>, visited: &mut H
             continue;
         }
         match std::fs::metadata(&p) {
-            Ok(m) if m.is_dir() => walk(loader, &p, out, visited),
+            Ok(m) if m.is_dir() => walk(&p, out, visited),
             Ok(m) if m.is_file() => {
                 let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
                 if EXTENSIONS.iter().any(|x| ext.eq_ignore_ascii_case(x)) {
-                    out.push(p);
+                    out.push(Listed::File(p));
                 }
             }
             Ok(_) => {}
-            Err(e) => io_problem(loader, &p, e),
+            Err(e) => out.push(io_listed(&p, e)),
         }
     }
 }
 
-fn add_file(loader: &mut Loader, path: &Path) {
+/// A file's bytes to its first pass; the label names it in problems.
+pub(crate) fn read_bytes(label: &str, bytes: Vec<u8>) -> FileRead {
+    match String::from_utf8(bytes) {
+        Ok(text) => FileRead::from_text(label, &text),
+        Err(_) => FileRead::unreadable(Problem {
+            file: label.to_string(),
+            kind: String::new(),
+            object: String::new(),
+            field: String::new(),
+            reason: "not UTF-8 text".into(),
+            severity: Severity::Error,
+        }),
+    }
+}
+
+/// Reads a listed file (for [`crate::load_paths`], which keeps no state).
+pub(crate) fn read_file(path: &Path) -> FileRead {
     match std::fs::read(path) {
-        Ok(bytes) => {
-            let label = path.display().to_string();
-            match String::from_utf8(bytes) {
-                Ok(text) => loader.add_str(&label, &text),
-                Err(_) => loader.problems.push(Problem {
-                    file: label,
-                    kind: String::new(),
-                    object: String::new(),
-                    field: String::new(),
-                    reason: "not UTF-8 text".into(),
-                    severity: Severity::Error,
-                }),
-            }
-        }
-        Err(e) => io_problem(loader, path, e),
+        Ok(bytes) => read_bytes(&path.display().to_string(), bytes),
+        Err(e) => FileRead::unreadable(io_problem(path, e)),
     }
 }
 
@@ -116,22 +169,43 @@ fn problem(file: &str, object: String, err: LoadError) -> Problem {
     }
 }
 
-/// Parses one file's text into documents, each with its 1-based index. Empty documents are
-/// skipped (their index is still counted, so `#N` matches what an editor shows).
-pub(crate) fn parse_documents(
-    file: &str,
-    text: &str,
-    problems: &mut Vec<Problem>,
-) -> Vec<(usize, Value)> {
+/// One parsed document.
+#[derive(Debug)]
+pub(crate) struct Doc {
+    /// 1-based, as an editor counts documents.
+    pub index: usize,
+    pub value: Value,
+    /// Paths of keys written twice in one object (JSON only: YAML refuses them).
+    pub duplicate_keys: Vec<String>,
+}
+
+impl Doc {
+    fn yaml(index: usize, value: Value) -> Self {
+        Self {
+            index,
+            value,
+            duplicate_keys: Vec::new(),
+        }
+    }
+}
+
+/// Parses one file's text into documents. Empty documents are skipped (their index is still
+/// counted, so `#N` matches what an editor shows).
+pub(crate) fn parse_documents(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Doc> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let first = text.trim_start().chars().next();
     if matches!(first, Some('{' | '[')) {
-        match parse_json_stream(text) {
+        match json::stream(text) {
             Ok(docs) => {
                 return docs
                     .into_iter()
                     .enumerate()
-                    .map(|(i, d)| (i + 1, d))
+                    .filter(|(_, d)| !d.value.is_null())
+                    .map(|(i, d)| Doc {
+                        index: i + 1,
+                        value: d.value,
+                        duplicate_keys: d.duplicate_keys,
+                    })
                     .collect()
             }
             // JSON is also YAML (flow style): fall back before giving up, but report the JSON
@@ -149,12 +223,6 @@ pub(crate) fn parse_documents(
     }
     // Document by document, so that one broken document does not lose the others.
     salvage_yaml(file, text, problems)
-}
-
-fn parse_json_stream(text: &str) -> Result<Vec<Value>, serde_json::Error> {
-    serde_json::Deserializer::from_str(text)
-        .into_iter::<Value>()
-        .collect()
 }
 
 fn yaml_options() -> serde_saphyr::Options {
@@ -182,16 +250,44 @@ fn yaml_error(e: serde_saphyr::Error) -> LoadError {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    LoadError::Yaml(msg)
+    LoadError::Yaml(bound_parser_message(&msg))
+}
+
+/// The longest parser message kept whole.
+const MAX_PARSER_MESSAGE: usize = 400;
+
+/// A parser's message as one short line. The parser quotes the input it chokes on between
+/// backticks, however long (a scalar of a megabyte, control characters included): each
+/// quote is escaped and shortened like any user input, so the position that follows it
+/// (`at line 3, column 7`) stays; a message still too long loses its middle.
+fn bound_parser_message(msg: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in msg.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        if i % 2 == 1 {
+            out.push_str(&validate::shorten(part));
+        } else {
+            out.extend(part.chars().map(|c| if c.is_control() { ' ' } else { c }));
+        }
+    }
+    if out.len() <= MAX_PARSER_MESSAGE {
+        return out;
+    }
+    let half = MAX_PARSER_MESSAGE / 2;
+    let head: String = out.chars().take(half).collect();
+    let tail: Vec<char> = out.chars().rev().take(half).collect();
+    format!("{head}...{}", tail.into_iter().rev().collect::<String>())
 }
 
 /// The whole text at once, numbering documents as the splitter would.
-fn yaml_documents(text: &str) -> Result<Vec<(usize, Value)>, LoadError> {
+fn yaml_documents(text: &str) -> Result<Vec<Doc>, LoadError> {
     let chunks = split_documents(text);
     let mut out = Vec::new();
     for (i, chunk) in chunks.iter().enumerate() {
         for doc in parse_yaml_chunk(chunk)? {
-            out.push((i + 1, doc));
+            out.push(Doc::yaml(i + 1, doc));
         }
     }
     Ok(out)
@@ -203,11 +299,11 @@ fn parse_yaml_chunk(chunk: &str) -> Result<Vec<Value>, LoadError> {
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
-fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<(usize, Value)> {
+fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Doc> {
     let mut out = Vec::new();
     for (i, chunk) in split_documents(text).iter().enumerate() {
         match parse_yaml_chunk(chunk) {
-            Ok(docs) => out.extend(docs.into_iter().map(|d| (i + 1, d))),
+            Ok(docs) => out.extend(docs.into_iter().map(|d| Doc::yaml(i + 1, d))),
             Err(e) => problems.push(problem(file, format!("#{}", i + 1), e)),
         }
     }
@@ -221,13 +317,16 @@ fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<(usi
 fn split_documents(text: &str) -> Vec<String> {
     let mut chunks: Vec<String> = Vec::new();
     let mut cur = String::new();
+    // Whether `cur` holds more than comments: tracked line by line, since rescanning `cur`
+    // for every directive line would be quadratic.
+    let mut cur_has_content = false;
     let mut directives = String::new();
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches(['\n', '\r']);
         let is_marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
         if is_marker {
             // A leading run of comments before the first marker is not a document of its own.
-            if !chunks.is_empty() || !is_only_comments(&cur) {
+            if !chunks.is_empty() || cur_has_content {
                 chunks.push(std::mem::take(&mut cur));
             } else {
                 cur.clear();
@@ -235,9 +334,11 @@ fn split_documents(text: &str) -> Vec<String> {
             cur.push_str(&directives);
             directives.clear();
             cur.push_str(line);
-        } else if bare.starts_with('%') && is_only_comments(&cur) {
+            cur_has_content = true;
+        } else if bare.starts_with('%') && !cur_has_content {
             directives.push_str(line);
         } else {
+            cur_has_content = cur_has_content || !is_only_comments(line);
             cur.push_str(line);
         }
     }

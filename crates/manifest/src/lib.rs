@@ -2,50 +2,93 @@
 //! engine's model types, validating as it goes and reporting **every** problem with file, kind,
 //! object, field and reason, while the rest of the input is still loaded (SPEC sections 1, 2, 7).
 //!
-//! What is read (unknown kinds, e.g. Deployments, and unknown fields are ignored):
+//! What is read (other projects' kinds, e.g. Deployments or Calico's NetworkPolicy, and unknown
+//! fields are ignored; near misses of our kinds are not, see below):
 //!
-//! | kind | fields |
+//! | kind (apiVersion) | fields |
 //! | --- | --- |
 //! | `Namespace` (v1) | name, labels (`kubernetes.io/metadata.name` is always added) |
 //! | `Pod` (v1) | namespace, name, labels, `spec.hostNetwork`, `spec.{initC,c}ontainers[].ports[]`, `status.podIPs` / `status.podIP`, annotations `k8s.v1.cni.cncf.io/network-status` (or `networks-status`) and `netwarden.io/netns` |
-//! | `DanmEp` (danm.k8s.io) | `spec.Pod`, `spec.NetworkName` (or `NetworkID`), `spec.apiType`, `spec.Interface.{Name,Address,AddressIPv6}`, `spec.netns`: adds an interface to its pod |
-//! | `NetworkPolicy` (networking.k8s.io) | the whole spec; scope = primary interface |
-//! | `DanmNetworkPolicy` (danm.k8s.io) | the spec plus `networkSelector` in peers; scope = all interfaces |
-//! | `MultiNetworkPolicy` (k8s.cni.cncf.io) | the spec; scope = networks of annotation `k8s.v1.cni.cncf.io/policy-for` |
+//! | `DanmEp` (danm.k8s.io/v1) | `spec.Pod`, `spec.NetworkName` (or `NetworkID`), `spec.apiType`, `spec.Interface.{Name,Address,AddressIPv6}`, `spec.netns`: adds an interface to its pod |
+//! | `NetworkPolicy` (networking.k8s.io/v1) | the whole spec; scope = primary interface |
+//! | `DanmNetworkPolicy` (danm.k8s.io/v1) | the spec plus `networkSelector` in peers; scope = all interfaces |
+//! | `MultiNetworkPolicy` (k8s.cni.cncf.io/v1beta1 or v1beta2) | the spec; scope = networks of annotation `k8s.v1.cni.cncf.io/policy-for` |
 //! | `Service` (v1) | `spec.clusterIPs` / `clusterIP`, `spec.selector`, `spec.ports[]` |
-//! | `EndpointSlice` (discovery.k8s.io) | label `kubernetes.io/service-name`, `endpoints[].addresses` |
+//! | `EndpointSlice` (discovery.k8s.io/v1) | label `kubernetes.io/service-name`, `endpoints[].addresses`, `endpoints[].conditions.ready` |
 //!
 //! Policy annotations: `netwarden.io/mode`, `kube-router.io/network-policy.monitor`,
 //! `kube-router.io/network-policy.staged` (monitor phase; bad or conflicting values fail closed to
 //! enforce), `netwarden.io/replaces`, `netwarden.io/log`.
 //!
-//! Invalid input never widens a policy: an invalid peer or port is dropped, and a rule whose
+//! # Problems
+//!
+//! Errors mean something was dropped or not applied as written (`netwarden validate` exits 1);
+//! warnings mean it loaded but probably does not do what its author expects (exit 0).
+//!
+//! | problem | severity | what happens |
+//! | --- | --- | --- |
+//! | a file cannot be read, is not UTF-8, a document is not valid YAML/JSON (duplicate YAML keys included) | error | that file / document is skipped; the file's other documents load |
+//! | a document without `kind`, or not an object | error | skipped |
+//! | a misspelled kind (`Networkpolicy`, `NetworkPolicies`, `DanmNetworkpolicy`: other case, plural, or edit distance ≤ 2, ≤ 1 for names of at most 4 letters) unless its group is clearly another project's | error, naming the intended kind | object ignored |
+//! | a kind we read with a missing, non-string or wrong apiVersion (`networking.k8s.io/v2`, `extensions/v1beta1`, a typo of our groups) | error, naming the right apiVersion | object ignored |
+//! | a missing, invalid or unreadable name or namespace | error | object ignored (never moved to `default`) |
+//! | a field of the wrong type anywhere in an object (`namespace: y` read by YAML 1.1 as a boolean, a number where a string belongs, a list for an object) | error, with a quoting hint for booleans and numbers | object ignored |
+//! | an invalid label (syntax) on an object, or in a Service selector | error | object ignored (a pod missing a label would leave the policies that select it) |
+//! | a `policyTypes` entry other than Ingress/Egress | error | policy ignored |
+//! | an invalid value in a rule (CIDR, port, protocol, selector, networkSelector) | error | the peer or port is dropped; a rule left with none is dropped whole (a warning says so) |
+//! | an invalid `podSelector` | error | policy ignored |
+//! | an interface name Linux refuses (network-status `interface`, DanmEp `spec.Interface.Name`) | error | interface dropped |
+//! | a network-status annotation that is not JSON, not a list, or has a field of the wrong type | error | interfaces taken from `status.podIPs` |
+//! | a duplicate object (same kind, namespace, name) | error | the later one is ignored |
+//! | bad monitor/log/replaces annotations | error | policy enforced / not logging / not replacing |
+//! | an input directory without manifest files; paths that yield no object at all | warning | — |
+//! | a key written twice in a JSON object (the path is reported) | warning | the last value is used, as by the API server |
+//! | a container port name used twice in a pod | warning, saying which port wins | named ports resolve to the first port with that name and protocol |
+//! | two pods (not hostNetwork) with one address on one network | warning, naming both | rules allowing one of them allow both |
+//! | `policy-for` naming no valid network (`",,,"`), or missing | warning | the MultiNetworkPolicy applies nowhere |
+//! | hostNetwork pods, orphan DanmEps and EndpointSlices, host bits in a CIDR, lower-case protocols | warning | loaded as described |
+//!
+//! Invalid values never widen a policy: an invalid peer or port is dropped, and a rule whose
 //! peers (or ports) were all invalid is dropped as a whole rather than read as "all peers". An
 //! object with an invalid name is dropped, because names reach rule comments and log prefixes.
 //!
-//! Loading happens in two passes: [`Loader::add_str`] reduces each document on its own, then
-//! [`Loader::finish`] pairs DanmEps with pods and EndpointSlices with Services, and adds the
-//! namespaces that objects refer to but the input does not declare.
+//! # Structure
+//!
+//! Loading happens in two passes. The first (`read`) reduces each document of a file on its
+//! own (the readers in `pod`, `policy`, `service`, over the field accessors of `ctx`); the
+//! second (`assemble`) refuses duplicates, pairs DanmEps with pods and EndpointSlices with
+//! Services, adds the namespaces that objects refer to but the input does not declare, and
+//! reports shared addresses. [`load_paths`] and [`parse_str`] do both at once; [`ManifestSet`]
+//! keeps each file's first pass and re-reads only changed files, keeping the last good version
+//! of a file while it is broken (for the agent). [`fuzzing`] states the loader's invariants
+//! for fuzzers and property tests.
 #![forbid(unsafe_code)]
 
+mod assemble;
 mod ctx;
 mod files;
+pub mod fuzzing;
+mod json;
+mod kinds;
 mod pod;
 mod policy;
+mod read;
 mod service;
+pub mod set;
 pub mod validate;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 
 use netwarden_engine::{Namespace, Pod, Policy, Service};
 use serde_json::Value;
 
-use crate::ctx::{get, Ctx};
+use crate::assemble::{assemble, Part};
+use crate::read::FileRead;
+pub use crate::set::{Change, FileChange, ManifestSet};
 
 /// Annotation and label keys the loader reads.
 pub use crate::pod::{NETNS, NETWORKS_STATUS_OLD, NETWORK_STATUS};
@@ -162,13 +205,16 @@ pub enum LoadError {
 }
 
 /// Loads files and directories (recursively: `*.yaml`, `*.yml`, `*.json`, in sorted order; a
-/// file named explicitly is read whatever its extension). IO errors become problems.
+/// file named explicitly is read whatever its extension). IO errors become problems; a
+/// directory without manifest files, and paths that yield no object at all, are warned about.
 pub fn load_paths(paths: &[PathBuf], opts: &LoadOptions) -> Inventory {
     let mut loader = Loader::new(opts.clone());
     for path in paths {
         loader.add_path(path);
     }
-    loader.finish()
+    let mut inventory = loader.finish();
+    warn_if_nothing_loaded(paths, &mut inventory);
+    inventory
 }
 
 /// Loads one file's text (YAML, possibly multi-document, or JSON); `file_label` names it in
@@ -179,384 +225,106 @@ pub fn parse_str(file_label: &str, text: &str, opts: &LoadOptions) -> Inventory 
     loader.finish()
 }
 
+/// When paths were given but nothing was loaded and nothing was reported either, says so: a
+/// wrong path should not look like an empty cluster.
+fn warn_if_nothing_loaded(paths: &[PathBuf], inventory: &mut Inventory) {
+    let nothing = inventory.namespaces.is_empty()
+        && inventory.pods.is_empty()
+        && inventory.policies.is_empty()
+        && inventory.services.is_empty();
+    if paths.is_empty() || !nothing || !inventory.problems.is_empty() {
+        return;
+    }
+    let kinds: Vec<&str> = kinds::KINDS.iter().map(|k| k.kind).collect();
+    inventory.problems.push(Problem {
+        file: paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+        kind: String::new(),
+        object: String::new(),
+        field: String::new(),
+        reason: format!(
+            "no object that netwarden reads ({}) in these paths",
+            kinds.join(", ")
+        ),
+        severity: Severity::Warning,
+    });
+}
+
+/// Where an object was read, for problems the second pass finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub file: String,
+    /// `ns/name`, as problems name the object.
+    pub label: String,
+}
+
 /// A pod as read, plus what the second pass needs to know about where its interfaces came from.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PodRecord {
     pub pod: Pod,
     pub pod_ips: Vec<std::net::IpAddr>,
     /// Parallel to `pod.interfaces`: whether the interface came from a DanmEp.
     pub from_danmep: Vec<bool>,
+    pub source: Source,
 }
 
-/// Incremental loader: add documents, then [`Loader::finish`].
+/// One input step kept by a [`Loader`] until [`Loader::finish`].
+#[derive(Debug)]
+enum Step {
+    Problem(Problem),
+    File(FileRead),
+}
+
+/// Incremental loader: add files, texts or documents, then [`Loader::finish`].
 #[derive(Debug)]
 pub struct Loader {
     opts: LoadOptions,
-    namespaces: Vec<Namespace>,
-    pods: Vec<PodRecord>,
-    danmeps: Vec<pod::DanmEpRecord>,
-    policies: Vec<Policy>,
-    services: Vec<Service>,
-    slices: Vec<service::SliceRecord>,
-    /// (kind, object) -> file of the first definition, for duplicate detection.
-    seen: HashMap<(String, String), String>,
-    problems: Vec<Problem>,
+    steps: Vec<Step>,
 }
-
-/// The kinds read; `<kind>List` (as the API returns lists) is read as a List of them.
-const KINDS: [&str; 8] = [
-    "Namespace",
-    "Pod",
-    "DanmEp",
-    "NetworkPolicy",
-    "DanmNetworkPolicy",
-    "MultiNetworkPolicy",
-    "Service",
-    "EndpointSlice",
-];
-
-/// Lists nest at most this deep (a List of Lists of ...): bounds recursion on hostile input.
-const MAX_LIST_DEPTH: usize = 8;
 
 impl Loader {
     pub fn new(opts: LoadOptions) -> Self {
         Self {
             opts,
-            namespaces: Vec::new(),
-            pods: Vec::new(),
-            danmeps: Vec::new(),
-            policies: Vec::new(),
-            services: Vec::new(),
-            slices: Vec::new(),
-            seen: HashMap::new(),
-            problems: Vec::new(),
+            steps: Vec::new(),
         }
     }
 
     /// Reads a file, or every manifest under a directory.
     pub fn add_path(&mut self, path: &std::path::Path) {
-        files::add_path(self, path);
+        for listed in files::list(&[path.to_path_buf()]) {
+            self.steps.push(match listed {
+                files::Listed::File(p) => Step::File(files::read_file(&p)),
+                files::Listed::Missing { problem, .. }
+                | files::Listed::Unlistable { problem, .. }
+                | files::Listed::Note(problem) => Step::Problem(problem),
+            });
+        }
     }
 
     /// Reads one file's text.
     pub fn add_str(&mut self, file: &str, text: &str) {
-        let docs = files::parse_documents(file, text, &mut self.problems);
-        for (i, doc) in docs {
-            self.add_value(file, &format!("#{i}"), &doc);
-        }
+        self.steps.push(Step::File(FileRead::from_text(file, text)));
     }
 
     /// Reads one already parsed document (an object or a List); `label` names it while it has
     /// no name (e.g. `#3`).
     pub fn add_value(&mut self, file: &str, label: &str, doc: &Value) {
-        self.add_value_at(file, label, doc, 0, None);
+        let mut read = FileRead::default();
+        read.add_value(file, label, doc);
+        self.steps.push(Step::File(read));
     }
 
-    fn file_problem(&mut self, file: &str, object: &str, field: &str, reason: String) {
-        self.problems.push(Problem {
-            file: file.to_string(),
-            kind: String::new(),
-            object: object.to_string(),
-            field: field.to_string(),
-            reason,
-            severity: Severity::Error,
+    /// The second pass: refuses duplicates, pairs DanmEps with pods and EndpointSlices with
+    /// Services, completes the namespaces, and returns everything.
+    pub fn finish(self) -> Inventory {
+        let parts = self.steps.iter().map(|step| match step {
+            Step::Problem(p) => Part::Problem(p),
+            Step::File(f) => Part::File(f),
         });
+        assemble(parts, &self.opts)
     }
-
-    /// `inherited`: (apiVersion, kind) of items of a typed list (`PodList` items carry neither).
-    fn add_value_at(
-        &mut self,
-        file: &str,
-        label: &str,
-        doc: &Value,
-        depth: usize,
-        inherited: Option<(&str, &str)>,
-    ) {
-        if !doc.is_object() {
-            let reason = format!("expected an object, found {}", ctx::type_name(doc));
-            self.file_problem(file, label, "", reason);
-            return;
-        }
-        let kind = match (doc.get("kind"), inherited) {
-            (Some(Value::String(k)), _) if !k.is_empty() => k.as_str(),
-            (None | Some(Value::Null), Some((_, k))) => k,
-            (None | Some(Value::Null), None) => {
-                self.file_problem(file, label, "kind", "missing kind".into());
-                return;
-            }
-            (Some(other), _) => {
-                let reason = format!("expected a non-empty string, found {}", show(other));
-                self.file_problem(file, label, "kind", reason);
-                return;
-            }
-        };
-        let api_version = match doc.get("apiVersion") {
-            Some(Value::String(s)) => s.as_str(),
-            _ => inherited.map(|(a, _)| a).unwrap_or(""),
-        };
-        // "" for the core group and for a missing apiVersion (hand-written input is accepted).
-        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-        let version = api_version
-            .rsplit_once('/')
-            .map(|(_, v)| v)
-            .unwrap_or(api_version);
-
-        let typed_list = kind
-            .strip_suffix("List")
-            .is_some_and(|k| KINDS.contains(&k));
-        if kind == "List" || typed_list {
-            self.add_list(file, label, doc, kind, api_version, depth);
-            return;
-        }
-        let mut problems = std::mem::take(&mut self.problems);
-        let mut cx = Ctx {
-            file,
-            kind,
-            object: label.to_string(),
-            problems: &mut problems,
-        };
-        match (group, kind) {
-            ("", "Namespace") => {
-                if let Some(ns) = read_namespace(&mut cx, doc) {
-                    if self.first_definition(&mut cx) {
-                        self.namespaces.push(ns);
-                    }
-                }
-            }
-            ("", "Pod") => {
-                if let Some(rec) = pod::read_pod(&mut cx, doc) {
-                    if self.first_definition(&mut cx) {
-                        self.pods.push(rec);
-                    }
-                }
-            }
-            ("danm.k8s.io" | "", "DanmEp") => {
-                if let Some(rec) = pod::read_danmep(&mut cx, doc) {
-                    if self.first_definition(&mut cx) {
-                        self.danmeps.push(rec);
-                    }
-                }
-            }
-            ("networking.k8s.io" | "", "NetworkPolicy")
-            | ("danm.k8s.io" | "", "DanmNetworkPolicy")
-            | ("k8s.cni.cncf.io" | "", "MultiNetworkPolicy") => {
-                if kind == "MultiNetworkPolicy"
-                    && !group.is_empty()
-                    && !matches!(version, "v1beta1" | "v1beta2")
-                {
-                    cx.warn(
-                        "apiVersion",
-                        format!(
-                            "MultiNetworkPolicy version {:?} is not v1beta1 or v1beta2; read as v1beta2",
-                            validate::shorten(version)
-                        ),
-                    );
-                }
-                if let Some(p) = policy::read_policy(&mut cx, doc) {
-                    if self.first_definition(&mut cx)
-                        && (p.kind != netwarden_engine::PolicyKind::NetworkPolicy
-                            || self.opts.network_policy_enabled)
-                    {
-                        self.policies.push(p);
-                    }
-                }
-            }
-            ("", "Service") => {
-                if let Some(s) = service::read_service(&mut cx, doc) {
-                    if self.first_definition(&mut cx) {
-                        self.services.push(s);
-                    }
-                }
-            }
-            ("discovery.k8s.io" | "", "EndpointSlice") => {
-                if let Some(s) = service::read_slice(&mut cx, doc) {
-                    if self.first_definition(&mut cx) {
-                        self.slices.push(s);
-                    }
-                }
-            }
-            // Everything else (Deployments, Calico's NetworkPolicy, ...) is not ours.
-            _ => {}
-        }
-        self.problems = problems;
-    }
-
-    fn add_list(
-        &mut self,
-        file: &str,
-        label: &str,
-        doc: &Value,
-        kind: &str,
-        api_version: &str,
-        depth: usize,
-    ) {
-        if depth >= MAX_LIST_DEPTH {
-            self.file_problem(file, label, "items", "Lists nested too deep".into());
-            return;
-        }
-        let items = match doc.get("items") {
-            None | Some(Value::Null) => return,
-            Some(Value::Array(items)) => items,
-            Some(other) => {
-                let reason = format!("expected a list, found {}", ctx::type_name(other));
-                self.file_problem(file, label, "items", reason);
-                return;
-            }
-        };
-        // Items of a typed list (`PodList`, as the API returns it) carry no kind of their own.
-        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-        let inherited = item_kind.map(|k| (api_version, k));
-        for (i, item) in items.iter().enumerate() {
-            let item_label = format!("{label}.items[{i}]");
-            self.add_value_at(file, &item_label, item, depth + 1, inherited);
-        }
-    }
-
-    /// Records the object's identity; false (with a problem) if it was defined before.
-    fn first_definition(&mut self, cx: &mut Ctx<'_>) -> bool {
-        let key = (cx.kind.to_string(), cx.object.clone());
-        if let Some(first) = self.seen.get(&key) {
-            cx.error(
-                "metadata.name",
-                format!("duplicate object (first defined in {first}); this one is ignored"),
-            );
-            return false;
-        }
-        self.seen.insert(key, cx.file.to_string());
-        true
-    }
-
-    /// The second pass: pairs DanmEps with pods and EndpointSlices with Services, completes the
-    /// namespaces, and returns everything.
-    pub fn finish(mut self) -> Inventory {
-        pod::attach_danmeps(&mut self.pods, &self.danmeps, &mut self.problems);
-        service::attach_slices(&mut self.services, &self.slices, &mut self.problems);
-
-        let declared: BTreeSet<String> = self.namespaces.iter().map(|n| n.name.clone()).collect();
-        let referenced: BTreeSet<String> = self
-            .pods
-            .iter()
-            .map(|p| p.pod.key.namespace.clone())
-            .chain(self.policies.iter().map(|p| p.key.namespace.clone()))
-            .chain(self.services.iter().map(|s| s.key.namespace.clone()))
-            .filter(|ns| !declared.contains(ns))
-            .collect();
-        for name in referenced {
-            self.namespaces.push(Namespace {
-                name,
-                labels: BTreeMap::new(),
-            });
-        }
-        for ns in &mut self.namespaces {
-            // Kubernetes sets this label itself and overwrites any other value.
-            ns.labels
-                .insert(NAMESPACE_NAME_LABEL.to_string(), ns.name.clone());
-        }
-        Inventory {
-            namespaces: self.namespaces,
-            pods: self.pods.into_iter().map(|r| r.pod).collect(),
-            policies: self.policies,
-            services: self.services,
-            problems: self.problems,
-        }
-    }
-}
-
-/// A short rendering of a value for a reason.
-pub(crate) fn show(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("\"{}\"", validate::shorten(s)),
-        Value::Array(_) | Value::Object(_) | Value::Null => ctx::type_name(v).to_string(),
-        other => validate::shorten(&other.to_string()),
-    }
-}
-
-/// The metadata every object has. `ctx.object` is set to the object's name as soon as known.
-pub(crate) struct Meta {
-    pub namespace: String,
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// Reads `metadata`; `None` (with problems) when the name or namespace is missing or invalid,
-/// since such an object cannot be referred to safely.
-pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Option<Meta> {
-    let empty = Value::Null;
-    let meta = match get(doc, "metadata") {
-        Some(m @ Value::Object(_)) => m,
-        Some(other) => {
-            cx.error(
-                "metadata",
-                format!("expected an object, found {}", ctx::type_name(other)),
-            );
-            &empty
-        }
-        None => &empty,
-    };
-    let name = cx
-        .required_str(meta, "metadata", "name", "name; object ignored")
-        .map(str::to_string);
-    let namespace = if namespaced {
-        cx.str(meta, "metadata", "namespace")
-            .filter(|s| !s.is_empty())
-            .unwrap_or("default")
-    } else {
-        ""
-    }
-    .to_string();
-    let mut ok = true;
-    if let Some(name) = &name {
-        cx.object = if namespaced {
-            format!(
-                "{}/{}",
-                validate::shorten(&namespace),
-                validate::shorten(name)
-            )
-        } else {
-            validate::shorten(name)
-        };
-        let check = if namespaced {
-            validate::dns1123_subdomain(name)
-        } else {
-            validate::dns1123_label(name)
-        };
-        if let Err(e) = check {
-            cx.error(
-                "metadata.name",
-                format!("invalid name: {e}; object ignored"),
-            );
-            ok = false;
-        }
-    } else {
-        ok = false;
-    }
-    if namespaced {
-        if let Err(e) = validate::dns1123_label(&namespace) {
-            cx.error(
-                "metadata.namespace",
-                format!("invalid namespace: {e}; object ignored"),
-            );
-            ok = false;
-        }
-    }
-    let (labels, _) = cx.string_map(meta, "metadata", "labels", true);
-    let (annotations, _) = cx.string_map(meta, "metadata", "annotations", false);
-    if !ok {
-        return None;
-    }
-    Some(Meta {
-        namespace,
-        name: name.unwrap_or_default(),
-        labels,
-        annotations,
-    })
-}
-
-fn read_namespace(cx: &mut Ctx<'_>, doc: &Value) -> Option<Namespace> {
-    let meta = read_meta(cx, doc, false)?;
-    Some(Namespace {
-        name: meta.name,
-        labels: meta.labels,
-    })
 }

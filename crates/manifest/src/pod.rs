@@ -4,13 +4,15 @@
 //! Multus `network-status` annotation (which replaces that guess when present), and in the
 //! second pass the DanmEp objects naming the pod.
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use netwarden_engine::{ContainerPort, NetworkId, NetworkType, Pod, PodInterface, PodKey};
 use serde_json::Value;
 
-use crate::ctx::{get, index, join, keyed, parse_addr, Ctx};
-use crate::{read_meta, validate, PodRecord, Problem, Severity};
+use crate::ctx::{get, index, join, keyed, parse_addr, type_name, Ctx};
+use crate::read::read_meta;
+use crate::{validate, PodRecord, Problem, Severity, Source};
 
 pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
 /// What Multus wrote before the key was renamed.
@@ -18,13 +20,28 @@ pub const NETWORKS_STATUS_OLD: &str = "k8s.v1.cni.cncf.io/networks-status";
 pub const NETNS: &str = "netwarden.io/netns";
 const PRIMARY_IFNAME: &str = "eth0";
 
+/// `v[key]` (at field `base.key`) as an object, `Null` when absent; a present non-object
+/// rejects the object.
+pub(crate) fn section<'v>(cx: &mut Ctx<'_>, v: &'v Value, base: &str, key: &str) -> &'v Value {
+    const ABSENT: &Value = &Value::Null;
+    match get(v, key) {
+        Some(v @ Value::Object(_)) => v,
+        Some(other) => {
+            cx.wrong_type(&join(base, key), "an object", other);
+            ABSENT
+        }
+        None => ABSENT,
+    }
+}
+
 pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
     let meta = read_meta(cx, doc, true)?;
-    let empty = Value::Null;
-    let spec = get(doc, "spec").unwrap_or(&empty);
-    let status = get(doc, "status").unwrap_or(&empty);
+    let spec = section(cx, doc, "", "spec");
+    let status = section(cx, doc, "", "status");
 
-    let host_network = cx.bool(spec, "spec", "hostNetwork").unwrap_or(false);
+    // A hostNetwork pod misread as an ordinary one would have rules written into the node's
+    // own namespace: a value that is not a boolean rejects the pod (via the rejected flag).
+    let host_network = cx.bool(spec, "spec", "hostNetwork") == Some(true);
     if host_network {
         cx.warn(
             "spec.hostNetwork",
@@ -32,26 +49,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         );
     }
 
-    let mut container_ports = Vec::new();
-    for list in ["initContainers", "containers"] {
-        let base = join("spec", list);
-        let Some(containers) = cx.array(spec, "spec", list) else {
-            continue;
-        };
-        for (ci, c) in containers.iter().enumerate() {
-            let cbase = index(&base, ci);
-            let Some(ports) = cx.array(c, &cbase, "ports") else {
-                continue;
-            };
-            for (pi, p) in ports.iter().enumerate() {
-                let pbase = index(&join(&cbase, "ports"), pi);
-                if let Some(cp) = read_container_port(cx, p, &pbase) {
-                    container_ports.push(cp);
-                }
-            }
-        }
-    }
-
+    let container_ports = read_container_ports(cx, spec);
     let pod_ips = read_pod_ips(cx, status);
 
     let status_key = if meta.annotations.contains_key(NETWORK_STATUS) {
@@ -97,7 +95,77 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         },
         pod_ips,
         from_danmep,
+        source: Source {
+            file: cx.file.to_string(),
+            label: cx.object.clone(),
+        },
     })
+}
+
+/// The container ports of `initContainers` then `containers`, in the order written: named
+/// ports resolve to the first port with that name and protocol (`Pod::named_port`), and a
+/// name used twice is reported, saying which port wins.
+fn read_container_ports(cx: &mut Ctx<'_>, spec: &Value) -> Vec<ContainerPort> {
+    let mut ports_out: Vec<ContainerPort> = Vec::new();
+    // Port name -> (index in `ports_out`, field) of its first use, per protocol.
+    let mut first_use: HashMap<(String, netwarden_engine::Protocol), (usize, String)> =
+        HashMap::new();
+    let mut names: HashMap<String, String> = HashMap::new();
+    for list in ["initContainers", "containers"] {
+        let base = join("spec", list);
+        let Some(containers) = cx.array(spec, "spec", list) else {
+            continue;
+        };
+        for (ci, c) in containers.iter().enumerate() {
+            let cbase = index(&base, ci);
+            if !c.is_object() {
+                cx.wrong_type(&cbase, "an object", c);
+                continue;
+            }
+            let Some(ports) = cx.array(c, &cbase, "ports") else {
+                continue;
+            };
+            for (pi, p) in ports.iter().enumerate() {
+                let pbase = index(&join(&cbase, "ports"), pi);
+                let Some(cp) = read_container_port(cx, p, &pbase) else {
+                    continue;
+                };
+                if let Some(name) = &cp.name {
+                    let name_field = join(&pbase, "name");
+                    let key = (name.clone(), cp.protocol);
+                    match first_use.get(&key) {
+                        Some((first, field)) => {
+                            let winner = &ports_out[*first];
+                            cx.warn(
+                                &name_field,
+                                format!(
+                                    "port name {name:?} is also used by {}/{} at {field}; policies and \
+                                     Services naming it resolve to that first port, not to {}/{}",
+                                    winner.port, winner.protocol, cp.port, cp.protocol
+                                ),
+                            );
+                        }
+                        None => {
+                            if let Some(field) = names.get(name) {
+                                cx.warn(
+                                    &name_field,
+                                    format!(
+                                        "port name {name:?} is also used at {field} (another protocol); \
+                                         names must be unique within a pod, and each protocol \
+                                         resolves to its own first port"
+                                    ),
+                                );
+                            }
+                            first_use.insert(key, (ports_out.len(), name_field.clone()));
+                        }
+                    }
+                    names.entry(name.clone()).or_insert(name_field);
+                }
+                ports_out.push(cp);
+            }
+        }
+    }
+    ports_out
 }
 
 fn primary_from_pod_ips(pod_ips: &[IpAddr]) -> PodInterface {
@@ -113,6 +181,10 @@ fn primary_from_pod_ips(pod_ips: &[IpAddr]) -> PodInterface {
 }
 
 fn read_container_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<ContainerPort> {
+    if !p.is_object() {
+        cx.wrong_type(base, "an object", p);
+        return None;
+    }
     let field = join(base, "containerPort");
     let port = match get(p, "containerPort") {
         Some(v) => cx.port_number(&field, v)?,
@@ -144,10 +216,15 @@ fn read_container_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<Contai
 
 /// `status.podIPs[].ip`, or `status.podIP` when the list is absent (older API servers).
 fn read_pod_ips(cx: &mut Ctx<'_>, status: &Value) -> Vec<IpAddr> {
-    fn add(cx: &mut Ctx<'_>, out: &mut Vec<IpAddr>, field: &str, s: &str) {
+    fn add(
+        cx: &mut Ctx<'_>,
+        (out, seen): (&mut Vec<IpAddr>, &mut HashSet<IpAddr>),
+        field: &str,
+        s: &str,
+    ) {
         match s.trim().parse::<IpAddr>() {
             Ok(ip) => {
-                if !out.contains(&ip) {
+                if seen.insert(ip) {
                     out.push(ip);
                 }
             }
@@ -158,18 +235,23 @@ fn read_pod_ips(cx: &mut Ctx<'_>, status: &Value) -> Vec<IpAddr> {
         }
     }
     let mut out: Vec<IpAddr> = Vec::new();
+    let mut seen: HashSet<IpAddr> = HashSet::new();
     if let Some(list) = cx.array(status, "status", "podIPs") {
         for (i, entry) in list.iter().enumerate() {
             let base = index("status.podIPs", i);
+            if !entry.is_object() {
+                cx.wrong_type(&base, "an object", entry);
+                continue;
+            }
             if let Some(s) = cx.str(entry, &base, "ip") {
-                add(cx, &mut out, &join(&base, "ip"), s);
+                add(cx, (&mut out, &mut seen), &join(&base, "ip"), s);
             }
         }
     }
-    if out.is_empty() {
-        if let Some(s) = cx.str(status, "status", "podIP").filter(|s| !s.is_empty()) {
-            add(cx, &mut out, "status.podIP", s);
-        }
+    // Read (and checked) even when podIPs is there, so a wrong type is never overlooked.
+    let single = cx.str(status, "status", "podIP").filter(|s| !s.is_empty());
+    if let (true, Some(s)) = (out.is_empty(), single) {
+        add(cx, (&mut out, &mut seen), "status.podIP", s);
     }
     out
 }
@@ -180,12 +262,36 @@ struct StatusEntry {
     interface: Option<String>,
     ips: Vec<(IpAddr, u8)>,
     default: bool,
-    /// A field had the wrong type (already reported): the entry is skipped.
-    malformed: bool,
 }
 
-/// Reads the Multus network-status annotation; `None` (reported) when it is not a JSON list,
-/// in which case the caller falls back to `status.podIPs`.
+/// The first field of an entry with the wrong type, as (field, expected, found).
+fn status_entry_type_error(e: &Value, base: &str) -> Option<(String, &'static str, &'static str)> {
+    if !e.is_object() {
+        return Some((base.to_string(), "an object", type_name(e)));
+    }
+    for key in ["name", "interface"] {
+        if let Some(v) = get(e, key).filter(|v| !v.is_string()) {
+            return Some((join(base, key), "a string", type_name(v)));
+        }
+    }
+    if let Some(v) = get(e, "default").filter(|v| !v.is_boolean()) {
+        return Some((join(base, "default"), "true or false", type_name(v)));
+    }
+    match get(e, "ips") {
+        None => None,
+        Some(Value::Array(list)) => list.iter().enumerate().find_map(|(j, ip)| {
+            (!ip.is_string()).then(|| {
+                let f = index(&join(base, "ips"), j);
+                (f, "a string", type_name(ip))
+            })
+        }),
+        Some(other) => Some((join(base, "ips"), "a list", type_name(other))),
+    }
+}
+
+/// Reads the Multus network-status annotation; `None` (reported) when it cannot be read (not
+/// JSON, not a list, a field of the wrong type), in which case the caller falls back to
+/// `status.podIPs`. Entries with invalid values are reported and skipped one by one.
 fn read_network_status(
     cx: &mut Ctx<'_>,
     field: &str,
@@ -193,86 +299,80 @@ fn read_network_status(
     pod_ns: &str,
     pod_ips: &[IpAddr],
 ) -> Option<Vec<PodInterface>> {
-    let value: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
+    const FALLBACK: &str = "interfaces taken from status.podIPs";
+    let checked = match crate::json::from_str(text) {
+        Ok(c) => c,
         Err(e) => {
-            cx.error(
-                field,
-                format!("malformed JSON ({e}); interfaces taken from status.podIPs"),
-            );
+            cx.error(field, format!("malformed JSON ({e}); {FALLBACK}"));
             return None;
         }
     };
-    let Value::Array(list) = value else {
+    for path in &checked.duplicate_keys {
+        let at = if path.starts_with('[') {
+            format!("{field}{path}")
+        } else {
+            join(field, path)
+        };
+        cx.warn(&at, "duplicate key; the last value is used");
+    }
+    let Value::Array(list) = checked.value else {
         cx.error(
             field,
             format!(
-                "expected a JSON list, found {}; interfaces taken from status.podIPs",
-                crate::ctx::type_name(&value)
+                "expected a JSON list, found {}; {FALLBACK}",
+                type_name(&checked.value)
             ),
         );
         return None;
     };
+    let type_error = list
+        .iter()
+        .enumerate()
+        .find_map(|(i, e)| status_entry_type_error(e, &index(field, i)));
+    if let Some((at, want, found)) = type_error {
+        cx.error(
+            &at,
+            format!("expected {want}, found {found}; the annotation cannot be read: {FALLBACK}"),
+        );
+        return None;
+    }
 
     let mut entries = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let base = index(field, i);
-        if !e.is_object() {
-            cx.error(
-                &base,
-                format!(
-                    "expected an object, found {}; skipped",
-                    crate::ctx::type_name(e)
-                ),
-            );
-            continue;
-        }
-        let malformed = ["name", "interface"]
-            .iter()
-            .any(|k| get(e, k).is_some_and(|v| !v.is_string()));
-        let name = cx.str(e, &base, "name").map(str::to_string);
-        let interface = cx
-            .str(e, &base, "interface")
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        let default = cx.bool(e, &base, "default").unwrap_or(false);
+        let text = |k: &str| get(e, k).and_then(Value::as_str).map(str::to_string);
         let mut ips = Vec::new();
-        if let Some(list) = cx.array(e, &base, "ips") {
-            for (j, ip) in list.iter().enumerate() {
-                let f = index(&join(&base, "ips"), j);
-                match ip {
-                    Value::String(s) => match parse_addr(s) {
-                        Ok(a) => ips.push(a),
-                        Err(err) => cx.error(&f, err),
-                    },
-                    other => cx.error(
-                        &f,
-                        format!("expected a string, found {}", crate::ctx::type_name(other)),
-                    ),
-                }
+        let listed = get(e, "ips")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        for (j, ip) in listed.enumerate() {
+            match parse_addr(ip.as_str().unwrap_or_default()) {
+                Ok(a) => ips.push(a),
+                Err(err) => cx.error(&index(&join(&base, "ips"), j), err),
             }
         }
         entries.push((
             i,
             StatusEntry {
-                name,
-                interface,
+                name: text("name"),
+                interface: text("interface").filter(|s| !s.is_empty()),
                 ips,
-                default,
-                malformed,
+                default: get(e, "default") == Some(&Value::Bool(true)),
             },
         ));
     }
 
     // The primary interface: the `default` entry; else the one holding a pod IP; else the one
     // without an interface name (or named eth0), which is how Multus lists the cluster network.
+    let pod_ip_set: HashSet<&IpAddr> = pod_ips.iter().collect();
     let primary = entries
         .iter()
         .position(|(_, e)| e.default)
         .or_else(|| {
             entries
                 .iter()
-                .position(|(_, e)| e.ips.iter().any(|(ip, _)| pod_ips.contains(ip)))
+                .position(|(_, e)| e.ips.iter().any(|(ip, _)| pod_ip_set.contains(ip)))
         })
         .or_else(|| {
             entries
@@ -281,12 +381,10 @@ fn read_network_status(
         });
 
     let mut out: Vec<PodInterface> = Vec::new();
+    let mut names: HashSet<String> = HashSet::new();
     for (pos, (i, e)) in entries.into_iter().enumerate() {
         let base = index(field, i);
         let is_primary = primary == Some(pos);
-        if e.malformed {
-            continue;
-        }
         let mut ips: Vec<(IpAddr, u8)> = e.ips;
         if is_primary && ips.is_empty() {
             ips = pod_ips
@@ -316,10 +414,13 @@ fn read_network_status(
             );
             continue;
         }
-        if out.iter().any(|o| o.name == ifname) {
+        if names.contains(&ifname) {
             cx.error(
                 &join(&base, "interface"),
-                format!("interface {ifname} listed twice; the later entry is skipped"),
+                format!(
+                    "interface \"{}\" listed twice; the later entry is skipped",
+                    ifname.escape_debug()
+                ),
             );
             continue;
         }
@@ -338,6 +439,7 @@ fn read_network_status(
                 }
             }
         };
+        names.insert(ifname.clone());
         out.push(PodInterface {
             name: ifname,
             network,
@@ -346,7 +448,7 @@ fn read_network_status(
         });
     }
     if primary.is_none() && !pod_ips.is_empty() {
-        if out.iter().any(|o| o.name == PRIMARY_IFNAME) {
+        if names.contains(PRIMARY_IFNAME) {
             cx.warn(
                 field,
                 "no entry holds status.podIPs and eth0 is taken; no primary interface",
@@ -371,7 +473,7 @@ pub(crate) fn split_network_name(s: &str, default_ns: &str) -> Result<(String, S
 }
 
 /// A DanmEp reduced to the interface it describes.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DanmEpRecord {
     file: String,
     object: String,
@@ -385,24 +487,11 @@ pub(crate) struct DanmEpRecord {
 
 pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord> {
     let meta = read_meta(cx, doc, true)?;
-    let empty = Value::Null;
-    let spec = match get(doc, "spec") {
-        Some(s) if s.is_object() => s,
-        Some(other) => {
-            cx.error(
-                "spec",
-                format!(
-                    "expected an object, found {}; ignored",
-                    crate::ctx::type_name(other)
-                ),
-            );
-            return None;
-        }
-        None => {
-            cx.error("spec", "missing spec; ignored");
-            return None;
-        }
-    };
+    if get(doc, "spec").is_none() {
+        cx.error("spec", "missing spec; object ignored");
+        return None;
+    }
+    let spec = section(cx, doc, "", "spec");
     let mut ok = true;
     let pod = cx
         .required_str(spec, "spec", "Pod", "pod name")
@@ -457,7 +546,7 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
             }
         },
     };
-    let iface = get(spec, "Interface").unwrap_or(&empty);
+    let iface = section(cx, spec, "spec", "Interface");
     let ifname = cx
         .required_str(iface, "spec.Interface", "Name", "interface name")
         .map(str::to_string);
@@ -523,7 +612,7 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
 /// record replaces whatever was guessed for that interface name.
 pub(crate) fn attach_danmeps(
     pods: &mut [PodRecord],
-    eps: &[DanmEpRecord],
+    eps: &[&DanmEpRecord],
     problems: &mut Vec<Problem>,
 ) {
     let mut report = |ep: &DanmEpRecord, field: &str, reason: String, severity: Severity| {
@@ -536,11 +625,15 @@ pub(crate) fn attach_danmeps(
             severity,
         });
     };
-    for ep in eps {
-        let Some(rec) = pods
-            .iter_mut()
-            .find(|r| r.pod.key.namespace == ep.namespace && r.pod.key.name == ep.pod)
-        else {
+    let by_key: HashMap<(String, String), usize> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.pod.key.namespace.clone(), r.pod.key.name.clone()), i))
+        .collect();
+    // Per pod (index), interface name -> index, built when the pod's first DanmEp comes.
+    let mut ifaces_by_name: HashMap<usize, HashMap<String, usize>> = HashMap::new();
+    for &ep in eps {
+        let Some(&pod_index) = by_key.get(&(ep.namespace.clone(), ep.pod.clone())) else {
             report(
                 ep,
                 "spec.Pod",
@@ -549,21 +642,29 @@ pub(crate) fn attach_danmeps(
             );
             continue;
         };
+        let rec = &mut pods[pod_index];
         if ep.ips.is_empty() {
             // No L3 address (yet): not an interface netwarden filters on.
             continue;
         }
         let ips: Vec<IpAddr> = ep.ips.iter().map(|(ip, _)| *ip).collect();
         let prefix_lens: Vec<u8> = ep.ips.iter().map(|(_, p)| *p).collect();
-        let existing = rec.pod.interfaces.iter().position(|i| i.name == ep.iface);
-        match existing {
+        let names = ifaces_by_name.entry(pod_index).or_insert_with(|| {
+            let mut names = HashMap::new();
+            for (i, iface) in rec.pod.interfaces.iter().enumerate() {
+                names.entry(iface.name.clone()).or_insert(i);
+            }
+            names
+        });
+        match names.get(&ep.iface).copied() {
             Some(idx) if rec.from_danmep[idx] => {
                 report(
                     ep,
                     "spec.Interface.Name",
                     format!(
-                        "interface {} of pod {} is already described by another DanmEp; ignored",
-                        ep.iface, rec.pod.key
+                        "interface \"{}\" of pod {} is already described by another DanmEp; ignored",
+                        ep.iface.escape_debug(),
+                        rec.pod.key
                     ),
                     Severity::Error,
                 );
@@ -581,6 +682,7 @@ pub(crate) fn attach_danmeps(
                 rec.from_danmep[idx] = true;
             }
             None => {
+                names.insert(ep.iface.clone(), rec.pod.interfaces.len());
                 rec.pod.interfaces.push(PodInterface {
                     name: ep.iface.clone(),
                     network: ep.network.clone(),

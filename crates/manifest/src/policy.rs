@@ -1,9 +1,12 @@
 //! NetworkPolicy, DanmNetworkPolicy and MultiNetworkPolicy to [`Policy`] (SPEC 3 and 4).
 //!
-//! The rule of thumb when something is invalid: never widen. An invalid peer or port is dropped
-//! (narrowing its rule); a rule that had peers (or ports) but lost them all is dropped whole,
-//! since an empty list would mean "all"; an invalid `podSelector` drops the policy; a bad
-//! monitor annotation leaves the policy enforced.
+//! The rule of thumb when something is invalid: never widen. A field of the wrong type, or a
+//! `policyTypes` entry that is neither Ingress nor Egress, rejects the whole policy (see
+//! `ctx`): it was not written as its author believes. A value of the right type that is
+//! invalid narrows: an invalid peer or port is dropped (narrowing its rule); a rule that had
+//! peers (or ports) but lost them all is dropped whole, since an empty list would mean "all";
+//! an invalid `podSelector` drops the policy; a bad monitor annotation leaves the policy
+//! enforced.
 
 use ipnet::IpNet;
 use netwarden_engine::{
@@ -12,9 +15,12 @@ use netwarden_engine::{
 };
 use serde_json::Value;
 
-use crate::ctx::{get, index, join, keyed, type_name, Ctx};
-use crate::pod::split_network_name;
-use crate::{read_meta, show, validate};
+use std::collections::HashSet;
+
+use crate::ctx::{get, index, join, keyed, Ctx, LabelCheck};
+use crate::pod::{section, split_network_name};
+use crate::read::{read_meta, show};
+use crate::validate;
 
 pub const MODE: &str = "netwarden.io/mode";
 pub const KUBE_ROUTER_MONITOR: &str = "kube-router.io/network-policy.monitor";
@@ -30,21 +36,7 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
         _ => PolicyKind::MultiNetworkPolicy,
     };
     let meta = read_meta(cx, doc, true)?;
-    let empty = Value::Null;
-    let spec = match get(doc, "spec") {
-        Some(s @ Value::Object(_)) => s,
-        Some(other) => {
-            cx.error(
-                "spec",
-                format!(
-                    "expected an object, found {}; policy ignored",
-                    type_name(other)
-                ),
-            );
-            return None;
-        }
-        None => &empty,
-    };
+    let spec = section(cx, doc, "", "spec");
 
     let pod_selector = match get(spec, "podSelector") {
         None => Some(LabelSelector::everything()),
@@ -118,36 +110,25 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
 }
 
 /// Resolves `policyTypes`: unset (or empty) means Ingress, plus Egress when `spec.egress` has
-/// rules. Invalid entries are reported and skipped; if none is valid, the default applies.
+/// rules. An entry that is neither Ingress nor Egress rejects the policy: a misspelled
+/// `Egress` would otherwise leave egress open.
 fn read_policy_types(cx: &mut Ctx<'_>, spec: &Value) -> (bool, bool) {
     let has_egress_rules = matches!(get(spec, "egress"), Some(Value::Array(a)) if !a.is_empty());
     let default = (true, has_egress_rules);
-    let list = match get(spec, "policyTypes") {
-        None => return default,
-        Some(Value::Array(list)) => list,
-        Some(other) => {
-            cx.error(
-                "spec.policyTypes",
-                format!(
-                    "expected a list, found {}; defaults apply",
-                    type_name(other)
-                ),
-            );
-            return default;
-        }
+    let Some(list) = cx.array(spec, "spec", "policyTypes") else {
+        return default;
     };
     let (mut ingress, mut egress, mut any) = (false, false, false);
     for (i, t) in list.iter().enumerate() {
-        match t.as_str() {
-            Some("Ingress") => (ingress, any) = (true, true),
-            Some("Egress") => (egress, any) = (true, true),
-            _ => cx.error(
-                &index("spec.policyTypes", i),
-                format!(
-                    "expected \"Ingress\" or \"Egress\", found {}; ignored",
-                    show(t)
-                ),
+        let field = index("spec.policyTypes", i);
+        match t {
+            Value::String(s) if s == "Ingress" => (ingress, any) = (true, true),
+            Value::String(s) if s == "Egress" => (egress, any) = (true, true),
+            Value::String(_) => cx.reject(
+                &field,
+                format!("expected \"Ingress\" or \"Egress\", found {}", show(t)),
             ),
+            other => cx.wrong_type(&field, "\"Ingress\" or \"Egress\"", other),
         }
     }
     if any {
@@ -177,13 +158,7 @@ fn read_rules(
             Value::Null => &Value::Object(Default::default()),
             Value::Object(_) => rule,
             other => {
-                cx.error(
-                    &rbase,
-                    format!(
-                        "expected an object, found {}; rule dropped",
-                        type_name(other)
-                    ),
-                );
+                cx.wrong_type(&rbase, "an object", other);
                 continue;
             }
         };
@@ -198,8 +173,9 @@ fn read_rules(
     out
 }
 
-/// A rule's peer or port list. `None` when the rule must be dropped: the list is not a list,
-/// or it had entries and every one was invalid (an empty list would mean "all").
+/// A rule's peer or port list. `None` when the rule must be dropped: the list is not a list
+/// (which also rejects the policy), or it had entries and every one was invalid (an empty list
+/// would mean "all").
 fn read_list<T>(
     cx: &mut Ctx<'_>,
     rule: &Value,
@@ -213,10 +189,7 @@ fn read_list<T>(
         None => return Some(Vec::new()),
         Some(Value::Array(list)) => list,
         Some(other) => {
-            cx.error(
-                &field,
-                format!("expected a list, found {}; rule dropped", type_name(other)),
-            );
+            cx.wrong_type(&field, "a list", other);
             return None;
         }
     };
@@ -237,10 +210,7 @@ fn read_list<T>(
 
 fn read_peer(cx: &mut Ctx<'_>, v: &Value, field: &str, kind: PolicyKind, ns: &str) -> Option<Peer> {
     if !v.is_object() {
-        cx.error(
-            field,
-            format!("expected an object, found {}; peer dropped", type_name(v)),
-        );
+        cx.wrong_type(field, "an object", v);
         return None;
     }
     let pod_sel = get(v, "podSelector");
@@ -308,7 +278,7 @@ fn read_network_selector(
     policy_ns: &str,
 ) -> Option<Vec<NetworkSelectorEntry>> {
     let Value::Array(list) = v else {
-        cx.error(field, format!("expected a list, found {}", type_name(v)));
+        cx.wrong_type(field, "a list", v);
         return None;
     };
     if list.is_empty() {
@@ -320,10 +290,7 @@ fn read_network_selector(
     for (i, e) in list.iter().enumerate() {
         let ebase = index(field, i);
         if !e.is_object() {
-            cx.error(
-                &ebase,
-                format!("expected an object, found {}", type_name(e)),
-            );
+            cx.wrong_type(&ebase, "an object", e);
             ok = false;
             continue;
         }
@@ -387,10 +354,7 @@ fn read_network_selector(
 /// would widen it.
 fn read_ip_block(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<IpBlock> {
     if !v.is_object() {
-        cx.error(
-            field,
-            format!("expected an object, found {}; peer dropped", type_name(v)),
-        );
+        cx.wrong_type(field, "an object", v);
         return None;
     }
     let cidr_field = join(field, "cidr");
@@ -407,13 +371,7 @@ fn read_ip_block(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<IpBlock> {
         for (i, e) in list.iter().enumerate() {
             let efield = index(&join(field, "except"), i);
             let Value::String(s) = e else {
-                cx.error(
-                    &efield,
-                    format!(
-                        "expected a CIDR string, found {}; peer dropped",
-                        type_name(e)
-                    ),
-                );
+                cx.wrong_type(&efield, "a CIDR string", e);
                 ok = false;
                 continue;
             };
@@ -468,10 +426,7 @@ fn parse_cidr(cx: &mut Ctx<'_>, field: &str, s: &str) -> Option<IpNet> {
 
 fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
     if !v.is_object() {
-        cx.error(
-            field,
-            format!("expected an object, found {}; port dropped", type_name(v)),
-        );
+        cx.wrong_type(field, "an object", v);
         return None;
     }
     let protocol = cx.protocol(v, field, "protocol");
@@ -496,6 +451,10 @@ fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
         Some(e) => {
             let end = match e.as_i64() {
                 Some(n) if e.is_i64() || e.is_u64() => Ok(n),
+                _ if !e.is_number() => {
+                    cx.wrong_type(&end_field, "a port number", e);
+                    Err(())
+                }
                 _ => {
                     cx.error(
                         &end_field,
@@ -546,10 +505,11 @@ fn read_port(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<PolicyPort> {
 /// A label selector; `None` (reported) when invalid.
 pub(crate) fn read_selector(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<LabelSelector> {
     if !v.is_object() {
-        cx.error(field, format!("expected an object, found {}", type_name(v)));
+        cx.wrong_type(field, "an object", v);
         return None;
     }
-    let (match_labels, mut ok) = cx.string_map(v, field, "matchLabels", true);
+    let check = LabelCheck { consequence: "" };
+    let (match_labels, mut ok) = cx.string_map(v, field, "matchLabels", Some(check));
     let mut match_expressions = Vec::new();
     if let Some(exprs) = cx.array(v, field, "matchExpressions") {
         for (i, e) in exprs.iter().enumerate() {
@@ -569,7 +529,7 @@ pub(crate) fn read_selector(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<
 
 fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirement> {
     if !v.is_object() {
-        cx.error(field, format!("expected an object, found {}", type_name(v)));
+        cx.wrong_type(field, "an object", v);
         return None;
     }
     let mut ok = true;
@@ -620,7 +580,7 @@ fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirem
                     }
                 },
                 other => {
-                    cx.error(&f, format!("expected a string, found {}", type_name(other)));
+                    cx.wrong_type(&f, "a string", other);
                     ok = false;
                 }
             }
@@ -650,6 +610,7 @@ fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirem
 }
 
 /// `policy-for`: comma-separated `name` or `ns/name`, bare names in the policy's namespace.
+/// A policy left with no network applies nowhere, which is worth a warning.
 fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> Vec<NetworkId> {
     let field = keyed("metadata.annotations", POLICY_FOR);
     let Some(text) = annotation.filter(|t| !t.trim().is_empty()) else {
@@ -660,6 +621,7 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
         return Vec::new();
     };
     let mut out = Vec::new();
+    let mut seen = HashSet::new();
     for part in text.split(',').map(str::trim) {
         if part.is_empty() {
             continue;
@@ -667,7 +629,7 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
         match split_network_name(part, ns) {
             Ok((n, name)) => {
                 let id = NetworkId::nad(n, name);
-                if !out.contains(&id) {
+                if seen.insert(id.clone()) {
                     out.push(id);
                 }
             }
@@ -676,6 +638,15 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
                 format!("\"{}\": {e}; entry ignored", validate::shorten(part)),
             ),
         }
+    }
+    if out.is_empty() {
+        cx.warn(
+            &field,
+            format!(
+                "\"{}\" names no valid network: the MultiNetworkPolicy applies nowhere",
+                validate::shorten(text)
+            ),
+        );
     }
     out
 }

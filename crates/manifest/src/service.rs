@@ -1,31 +1,37 @@
 //! Services and EndpointSlices: the virtual IPs a pod may dial on the primary network, and the
 //! endpoints behind them (SPEC 3.2).
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use netwarden_engine::{ObjectKey, PortRef, Service, ServicePort};
 use serde_json::Value;
 
-use crate::ctx::{get, index, join, type_name, Ctx};
-use crate::{read_meta, validate, Problem, Severity};
+use crate::ctx::{get, index, join, Ctx, LabelCheck};
+use crate::pod::section;
+use crate::read::{read_meta, show};
+use crate::{validate, Problem, Severity};
 
 /// The label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 pub(crate) fn read_service(cx: &mut Ctx<'_>, doc: &Value) -> Option<Service> {
     let meta = read_meta(cx, doc, true)?;
-    let empty = Value::Null;
-    let spec = get(doc, "spec").unwrap_or(&empty);
+    let spec = section(cx, doc, "", "spec");
 
     let mut cluster_ips: Vec<IpAddr> = Vec::new();
+    let mut seen: HashSet<IpAddr> = HashSet::new();
     let mut add_ip = |cx: &mut Ctx<'_>, field: &str, s: &str| {
         // "None" marks a headless Service: no virtual IP.
         if s.is_empty() || s == "None" {
             return;
         }
         match s.parse::<IpAddr>() {
-            Ok(ip) if !cluster_ips.contains(&ip) => cluster_ips.push(ip),
-            Ok(_) => {}
+            Ok(ip) => {
+                if seen.insert(ip) {
+                    cluster_ips.push(ip);
+                }
+            }
             Err(_) => cx.error(
                 field,
                 format!("\"{}\" is not an IP address", validate::shorten(s)),
@@ -37,7 +43,7 @@ pub(crate) fn read_service(cx: &mut Ctx<'_>, doc: &Value) -> Option<Service> {
             let f = index("spec.clusterIPs", i);
             match v {
                 Value::String(s) => add_ip(cx, &f, s),
-                other => cx.error(&f, format!("expected a string, found {}", type_name(other))),
+                other => cx.wrong_type(&f, "a string", other),
             }
         }
     }
@@ -45,8 +51,16 @@ pub(crate) fn read_service(cx: &mut Ctx<'_>, doc: &Value) -> Option<Service> {
         add_ip(cx, "spec.clusterIP", s);
     }
 
-    // An empty selector means the same as none: endpoints are managed by someone else.
-    let (selector, _) = cx.string_map(spec, "spec", "selector", true);
+    // A selector with an invalid entry would select more pods than written: the Service is
+    // ignored instead. An empty selector means the same as none: endpoints are managed by
+    // someone else.
+    let check = LabelCheck {
+        consequence: "; object ignored",
+    };
+    let (selector, selector_ok) = cx.string_map(spec, "spec", "selector", Some(check));
+    if !selector_ok {
+        return None;
+    }
     let selector = (!selector.is_empty()).then_some(selector);
 
     let mut ports = Vec::new();
@@ -68,10 +82,7 @@ pub(crate) fn read_service(cx: &mut Ctx<'_>, doc: &Value) -> Option<Service> {
 
 fn read_service_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<ServicePort> {
     if !p.is_object() {
-        cx.error(
-            base,
-            format!("expected an object, found {}; port ignored", type_name(p)),
-        );
+        cx.wrong_type(base, "an object", p);
         return None;
     }
     let protocol = cx.protocol(p, base, "protocol");
@@ -107,7 +118,7 @@ fn read_service_port(cx: &mut Ctx<'_>, p: &Value, base: &str) -> Option<ServiceP
 }
 
 /// An EndpointSlice reduced to its Service and addresses.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SliceRecord {
     file: String,
     object: String,
@@ -131,11 +142,16 @@ pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
         return None;
     }
     let mut addrs = Vec::new();
+    let mut seen: HashSet<IpAddr> = HashSet::new();
     if let Some(endpoints) = cx.array(doc, "", "endpoints") {
         for (i, ep) in endpoints.iter().enumerate() {
             let base = index("endpoints", i);
+            if !ep.is_object() {
+                cx.wrong_type(&base, "an object", ep);
+                continue;
+            }
             // `ready` unset means ready (Kubernetes API convention for this field).
-            let cond = get(ep, "conditions").unwrap_or(&Value::Null);
+            let cond = section(cx, ep, &base, "conditions");
             if cx.bool(cond, &join(&base, "conditions"), "ready") == Some(false) {
                 continue;
             }
@@ -144,13 +160,17 @@ pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
             };
             for (j, a) in list.iter().enumerate() {
                 let f = index(&join(&base, "addresses"), j);
-                match a.as_str().map(|s| s.parse::<IpAddr>()) {
-                    Some(Ok(ip)) => {
-                        if !addrs.contains(&ip) {
+                let Value::String(text) = a else {
+                    cx.wrong_type(&f, "a string", a);
+                    continue;
+                };
+                match text.parse::<IpAddr>() {
+                    Ok(ip) => {
+                        if seen.insert(ip) {
                             addrs.push(ip);
                         }
                     }
-                    _ => cx.error(&f, format!("{} is not an IP address", crate::show(a))),
+                    Err(_) => cx.error(&f, format!("{} is not an IP address", show(a))),
                 }
             }
         }
@@ -167,15 +187,18 @@ pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
 /// Second pass: endpoint addresses to their Services (sorted, deduplicated).
 pub(crate) fn attach_slices(
     services: &mut [Service],
-    slices: &[SliceRecord],
+    slices: &[&SliceRecord],
     problems: &mut Vec<Problem>,
 ) {
+    let by_key: HashMap<(&str, &str), usize> = services
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((s.key.namespace.as_str(), s.key.name.as_str()), i))
+        .collect();
+    let mut found: Vec<(usize, &SliceRecord)> = Vec::new();
     for slice in slices {
-        match services
-            .iter_mut()
-            .find(|s| s.key.namespace == slice.namespace && s.key.name == slice.service)
-        {
-            Some(svc) => svc.endpoint_addrs.extend(slice.addrs.iter().copied()),
+        match by_key.get(&(slice.namespace.as_str(), slice.service.as_str())) {
+            Some(&i) => found.push((i, slice)),
             None => problems.push(Problem {
                 file: slice.file.clone(),
                 kind: "EndpointSlice".into(),
@@ -189,6 +212,11 @@ pub(crate) fn attach_slices(
                 severity: Severity::Warning,
             }),
         }
+    }
+    for (i, slice) in found {
+        services[i]
+            .endpoint_addrs
+            .extend(slice.addrs.iter().copied());
     }
     for svc in services {
         svc.endpoint_addrs.sort();

@@ -1,9 +1,12 @@
 //! Syntax checks for the strings that leave the loader: object names, label keys and values,
 //! network names and Linux interface names.
 //!
-//! These checks are a security boundary, not just hygiene: names end up in nft/iptables rule
-//! comments, log prefixes and netns paths, so everything that passes here is plain ASCII from a
-//! small alphabet. Each function returns `Err(reason)` with a human-readable reason.
+//! These checks are a security boundary, not just hygiene: object names and labels end up in
+//! nft/iptables rule comments, log prefixes and netns paths, so everything that passes those
+//! checks is plain ASCII from a small alphabet. Interface names are the exception: they are
+//! what the kernel allows ([`ifname`]), since a pod's interface that netwarden refused to name
+//! would be left uncovered; the renderers quote them with escaping or match them by index.
+//! Each function returns `Err(reason)` with a human-readable, one-line reason.
 
 /// Longest Linux interface name (IFNAMSIZ - 1).
 pub const IFNAME_MAX: usize = 15;
@@ -119,30 +122,42 @@ pub fn label_value(s: &str) -> Result<(), String> {
     qualified_name_part(s, "label value")
 }
 
-/// A Linux interface name as netwarden accepts it: 1..=15 chars of `[A-Za-z0-9_.-]`, not `.`
-/// or `..`. The kernel allows more (anything but `/`, whitespace and NUL), but these names are
-/// pasted into rule text, so the alphabet is kept small on purpose.
+/// A Linux interface name, accepted exactly when the kernel accepts it (`dev_valid_name` in
+/// `net/core/dev.c`): 1 to 15 bytes, not `.` or `..`, and no `/`, `:`, NUL or white space as
+/// the kernel's `isspace` sees it (space, `\t`, `\n`, `\v`, `\f`, `\r`, and the byte 0xA0,
+/// which its Latin-1 table counts as a space; in UTF-8 it is a continuation byte of characters
+/// such as `à`).
+///
+/// Any other byte is legal, quotes, `;`, `$`, `{` and control characters included, so these
+/// names are never pasted into rule text: the renderers quote them with escaping or match the
+/// interface by index. Names outside the kernel's rules cannot exist on a real interface, so
+/// refusing them loses nothing.
 pub fn ifname(s: &str) -> Result<(), String> {
+    let shown = || s.escape_debug().to_string();
     if s.is_empty() {
         return Err("interface name must not be empty".into());
     }
     if s.len() > IFNAME_MAX {
         return Err(format!(
-            "interface name {:?} is longer than {IFNAME_MAX} characters",
-            s.escape_debug().to_string()
-        ));
-    }
-    if !s
-        .bytes()
-        .all(|c| is_alnum(c) || matches!(c, b'_' | b'.' | b'-'))
-    {
-        return Err(format!(
-            "interface name {:?} may contain only letters, digits, '_', '.' and '-'",
-            s.escape_debug().to_string()
+            "interface name \"{}\" is longer than {IFNAME_MAX} bytes",
+            shown()
         ));
     }
     if s == "." || s == ".." {
         return Err(format!("interface name {s:?} is reserved"));
+    }
+    let forbidden = |b: u8| {
+        matches!(
+            b,
+            b'/' | b':' | 0 | b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0xa0
+        )
+    };
+    if s.bytes().any(forbidden) {
+        return Err(format!(
+            "interface name \"{}\" contains '/', ':', a NUL byte or white space, which Linux \
+             does not allow",
+            shown()
+        ));
     }
     Ok(())
 }
@@ -250,22 +265,47 @@ mod tests {
     }
 
     #[test]
-    fn ifnames() {
-        for ok in ["eth0", "net1", "vlan.100", "a_b-c", "123456789012345"] {
-            assert_eq!(ifname(ok), Ok(()), "{ok}");
+    fn ifnames_are_what_the_kernel_accepts() {
+        for ok in [
+            "eth0",
+            "net1",
+            "vlan.100",
+            "a_b-c",
+            "123456789012345",
+            "a\"b;+",
+            "x\\y*",
+            "$(id)",
+            "eth0{}",
+            "a'b",
+            "#c",
+            "\u{1}\u{7f}",
+            "é",
+            "...",
+            "-",
+        ] {
+            assert_eq!(ifname(ok), Ok(()), "{ok:?}");
         }
         for bad in [
             "",
             "1234567890123456",
-            "a/b",
-            "a b",
-            "a\"b",
-            "a;b",
+            "ééééééé_é",
             ".",
             "..",
-            "ä",
+            "a/b",
+            "a:b",
+            "a b",
+            "a\tb",
+            "a\nb",
+            "a\u{b}b",
+            "a\u{c}b",
+            "a\rb",
+            "a\0b",
+            // U+00E0 is C3 A0 in UTF-8: the kernel's isspace counts 0xA0 as a space.
+            "à",
+            "\u{a0}",
         ] {
-            assert!(ifname(bad).is_err(), "{bad:?}");
+            let err = ifname(bad).expect_err(bad);
+            assert!(!err.contains('\n') && !err.contains('\0'), "{err}");
         }
     }
 

@@ -1,10 +1,12 @@
 //! `netwarden run -f DIR` (the standalone agent) and `netwarden apply` (one pass).
 //!
 //! The agent loads the manifests, feeds the engine (which ignores objects that did not change),
-//! and syncs only the pods the engine names dirty. It polls the files' sizes and modification
-//! times; a change reloads them and the same diff-by-object logic applies. Rules stay in place
-//! when the agent stops; a restarted agent re-applies each isolated pod once (an atomic
-//! replacement per netns, so no window opens) and removes rules from pods no longer isolated.
+//! and syncs only the pods the engine names dirty. The files are watched through a
+//! [`ManifestSet`]: only changed files are read again, and a file caught mid-edit (truncated,
+//! empty, unparsable, or with an object that no longer reads) keeps its last good objects until
+//! it parses again — only a clean removal removes a policy. Rules stay in place when the agent
+//! stops; a restarted agent re-applies each isolated pod once (an atomic replacement per netns,
+//! so no window opens) and removes rules from pods no longer isolated.
 //!
 //! What the kernel says wins over what the manifests say about a pod's interfaces (SPEC 2):
 //! every tick the agent reads each pod netns's interfaces again, so an interface that appears,
@@ -16,17 +18,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use netwarden_dataplane::{Backend, DiscoveredInterface};
 use netwarden_engine::{
     Engine, EngineOptions, NetworkId, NetworkType, ObjectKey, Pod, PodInterface, PodKey, PolicyRef,
 };
-use netwarden_manifest::{load_paths, Inventory, LoadOptions};
+use netwarden_manifest::{Inventory, LoadOptions, ManifestSet};
 use netwarden_monitor::{
     serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
     PodContext,
@@ -138,33 +140,6 @@ impl Monitor {
         *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
         self.metrics.set_managed_pods(syncer.programmed().len());
     }
-}
-
-/// Size and modification time of every manifest file, to notice changes cheaply.
-fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
-    fn walk(path: &Path, out: &mut Vec<(PathBuf, u64, Option<SystemTime>)>) {
-        let Ok(meta) = std::fs::metadata(path) else {
-            return;
-        };
-        if meta.is_dir() {
-            let Ok(entries) = std::fs::read_dir(path) else {
-                return;
-            };
-            let mut children: Vec<PathBuf> =
-                entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            children.sort();
-            for child in children {
-                walk(&child, out);
-            }
-        } else {
-            out.push((path.to_path_buf(), meta.len(), meta.modified().ok()));
-        }
-    }
-    let mut out = Vec::new();
-    for p in paths {
-        walk(p, &mut out);
-    }
-    out
 }
 
 /// What reconciling the kernel's view of a pod with the manifests' found worth saying.
@@ -346,17 +321,19 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         Some(Monitor::start(&config)?)
     };
     syncer.set_converge_removals(true);
-    let mut manifests: Option<Inventory> = None;
-    let mut seen = Vec::new();
+    let mut manifests = ManifestSet::new(config.paths.clone(), config.load.clone());
+    // What the engine was last fed, to remove what disappears.
+    let mut fed: Option<Inventory> = None;
     let mut reported: BTreeSet<String> = BTreeSet::new();
     // Pods whose last sync failed: when to retry them, and the delay that led there.
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     loop {
-        let now = fingerprint(&config.paths);
-        let reload = now != seen || manifests.is_none();
-        if reload {
-            seen = now;
-            let inventory = load_paths(&config.paths, &config.load);
+        let changes = manifests.refresh();
+        for change in &changes {
+            info!("{}: {:?}", change.path.display(), change.change);
+        }
+        if !changes.is_empty() || fed.is_none() {
+            let inventory = manifests.inventory();
             for problem in &inventory.problems {
                 let line = problem.to_string();
                 if reported.insert(line.clone()) {
@@ -365,16 +342,10 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             }
             let found = discover(&inventory.pods);
             let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
-            apply_inventory(
-                &mut engine,
-                manifests.as_ref(),
-                &inventory,
-                &found.pods,
-                &keep,
-            );
+            apply_inventory(&mut engine, fed.as_ref(), inventory, &found.pods, &keep);
             report_refused(&found.refused, &mut reported);
-            manifests = Some(inventory);
-        } else if let Some(inventory) = &manifests {
+            fed = Some(inventory.clone());
+        } else if let Some(inventory) = &fed {
             // The kernel's side of the pods may change without the manifests: interfaces
             // appear, are renamed, change address.
             let found = discover(&inventory.pods);

@@ -393,3 +393,84 @@ fn switching_backend_removes_the_other_backends_rules() {
     }
     remove_everything(&pod);
 }
+
+/// Defect 6: a policy file truncated or made invalid mid-edit made the agent drop the policy
+/// and open the pod. A file that does not parse (or is emptied, or whose policy no longer
+/// reads) keeps its last good objects, and says so; only removing the file removes them.
+#[test]
+fn a_broken_policy_file_keeps_the_pod_enforced() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut nss = Namespaces::new("nwhbf");
+    let pod = nss.create("pod");
+    let client = nss.create("client");
+    let client_name = nss.name("client");
+    veth(&pod, "eth0", &client, &client_name, "c1", "10.231.98");
+    let _l = [
+        listen(&pod, "10.231.98.1:8080"),
+        listen(&pod, "10.231.98.1:8081"),
+    ];
+    wait_reachable(&client, "10.231.98.1:8081");
+    let dir = TempDir::new("bf");
+    dir.write(
+        "pods.yaml",
+        &docs_text(&[namespace_doc(), pod_doc(&pod, &["10.231.98.1"])]),
+    );
+    let policy = serde_yaml_text(&deny_ingress("NetworkPolicy", "np", Some(8080)));
+    dir.write("np.yaml", &policy);
+    let log = dir.path.join("agent.log");
+    let mut agent = AgentProcess::start(
+        &bin(),
+        &[
+            "run",
+            "-f",
+            &dir.path.display().to_string(),
+            "--interval",
+            "100ms",
+        ],
+        &log,
+    );
+    let within = Duration::from_secs(10);
+    agent.wait_for("the rules", within, || {
+        !leftovers(Backend::Nft, &pod).is_empty()
+    });
+    assert_refused(&client, "10.231.98.1:8081", "enforced");
+
+    // Each of these is what an editor or a copy leaves halfway: the policy must stay.
+    let half = &policy[..policy.len() / 2];
+    for (what, text) in [
+        ("truncated", half.to_string()),
+        ("emptied", String::new()),
+        ("invalid YAML", format!("{policy}\n  : [unclosed")),
+        (
+            "a policy that no longer reads",
+            policy.replace("\"ingress\":", "\"ingress\": 7, \"x\":"),
+        ),
+    ] {
+        dir.write_in_place("np.yaml", &text);
+        // Let the agent see it (several ticks), then check the pod is still enforced.
+        std::thread::sleep(Duration::from_millis(600));
+        assert_refused(&client, "10.231.98.1:8081", &format!("np.yaml {what}"));
+        assert_connects(&client, "10.231.98.1:8080", &format!("np.yaml {what}"));
+        assert!(
+            agent.log().contains("keeping"),
+            "the agent says it keeps the last good version ({what}):\n{}",
+            agent.log()
+        );
+    }
+    // Fixed again, then removed: only the clean removal opens the pod.
+    dir.write("np.yaml", &policy);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_refused(&client, "10.231.98.1:8081", "fixed");
+    dir.remove("np.yaml");
+    agent.wait_for("the rules to go with the file", within, || {
+        leftovers(Backend::Nft, &pod).is_empty()
+    });
+    assert_connects(&client, "10.231.98.1:8081", "removed cleanly");
+}
+
+/// A policy as YAML text (JSON is YAML), one document.
+fn serde_yaml_text(doc: &Value) -> String {
+    serde_json::to_string_pretty(doc).unwrap()
+}

@@ -62,10 +62,10 @@ use netwarden_engine::{
     PortRange, Protocol,
 };
 
-use crate::hash::hash_bytes;
 use crate::logkey::{log_key_for, log_prefix, LogAction, LogKey};
 use crate::nft::RenderError;
 use crate::options::RenderOptions;
+use netwarden_engine::hash::hash_bytes;
 
 /// The fastest rate `-m limit` can hold: it counts in 1/10,000 s, so 10,000/s (600,000/min).
 /// iptables-restore rejects the whole ruleset for a faster rate ("Rate too fast"), so a faster

@@ -8,7 +8,6 @@
 //! - [`iptables`]: `iptables-restore`/`ip6tables-restore` text and typed ipsets (seed 004's
 //!   compatibility backend).
 //! - [`options`]: marks, NFLOG group, rate limits and the forwarding switch of SPEC 3.1.
-//! - [`hash`]: the one stable content hash (set names, log keys, ruleset fingerprints).
 //! - [`fuzzing`]: pod rules from arbitrary bytes and the invariants every rendering keeps.
 //! - [`logkey`]: the NFLOG prefix contract between the rules and the event collector.
 //! - [`tracer`]: a packet tracer walking the same intermediate representation the nft text is
@@ -22,7 +21,6 @@
 #![forbid(unsafe_code)]
 
 pub mod fuzzing;
-pub mod hash;
 pub mod iptables;
 pub mod logkey;
 pub mod nft;

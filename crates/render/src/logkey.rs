@@ -11,7 +11,7 @@ use std::fmt;
 
 use netwarden_engine::{Direction, NetworkId, PodRules, PolicyRef, StagedCause};
 
-use crate::hash::hash_parts;
+use netwarden_engine::hash::hash_parts;
 
 /// What a log message reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -60,9 +60,9 @@ use netwarden_engine::{
     PortMatch, PortRange, Protocol, RuleOrigin,
 };
 
-use crate::hash::StableHasher;
 use crate::logkey::{assign_keys, LogAction, LogKey};
 use crate::options::RenderOptions;
+use netwarden_engine::hash::StableHasher;
 
 pub use transaction::{Command, Transaction};
 

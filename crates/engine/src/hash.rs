@@ -1,4 +1,5 @@
-//! The project's one content hash: 64-bit FNV-1a, the same in every build and process.
+//! The project's one content hash: 64-bit FNV-1a, the same in every build and process. It
+//! lives in the lowest crate so that every crate uses this one.
 //!
 //! Names derived from content outlive the process that chose them (nft sets `p4_<hash>`, ipsets
 //! `nw4-<hash>`, NFLOG keys), so `std`'s `DefaultHasher`, whose output may change between Rust
@@ -7,7 +8,7 @@
 //!
 //! Not a cryptographic hash: every input is computed from objects netwarden already trusts to
 //! describe themselves, and a collision is handled where it could matter (see `set_for` in the
-//! nft renderer).
+//! nft renderer). Also used to notice that a manifest file's content changed.
 
 use std::hash::{Hash, Hasher};
 

@@ -1,0 +1,399 @@
+//! The first pass: one file's documents, each reduced on its own to an [`Outcome`] with its
+//! problems. Nothing here looks across objects (that is [`crate::assemble`]), so a file's
+//! [`FileRead`] can be kept and reused as long as the file does not change
+//! ([`crate::ManifestSet`]).
+
+use std::collections::BTreeMap;
+
+use netwarden_engine::{Namespace, Policy, Service};
+use serde_json::Value;
+
+use crate::ctx::{get, type_name, Ctx, LabelCheck};
+use crate::kinds::{self, ApiVersion, Resolved};
+use crate::pod::{self, DanmEpRecord};
+use crate::service::{self, SliceRecord};
+use crate::{files, policy, validate, PodRecord, Problem, Severity};
+
+/// Lists nest at most this deep (a List of Lists of ...): bounds recursion on hostile input.
+const MAX_LIST_DEPTH: usize = 8;
+
+/// What identifies an object: two objects with the same id are duplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ObjectId {
+    pub kind: &'static str,
+    /// `""` for Namespaces.
+    pub namespace: String,
+    pub name: String,
+}
+
+/// One object read from a document, before the second pass.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ReadObject {
+    pub id: ObjectId,
+    pub file: String,
+    /// How problems name it: `ns/name` or `name`.
+    pub label: String,
+    pub object: Object,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Object {
+    Namespace(Namespace),
+    Pod(PodRecord),
+    DanmEp(DanmEpRecord),
+    Policy(Policy),
+    Service(Service),
+    Slice(SliceRecord),
+}
+
+/// What became of one object (a document, or an item of a List).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    Loaded(Box<ReadObject>),
+    /// Its identity was read, but an error dropped it.
+    Rejected(ObjectId),
+    /// Nothing to load, and nothing wrong with that: an FQDN EndpointSlice, a switched-off
+    /// kind, or an entry that only carries problems about its document (duplicate JSON keys).
+    /// Another project's kind leaves no entry at all.
+    Skipped,
+    /// Not identifiable: not an object, no kind, a near miss of our kinds, an unreadable or
+    /// invalid name or namespace.
+    Unidentified,
+}
+
+/// One object's outcome and the problems found while reading it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Entry {
+    pub problems: Vec<Problem>,
+    pub outcome: Outcome,
+}
+
+/// One file's first pass.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct FileRead {
+    /// Problems about the file as a whole: it cannot be read, a document is not YAML or JSON.
+    pub file_problems: Vec<Problem>,
+    /// The documents' entries, in order.
+    pub entries: Vec<Entry>,
+    /// Non-empty documents found (a file of comments has none).
+    pub documents: usize,
+}
+
+impl FileRead {
+    /// A file that could not be read at all.
+    pub fn unreadable(problem: Problem) -> Self {
+        Self {
+            file_problems: vec![problem],
+            ..Self::default()
+        }
+    }
+
+    /// Whether the text parsed without a syntax error.
+    pub fn parsed_cleanly(&self) -> bool {
+        self.file_problems.is_empty()
+    }
+
+    pub fn objects(&self) -> impl Iterator<Item = &ReadObject> {
+        self.entries.iter().filter_map(|e| match &e.outcome {
+            Outcome::Loaded(o) => Some(o.as_ref()),
+            _ => None,
+        })
+    }
+
+    /// Reads one file's text (YAML, possibly multi-document, or JSON).
+    pub fn from_text(file: &str, text: &str) -> Self {
+        let mut file_problems = Vec::new();
+        let docs = files::parse_documents(file, text, &mut file_problems);
+        Self::from_documents(file, file_problems, &docs)
+    }
+
+    /// Reads one file's parsed documents; `file_problems` are those of parsing it.
+    pub fn from_documents(file: &str, file_problems: Vec<Problem>, docs: &[files::Doc]) -> Self {
+        let mut read = FileRead {
+            file_problems,
+            ..FileRead::default()
+        };
+        for doc in docs {
+            read.documents += 1;
+            if !doc.duplicate_keys.is_empty() {
+                read.entries.push(Entry {
+                    problems: doc
+                        .duplicate_keys
+                        .iter()
+                        .map(|path| Problem {
+                            file: file.to_string(),
+                            kind: String::new(),
+                            object: format!("#{}", doc.index),
+                            field: path.clone(),
+                            reason: "duplicate key; the last value is used".into(),
+                            severity: Severity::Warning,
+                        })
+                        .collect(),
+                    outcome: Outcome::Skipped,
+                });
+            }
+            read.add_value(file, &format!("#{}", doc.index), &doc.value);
+        }
+        read
+    }
+
+    /// Reads one parsed document (an object or a List); `label` names it while it has no name.
+    pub fn add_value(&mut self, file: &str, label: &str, doc: &Value) {
+        self.add_value_at(file, label, doc, 0, None);
+    }
+
+    /// `inherited`: (apiVersion, kind) of the items of a typed list (`PodList` items carry
+    /// neither).
+    fn add_value_at(
+        &mut self,
+        file: &str,
+        label: &str,
+        doc: &Value,
+        depth: usize,
+        inherited: Option<(ApiVersion<'_>, &str)>,
+    ) {
+        let mut problems = Vec::new();
+        let mut fail = |field: &str, reason: String| {
+            problems.push(Problem {
+                file: file.to_string(),
+                kind: String::new(),
+                object: label.to_string(),
+                field: field.to_string(),
+                reason,
+                severity: Severity::Error,
+            });
+        };
+        if !doc.is_object() {
+            fail("", format!("expected an object, found {}", type_name(doc)));
+            return self.push(problems, Outcome::Unidentified);
+        }
+        let kind = match (doc.get("kind"), inherited) {
+            (Some(Value::String(k)), _) if !k.is_empty() => k.as_str(),
+            (None | Some(Value::Null), Some((_, k))) => k,
+            (None | Some(Value::Null), None) => {
+                fail("kind", "missing kind".into());
+                return self.push(problems, Outcome::Unidentified);
+            }
+            (Some(other), _) => {
+                let reason = format!("expected a non-empty string, found {}", show(other));
+                fail("kind", reason);
+                return self.push(problems, Outcome::Unidentified);
+            }
+        };
+        let api_version = match doc.get("apiVersion") {
+            Some(Value::String(s)) => ApiVersion::Written(s),
+            None | Some(Value::Null) => inherited.map_or(ApiVersion::Missing, |(a, _)| a),
+            Some(other) => ApiVersion::NotAString(other),
+        };
+
+        let typed_list = kind.strip_suffix("List").and_then(kinds::spec).is_some();
+        if kind == "List" || typed_list {
+            return self.add_list(file, label, doc, kind, api_version, depth);
+        }
+        let spec = match kinds::resolve(kind, api_version) {
+            Resolved::Ours(spec) => spec,
+            Resolved::NotOurs => return,
+            Resolved::NearMiss { field, reason } => {
+                problems.push(Problem {
+                    file: file.to_string(),
+                    // As written (it is not one of ours), so escaped and shortened.
+                    kind: validate::shorten(kind),
+                    object: name_label(doc).unwrap_or_else(|| label.to_string()),
+                    field: field.to_string(),
+                    reason,
+                    severity: Severity::Error,
+                });
+                return self.push(problems, Outcome::Unidentified);
+            }
+        };
+        let mut cx = Ctx::new(file, spec.kind, label.to_string(), &mut problems);
+        let object = match spec.kind {
+            "Namespace" => read_namespace(&mut cx, doc).map(Object::Namespace),
+            "Pod" => pod::read_pod(&mut cx, doc).map(Object::Pod),
+            "DanmEp" => pod::read_danmep(&mut cx, doc).map(Object::DanmEp),
+            "NetworkPolicy" | "DanmNetworkPolicy" | "MultiNetworkPolicy" => {
+                policy::read_policy(&mut cx, doc).map(Object::Policy)
+            }
+            "Service" => service::read_service(&mut cx, doc).map(Object::Service),
+            "EndpointSlice" => service::read_slice(&mut cx, doc).map(Object::Slice),
+            other => unreachable!("kind {other} is in KINDS but has no reader"),
+        };
+        let outcome = match (object, cx.id.take()) {
+            (Some(object), Some(id)) if !cx.rejected => Outcome::Loaded(Box::new(ReadObject {
+                id,
+                file: file.to_string(),
+                label: cx.object.clone(),
+                object,
+            })),
+            (_, Some(id)) if cx.rejected || cx.errors > 0 => Outcome::Rejected(id),
+            (_, Some(_)) => Outcome::Skipped,
+            (_, None) => Outcome::Unidentified,
+        };
+        self.push(problems, outcome);
+    }
+
+    fn push(&mut self, problems: Vec<Problem>, outcome: Outcome) {
+        self.entries.push(Entry { problems, outcome });
+    }
+
+    fn add_list(
+        &mut self,
+        file: &str,
+        label: &str,
+        doc: &Value,
+        kind: &str,
+        api_version: ApiVersion<'_>,
+        depth: usize,
+    ) {
+        let fail = |field: &str, reason: String| Problem {
+            file: file.to_string(),
+            kind: String::new(),
+            object: label.to_string(),
+            field: field.to_string(),
+            reason,
+            severity: Severity::Error,
+        };
+        if depth >= MAX_LIST_DEPTH {
+            let problem = fail("items", "Lists nested too deep".into());
+            return self.push(vec![problem], Outcome::Unidentified);
+        }
+        let items = match doc.get("items") {
+            None | Some(Value::Null) => return,
+            Some(Value::Array(items)) => items,
+            Some(other) => {
+                let problem = fail(
+                    "items",
+                    format!("expected a list, found {}", type_name(other)),
+                );
+                return self.push(vec![problem], Outcome::Unidentified);
+            }
+        };
+        // Items of a typed list (`PodList`, as the API returns it) carry no kind of their own.
+        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+        let inherited = item_kind.map(|k| (api_version, k));
+        for (i, item) in items.iter().enumerate() {
+            let item_label = format!("{label}.items[{i}]");
+            self.add_value_at(file, &item_label, item, depth + 1, inherited);
+        }
+    }
+}
+
+/// `ns/name` (or `name`) of a document whose kind is not read, for its problem; `None` when
+/// the name is not a string.
+fn name_label(doc: &Value) -> Option<String> {
+    let meta = get(doc, "metadata")?;
+    let name = get(meta, "name")?.as_str()?;
+    Some(match get(meta, "namespace").and_then(Value::as_str) {
+        Some(ns) => format!("{}/{}", validate::shorten(ns), validate::shorten(name)),
+        None => validate::shorten(name),
+    })
+}
+
+/// A short rendering of a value for a reason.
+pub(crate) fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("\"{}\"", validate::shorten(s)),
+        Value::Array(_) | Value::Object(_) | Value::Null => type_name(v).to_string(),
+        other => validate::shorten(&other.to_string()),
+    }
+}
+
+/// The metadata every object has. `cx.object` is set to the object's name as soon as known,
+/// and `cx.id` once kind, namespace and name are read and valid.
+pub(crate) struct Meta {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Reads `metadata`; `None` (with problems) when the name or namespace is missing, unreadable
+/// or invalid (such an object cannot be referred to safely), or when a label or annotation
+/// cannot be read (a pod missing a label would leave the policies that select it).
+pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Option<Meta> {
+    let empty = Value::Null;
+    let meta = match get(doc, "metadata") {
+        Some(m @ Value::Object(_)) => m,
+        Some(other) => {
+            cx.wrong_type("metadata", "an object", other);
+            return None;
+        }
+        None => &empty,
+    };
+    let name = cx
+        .required_str(meta, "metadata", "name", "name; object ignored")
+        .map(str::to_string);
+    if let Some(name) = &name {
+        cx.object = validate::shorten(name);
+    }
+    // An unreadable namespace is never replaced by `default`: that would move the object.
+    let namespace = match get(meta, "namespace") {
+        _ if !namespaced => Some(String::new()),
+        None => Some("default".to_string()),
+        Some(Value::String(s)) if s.is_empty() => Some("default".to_string()),
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            cx.wrong_type("metadata.namespace", "a string", other);
+            None
+        }
+    };
+    if let (true, Some(name), Some(ns)) = (namespaced, &name, &namespace) {
+        cx.object = format!("{}/{}", validate::shorten(ns), validate::shorten(name));
+    }
+    let mut valid_name = false;
+    if let Some(name) = &name {
+        let check = if namespaced {
+            validate::dns1123_subdomain(name)
+        } else {
+            validate::dns1123_label(name)
+        };
+        match check {
+            Ok(()) => valid_name = true,
+            Err(e) => cx.error(
+                "metadata.name",
+                format!("invalid name: {e}; object ignored"),
+            ),
+        }
+    }
+    let mut valid_namespace = !namespaced;
+    if let (true, Some(ns)) = (namespaced, &namespace) {
+        match validate::dns1123_label(ns) {
+            Ok(()) => valid_namespace = true,
+            Err(e) => cx.error(
+                "metadata.namespace",
+                format!("invalid namespace: {e}; object ignored"),
+            ),
+        }
+    }
+    if let (true, true, Some(name), Some(namespace)) =
+        (valid_name, valid_namespace, &name, &namespace)
+    {
+        cx.id = Some(ObjectId {
+            kind: cx.kind,
+            namespace: namespace.clone(),
+            name: name.clone(),
+        });
+    }
+    let check = LabelCheck {
+        consequence: "; object ignored",
+    };
+    let (labels, labels_ok) = cx.string_map(meta, "metadata", "labels", Some(check));
+    let (annotations, _) = cx.string_map(meta, "metadata", "annotations", None);
+    if cx.id.is_none() || !labels_ok || cx.rejected {
+        return None;
+    }
+    Some(Meta {
+        namespace: namespace.unwrap_or_default(),
+        name: name.unwrap_or_default(),
+        labels,
+        annotations,
+    })
+}
+
+fn read_namespace(cx: &mut Ctx<'_>, doc: &Value) -> Option<Namespace> {
+    let meta = read_meta(cx, doc, false)?;
+    Some(Namespace {
+        name: meta.name,
+        labels: meta.labels,
+    })
+}
