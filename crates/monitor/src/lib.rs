@@ -36,4 +36,4 @@ pub use nflog::{
 pub use nlmsg::{parse_netlink, parse_nflog_message, NflogRecord, NlItem, ParseError};
 pub use pipeline::EventProcessor;
 pub use report::{aggregate, aggregate_with, workload_name, workload_of, Report};
-pub use time::{parse_duration, Timestamp};
+pub use time::Timestamp;

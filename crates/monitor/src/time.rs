@@ -187,37 +187,6 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
-/// Parses durations like `90s`, `15m`, `1h`, `2d`, `1h30m` (for `--clean-for`).
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let mut total: u64 = 0;
-    let mut digits = String::new();
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let n: u64 = digits.parse().ok()?;
-        digits.clear();
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            'w' => 604_800,
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(unit)?)?;
-    }
-    if !digits.is_empty() {
-        return None; // a bare number is ambiguous: require a unit
-    }
-    Some(Duration::from_secs(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,16 +241,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
-        assert_eq!(parse_duration("45s"), Some(Duration::from_secs(45)));
-        assert_eq!(parse_duration("10"), None);
-        assert_eq!(parse_duration("h"), None);
-        assert_eq!(parse_duration("1y"), None);
-    }
 
     proptest! {
         #[test]
