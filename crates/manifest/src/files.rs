@@ -12,6 +12,60 @@ use crate::{json, validate, LoadError, Problem, Severity};
 
 const EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
+/// The largest manifest file read (larger ones are refused, not read into memory): ten times
+/// a 100,000-pod inventory in one file.
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// Reads a manifest file: only a regular file (a FIFO would block the reader forever, a
+/// device such as `/dev/zero` never ends), opened without blocking, and at most
+/// [`MAX_FILE_BYTES`].
+pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({})", file_type_name(&meta)),
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // The file may grow while it is read: never read past the limit.
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+fn too_large() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("larger than {} MiB", MAX_FILE_BYTES >> 20),
+    )
+}
+
+/// What a non-regular file is, for messages.
+fn file_type_name(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    match () {
+        _ if t.is_dir() => "a directory",
+        _ if t.is_fifo() => "a FIFO",
+        _ if t.is_socket() => "a socket",
+        _ if t.is_char_device() => "a character device",
+        _ if t.is_block_device() => "a block device",
+        _ => "not a regular file",
+    }
+}
+
 /// One step of a listing of the input paths, in load order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Listed {
@@ -123,13 +177,25 @@ fn walk(dir: &Path, out: &mut Vec<Listed>, visited: &mut HashSet<PathBuf>) {
         }
         match std::fs::metadata(&p) {
             Ok(m) if m.is_dir() => walk(&p, out, visited),
-            Ok(m) if m.is_file() => {
+            Ok(m) => {
                 let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-                if EXTENSIONS.iter().any(|x| ext.eq_ignore_ascii_case(x)) {
+                if !EXTENSIONS.iter().any(|x| ext.eq_ignore_ascii_case(x)) {
+                    continue;
+                }
+                if m.is_file() {
                     out.push(Listed::File(p));
+                } else {
+                    // Named like a manifest but a FIFO, socket or device: never opened.
+                    out.push(Listed::Note(Problem {
+                        file: p.display().to_string(),
+                        kind: String::new(),
+                        object: String::new(),
+                        field: String::new(),
+                        reason: format!("{} named like a manifest; skipped", file_type_name(&m)),
+                        severity: Severity::Warning,
+                    }));
                 }
             }
-            Ok(_) => {}
             Err(e) => out.push(io_listed(&p, e)),
         }
     }
@@ -152,7 +218,7 @@ pub(crate) fn read_bytes(label: &str, bytes: Vec<u8>) -> FileRead {
 
 /// Reads a listed file (for [`crate::load_paths`], which keeps no state).
 pub(crate) fn read_file(path: &Path) -> FileRead {
-    match std::fs::read(path) {
+    match read_regular(path) {
         Ok(bytes) => read_bytes(&path.display().to_string(), bytes),
         Err(e) => FileRead::unreadable(io_problem(path, e)),
     }

@@ -320,7 +320,7 @@ impl ManifestSet {
         if previous.is_some_and(|p| p.unchanged(&stamp, self.racy_window)) {
             return Observed::Unchanged;
         }
-        let bytes = match std::fs::read(path) {
+        let bytes = match files::read_regular(path) {
             Ok(b) => b,
             Err(e) => return unreadable(e),
         };

@@ -2880,3 +2880,51 @@ fn problems_about_huge_keys_and_values_stay_short() {
         }
     }
 }
+
+/// A FIFO or a device named like a manifest never blocks or floods the reader: skipped with a
+/// warning under a directory, refused when named explicitly; a file that becomes a FIFO keeps
+/// its last good objects in a [`ManifestSet`].
+#[test]
+fn special_files_are_never_read() {
+    let dir = TempDir::new("special");
+    let d = dir.0.clone();
+    std::fs::write(d.join("a.yaml"), set_pod("p1", "10.0.0.1")).unwrap();
+    let fifo = d.join("evil.yaml");
+    let mode = nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR;
+    nix::unistd::mkfifo(&fifo, mode).unwrap();
+    let opts = LoadOptions::default();
+    let inv = load_paths(std::slice::from_ref(&d), &opts);
+    assert_eq!(inv.pods.len(), 1);
+    let warning = inv
+        .problems
+        .iter()
+        .find(|p| p.file.ends_with("evil.yaml"))
+        .expect("a warning names the FIFO");
+    assert_eq!(warning.severity, Severity::Warning);
+    assert!(warning.reason.contains("a FIFO"), "{}", warning.reason);
+
+    for (path, what) in [
+        (fifo.clone(), "a FIFO"),
+        ("/dev/zero".into(), "a character device"),
+    ] {
+        let inv = load_paths(&[path], &opts);
+        assert!(inv.has_errors());
+        assert!(
+            inv.problems[0]
+                .reason
+                .contains(&format!("not a regular file ({what})")),
+            "{:?}",
+            inv.problems
+        );
+    }
+
+    let a = d.join("a.yaml");
+    let mut set = ManifestSet::new(vec![a.clone()], opts);
+    set.refresh();
+    assert_eq!(set.inventory().pods.len(), 1);
+    std::fs::remove_file(&a).unwrap();
+    nix::unistd::mkfifo(&a, mode).unwrap();
+    set.refresh();
+    assert_eq!(set.inventory().pods.len(), 1, "last good objects kept");
+    assert!(set.inventory().has_errors());
+}

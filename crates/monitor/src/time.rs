@@ -241,7 +241,6 @@ mod tests {
         }
     }
 
-
     proptest! {
         #[test]
         fn round_trips(micros in -62_135_596_800_000_000i64..253_402_300_799_999_999i64) {

@@ -327,6 +327,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut reported: BTreeSet<String> = BTreeSet::new();
     // Pods whose last sync failed: when to retry them, and the delay that led there.
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
+    // Pods refused by the last discovery (their netns cannot be read safely).
+    let mut refused_now;
     loop {
         let changes = manifests.refresh();
         for change in &changes {
@@ -344,6 +346,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
             apply_inventory(&mut engine, fed.as_ref(), inventory, &found.pods, &keep);
             report_refused(&found.refused, &mut reported);
+            refused_now = found.refused.len();
             fed = Some(inventory.clone());
         } else if let Some(inventory) = &fed {
             // The kernel's side of the pods may change without the manifests: interfaces
@@ -353,6 +356,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 engine.set_pod(pod);
             }
             report_refused(&found.refused, &mut reported);
+            refused_now = found.refused.len();
+        } else {
+            refused_now = 0;
         }
         let mut dirty = engine.take_dirty();
         // A netns deleted and created again at the same path holds none of our rules.
@@ -391,7 +397,10 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 warn!("{error}");
             }
             if once {
-                return Ok(if report.errors.is_empty() {
+                if refused_now > 0 {
+                    warn!("{refused_now} pod(s) refused: not programmed");
+                }
+                return Ok(if report.errors.is_empty() && refused_now == 0 {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE

@@ -7,11 +7,38 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// Runs the binary under test; `NETWARDEN_BIN` runs another build (to show a defect on the
+/// build before its fix).
 fn netwarden(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_netwarden"))
+    let bin =
+        std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into());
+    Command::new(bin)
         .args(args)
         .output()
         .expect("run netwarden")
+}
+
+/// Like [`netwarden`], for commands that must end at once: a run longer than 20 s is killed
+/// and fails the test.
+fn netwarden_exits(args: &[&str]) -> Output {
+    let bin =
+        std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into());
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run netwarden");
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("netwarden {args:?} still runs after 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 fn example() -> String {
@@ -325,5 +352,108 @@ fn report_aggregates_events() {
         text.contains("2026-01-01T00:00:00") && text.contains("2026-01-01T00:05:00"),
         "{text}"
     );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Misspelled kinds and apiVersions, a YAML 1.1 boolean as a namespace, and an empty directory
+/// are reported (the first three as errors: `validate` exits 1), each naming its object and
+/// field.
+#[test]
+fn validate_reports_misspellings_and_unreadable_fields() {
+    let dir = temp_dir("misspelled");
+    let policy = |api: Option<&str>, kind: &str, name: &str| {
+        let api = api
+            .map(|a| format!("apiVersion: {a}\n"))
+            .unwrap_or_default();
+        format!("---\n{api}kind: {kind}\nmetadata: {{name: {name}, namespace: x}}\nspec: {{podSelector: {{}}}}\n")
+    };
+    let text = [
+        policy(Some("networking.k8s.io/v1"), "Networkpolicy", "p1"),
+        policy(Some("networking.k8s.io/v1"), "NetworkPolicies", "p2"),
+        policy(Some("networking.k8s.io/v2"), "NetworkPolicy", "p3"),
+        policy(None, "NetworkPolicy", "p4"),
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: y}\n".into(),
+    ]
+    .concat();
+    std::fs::write(dir.join("all.yaml"), text).unwrap();
+    std::fs::create_dir(dir.join("empty")).unwrap();
+    let d = dir.display().to_string();
+    let empty = dir.join("empty").display().to_string();
+    let out = netwarden(&["validate", "-f", &d, &empty, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let problems: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let find = |object: &str| {
+        problems
+            .iter()
+            .find(|p| p["object"].as_str().unwrap_or("").ends_with(object))
+            .unwrap_or_else(|| panic!("no problem for {object}: {problems:?}"))
+    };
+    for (object, field, says) in [
+        ("x/p1", "kind", "did you mean NetworkPolicy"),
+        ("x/p2", "kind", "did you mean NetworkPolicy"),
+        (
+            "x/p3",
+            "apiVersion",
+            "networking.k8s.io/v1, not \"networking.k8s.io/v2\"",
+        ),
+        ("x/p4", "apiVersion", "missing apiVersion"),
+        ("a", "metadata.namespace", "quote the value"),
+    ] {
+        let p = find(object);
+        assert_eq!(p["field"], field, "{p}");
+        assert_eq!(p["severity"], "error", "{p}");
+        assert!(p["reason"].as_str().unwrap().contains(says), "{p}");
+    }
+    let empty_warning = problems
+        .iter()
+        .find(|p| p["file"] == empty.as_str())
+        .expect("the empty directory is reported");
+    assert_eq!(empty_warning["severity"], "warning");
+    // Nothing was moved to `default` or loaded under another kind.
+    let v = json(&netwarden(&[
+        "reach", "-f", &d, "--port", "80/TCP", "-o", "json",
+    ]));
+    assert!(v["probes"].as_array().unwrap().is_empty(), "{v}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Durations are parsed one way everywhere and bounded: no panic on a huge value, no spinning
+/// loop on zero; a refused value exits 2 before anything runs.
+#[test]
+fn durations_out_of_range_are_refused() {
+    let dir = temp_dir("durations");
+    let d = dir.display().to_string();
+    for value in [
+        "0s",
+        "0",
+        "5ms",
+        "100000000h",
+        "1000000000000000000000s",
+        "-1s",
+        "soon",
+        "1mo",
+    ] {
+        let interval = format!("--interval={value}");
+        let clean_for = format!("--clean-for={value}");
+        for args in [
+            vec!["run", "-f", &d, &interval],
+            vec!["report", "-e", "-", &clean_for],
+        ] {
+            let out = netwarden_exits(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+            assert!(stderr.contains("duration"), "{args:?}: {stderr}");
+        }
+    }
+    // The same spellings mean the same everywhere.
+    for value in ["1h30m", "1.5h", "90m", "5400s"] {
+        let out = netwarden(&["report", "-e", "/dev/null", "--clean-for", value]);
+        assert!(
+            out.status.success(),
+            "{value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -5,7 +5,9 @@
 //! - interfaces with unusual kernel names are covered (nft), quoted or refused loudly
 //!   (iptables);
 //! - a netns deleted and created again at the same path is programmed again at once;
-//! - switching backend removes what the other backend left.
+//! - switching backend removes what the other backend left;
+//! - a pod netns path that is a FIFO, or that resolves to netwarden's own netns, is refused
+//!   (exit 1, nothing programmed), unless `--allow-host-netns` says otherwise.
 //!
 //! Each test builds its own namespaces (`nwh<pid>-…`), joined by veths, and removes them even
 //! when it fails. Traffic only flows between them.
@@ -473,4 +475,112 @@ fn a_broken_policy_file_keeps_the_pod_enforced() {
 /// A policy as YAML text (JSON is YAML), one document.
 fn serde_yaml_text(doc: &Value) -> String {
     serde_json::to_string_pretty(doc).unwrap()
+}
+
+/// Defect 5: a FIFO as a pod's netns neither hangs `apply` nor is programmed; the pod is
+/// refused and `apply` fails.
+#[test]
+fn a_fifo_netns_path_is_refused_at_once() {
+    let dir = TempDir::new("nwh-fifo");
+    let fifo = dir.path.join("fifo");
+    nix::unistd::mkfifo(
+        &fifo,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .expect("mkfifo");
+    dir.write(
+        "all.yaml",
+        &docs_text(&[
+            namespace_doc(),
+            pod_doc(&fifo, &["10.9.0.1"]),
+            deny_ingress("NetworkPolicy", "deny", None),
+        ]),
+    );
+    let mut child = Command::new(bin())
+        .args(["apply", "-f"])
+        .arg(&dir.path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run netwarden");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("apply hangs on a FIFO netns path");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "a refused pod fails apply: {stderr}"
+    );
+    assert!(stderr.contains("it is a FIFO"), "{stderr}");
+}
+
+/// Defect 5: paths that resolve to the namespace netwarden itself runs in (on a node: the
+/// host's) are refused unless `--allow-host-netns` is given. netwarden runs inside a scratch
+/// netns here, so even the allowed case touches only that.
+#[test]
+fn the_agents_own_netns_is_refused_unless_allowed() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut nss = Namespaces::new("nwhown");
+    let own = nss.create("own");
+    let name = nss.name("own");
+    let dir = TempDir::new("nwh-own");
+    let link = dir.path.join("link-to-self");
+    std::os::unix::fs::symlink("/proc/self/ns/net", &link).unwrap();
+    let run_inside = |path: &str, extra: &[&str]| {
+        dir.write(
+            "all.yaml",
+            &docs_text(&[
+                namespace_doc(),
+                pod_doc(Path::new(path), &["10.9.0.1"]),
+                deny_ingress("NetworkPolicy", "deny", None),
+            ]),
+        );
+        let out = Command::new("ip")
+            .args(["netns", "exec", &name, &bin(), "apply"])
+            .args(extra)
+            .arg("-f")
+            .arg(&dir.path)
+            .output()
+            .expect("run netwarden in the scratch netns");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for path in [
+        "/proc/self/ns/net",
+        "/proc/thread-self/ns/net",
+        "/proc/self/../self/ns/net",
+        &link.display().to_string(),
+    ] {
+        let (code, stderr) = run_inside(path, &[]);
+        assert_eq!(code, Some(1), "{path}: {stderr}");
+        assert!(
+            stderr.contains("agent's own network namespace"),
+            "{path}: {stderr}"
+        );
+        assert!(
+            leftovers(Backend::Nft, &own).is_empty(),
+            "{path} was programmed"
+        );
+    }
+    let (code, stderr) = run_inside("/proc/self/ns/net", &["--allow-host-netns"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        leftovers(Backend::Nft, &own).len(),
+        1,
+        "allowed: programmed"
+    );
 }
