@@ -66,7 +66,8 @@ pub enum ApplyError {
     #[error("{}: {source}", netns.display())]
     Iptables {
         netns: PathBuf,
-        source: crate::iptables_apply::IptablesError,
+        // Boxed: the largest source, and errors are the rare path.
+        source: Box<crate::iptables_apply::IptablesError>,
     },
     /// A failure injected into a [`FakeDataplane`](crate::fake::FakeDataplane).
     #[error("injected failure in {}", netns.display())]
@@ -74,6 +75,14 @@ pub enum ApplyError {
 }
 
 impl ApplyError {
+    /// A failed stage of the iptables backend in `netns`.
+    pub fn iptables(netns: &Path, source: crate::iptables_apply::IptablesError) -> ApplyError {
+        ApplyError::Iptables {
+            netns: netns.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
     /// Whether the pod's netns no longer exists (the pod is gone: its rules went with it).
     pub fn netns_gone(&self) -> bool {
         match self {

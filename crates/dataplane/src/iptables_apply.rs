@@ -191,10 +191,7 @@ impl IptablesDataplane {
         ruleset: &IptablesRulesetRef,
         result: Result<(), IptablesError>,
     ) -> Result<ApplyOutcome, ApplyError> {
-        let err = |source| ApplyError::Iptables {
-            netns: netns.to_owned(),
-            source,
-        };
+        let err = |source| ApplyError::iptables(netns, source);
         match (result, ruleset) {
             (Err(e), None) if e.netns_gone() => return Ok(ApplyOutcome::Removed),
             (Err(e), _) => return Err(err(e)),
@@ -316,20 +313,14 @@ impl Dataplane for IptablesDataplane {
         match remove_from(netns).and_then(|()| Self::remove_nft_leftovers(netns)) {
             Ok(()) => Ok(()),
             Err(e) if e.netns_gone() => Ok(()),
-            Err(source) => Err(ApplyError::Iptables {
-                netns: netns.to_owned(),
-                source,
-            }),
+            Err(source) => Err(ApplyError::iptables(netns, source)),
         }
     }
 
     /// Both filter tables and our sets, as `### ipset` / `### v4` / `### v6` sections; `None`
     /// when no rule, user chain or set of ours is left.
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
-        let state = read_state(netns).map_err(|source| ApplyError::Iptables {
-            netns: netns.to_owned(),
-            source,
-        })?;
+        let state = read_state(netns).map_err(|source| ApplyError::iptables(netns, source))?;
         if state.is_clean() {
             return Ok(None);
         }

@@ -324,10 +324,8 @@ impl NftDataplane {
         }
         if committed.iptables_leftovers {
             // After the nft table is in place: the pod is enforced throughout.
-            crate::iptables_apply::remove_from(netns).map_err(|source| ApplyError::Iptables {
-                netns: netns.to_owned(),
-                source,
-            })?;
+            crate::iptables_apply::remove_from(netns)
+                .map_err(|source| ApplyError::iptables(netns, source))?;
         }
         self.state.insert(netns.to_owned(), committed.after);
         self.applied

@@ -779,9 +779,13 @@ fn a_cut_transaction_is_never_committed() {
     let mut committed = 0;
     for cut in (4096..text.len()).step_by(64 * 4096) {
         let line_end = text[..cut].rfind('\n').unwrap_or(0);
-        let out =
-            netns::exec_in_unchecked(&pod, "nft", &["-f", "-"], Some(text[..line_end].as_bytes()))
-                .unwrap();
+        let out = netns::exec_in_unchecked(
+            &pod,
+            "nft",
+            &["-f", "-"],
+            Some(&text.as_bytes()[..line_end]),
+        )
+        .unwrap();
         committed += usize::from(out.status.success());
         // Back to the whole old table for the next cut.
         dp.forget(&pod);

@@ -135,9 +135,9 @@ pub fn parse_duration_within(s: &str, min: Duration, max: Duration) -> Result<Du
 pub fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
-        _ if ms % 3_600_000 == 0 && ms > 0 => format!("{}h", ms / 3_600_000),
-        _ if ms % 60_000 == 0 && ms > 0 => format!("{}m", ms / 60_000),
-        _ if ms % 1_000 == 0 && ms > 0 => format!("{}s", ms / 1_000),
+        _ if ms.is_multiple_of(3_600_000) && ms > 0 => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) && ms > 0 => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1_000) && ms > 0 => format!("{}s", ms / 1_000),
         _ => format!("{ms}ms"),
     }
 }

@@ -140,11 +140,11 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
                 .map(PathBuf::from);
             // The pod left its old netns (deleted, or recreated elsewhere): clean the old one.
             if let Some(old) = self.programmed.get(&key).cloned() {
-                if netns.as_ref() != Some(&old) || rules.as_ref().is_none_or(|r| !r.is_isolated()) {
-                    if self.remove_from(&key, &old, &mut report) {
-                        report.removed += 1;
-                        self.programmed.remove(&key);
-                    }
+                let left =
+                    netns.as_ref() != Some(&old) || rules.as_ref().is_none_or(|r| !r.is_isolated());
+                if left && self.remove_from(&key, &old, &mut report) {
+                    report.removed += 1;
+                    self.programmed.remove(&key);
                 }
             }
             let Some(rules) = rules else {

@@ -265,7 +265,7 @@ fn churn(backend: &str, tag: &str) {
         successful_syncs(&std::fs::read_to_string(&log).unwrap_or_default()) > 0
     });
 
-    let mut rng = Lcg(0x6368_7572_6e);
+    let mut rng = Lcg(0x0063_6875_726e);
     let started = Instant::now();
     let mut warm: Option<ProcessStats> = None;
     let mut peak_rss = 0;
