@@ -22,16 +22,19 @@ pub const MAX_FILE_BYTES: u64 = 1 << 30;
 pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    // Judged before opening, so that a device's open handler never runs; judged again on the
+    // open file, in case the path was swapped in between (then at worst a non-blocking open).
+    let before = std::fs::metadata(path)?;
+    if !before.is_file() {
+        return Err(not_regular(&before));
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("not a regular file ({})", file_type_name(&meta)),
-        ));
+        return Err(not_regular(&meta));
     }
     if meta.len() > MAX_FILE_BYTES {
         return Err(too_large());
@@ -43,6 +46,13 @@ pub(crate) fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
         return Err(too_large());
     }
     Ok(bytes)
+}
+
+fn not_regular(meta: &std::fs::Metadata) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("not a regular file ({})", file_type_name(meta)),
+    )
 }
 
 fn too_large() -> std::io::Error {
