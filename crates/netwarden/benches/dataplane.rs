@@ -70,6 +70,8 @@ struct Params {
     sync_namespaces: usize,
     sync_pods_per_namespace: usize,
     sync_repeats: usize,
+    /// ipBlocks of the large-policy sync (the hardening issue's 40,000).
+    large_blocks: usize,
 }
 
 impl Params {
@@ -87,6 +89,7 @@ impl Params {
                 sync_namespaces: 2,
                 sync_pods_per_namespace: 5,
                 sync_repeats: 1,
+                large_blocks: 2_000,
             }
         } else {
             Params {
@@ -101,6 +104,7 @@ impl Params {
                 sync_namespaces: 10,
                 sync_pods_per_namespace: 11,
                 sync_repeats: 3,
+                large_blocks: 40_000,
             }
         }
     }
@@ -1250,6 +1254,97 @@ fn full_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// A policy allowing `blocks` single-address ipBlocks (every third address from 10.64.0.0, so
+/// none merge) to TCP 8080 of one pod; `variant` moves the last block.
+fn large_policy(blocks: usize, variant: u32) -> netwarden_engine::Policy {
+    let base = u32::from(Ipv4Addr::new(10, 64, 0, 0));
+    let cidrs: Vec<String> = (0..blocks as u32)
+        .map(|i| {
+            let i = if i + 1 == blocks as u32 {
+                i + variant * 7
+            } else {
+                i
+            };
+            format!("{}/32", Ipv4Addr::from(base + 3 * i))
+        })
+        .collect();
+    netpol(
+        NS,
+        "large",
+        selector(&[("app", "server")]),
+        Some(vec![rule(
+            cidrs.iter().map(|c| ip_block(c, &[])).collect(),
+            vec![tcp(8080)],
+        )]),
+        None,
+    )
+}
+
+/// The sync of one pod whose policy has many ipBlocks, per phase and backend: the engine's
+/// computation, a first sync, a sync after one block changed, a sync with nothing changed —
+/// against what `nft -f` alone takes to load the same table.
+fn large_policy_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
+    let blocks = params.large_blocks;
+    println!(
+        "
+one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
+        params.sync_repeats
+    );
+    let key = PodKey::new(NS, "server");
+    let mut computes = Vec::new();
+    let mut floors = Vec::new();
+    let mut phases: BTreeMap<(&str, usize, &str), Vec<Duration>> = BTreeMap::new();
+    for rep in 0..params.sync_repeats {
+        for backend in [Backend::Nft, Backend::Iptables] {
+            let path = guard.create(&format!("{}large{rep}{}", prefix(), backend.as_str()));
+            let mut engine = Engine::new(EngineOptions::default());
+            let mut server = pod(NS, "server", &[("app", "server")], &[&SERVER.to_string()]);
+            server.netns = Some(path.to_string_lossy().into_owned());
+            engine.set_pod(server);
+            let started = Instant::now();
+            engine.set_policy(large_policy(blocks, 0));
+            let rules = engine.pod_rules(&key).expect("server pod");
+            computes.push(started.elapsed());
+            if backend == Backend::Nft {
+                let text = render_nft(&rules, opts).expect("renders");
+                let floor = guard.create(&format!("{}largefloor{rep}", prefix()));
+                let started = Instant::now();
+                run_stdin(&floor, "nft", &["-f", "-"], Some(&text));
+                floors.push(started.elapsed());
+            }
+            let mut syncer: Box<dyn Reconciler> = netwarden::sync::for_backend(backend, *opts);
+            let mut sync = |engine: &mut Engine, order: usize, phase: &'static str| {
+                let report = syncer.sync(engine, [key.clone()].into_iter().collect());
+                assert!(report.errors.is_empty(), "{:?}", report.errors);
+                phases
+                    .entry((backend.as_str(), phase))
+                    .or_default()
+                    .push(report.duration);
+            };
+            sync(&mut engine, 0, "first sync");
+            engine.set_policy(large_policy(blocks, 1));
+            sync(&mut engine, 1, "one block changed");
+            sync(&mut engine, 2, "nothing changed");
+            assert!(syncer.remove_all().is_empty());
+        }
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        ms(v[v.len() / 2])
+    };
+    println!(
+        "  engine (policy set, pod rules computed): {:>8.1} ms",
+        median(computes)
+    );
+    println!(
+        "  nft -f of the rendered table, alone:     {:>8.1} ms",
+        median(floors)
+    );
+    for ((backend, _, phase), times) in phases {
+        println!("  {backend:<9} {phase:<18} {:>8.1} ms", median(times));
+    }
+}
+
 // ----- main --------------------------------------------------------------------------------
 
 fn main() {
@@ -1282,6 +1377,7 @@ fn main() {
     rule_counts(&opts);
     apply_latency(&params, &mut guard, &opts);
     full_sync(&params, &mut guard, &opts);
+    large_policy_sync(&params, &mut guard, &opts);
     let dp = data_path(&params, &mut guard);
     report_ratios(&params, &dp);
     drop(guard);
