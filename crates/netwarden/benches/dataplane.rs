@@ -1317,7 +1317,7 @@ one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
                 let report = syncer.sync(engine, [key.clone()].into_iter().collect());
                 assert!(report.errors.is_empty(), "{:?}", report.errors);
                 phases
-                    .entry((backend.as_str(), phase))
+                    .entry((backend.as_str(), order, phase))
                     .or_default()
                     .push(report.duration);
             };
