@@ -109,7 +109,12 @@ pub enum DiscoverError {
 /// The interfaces with an L3 address in the netns at `path`, except `lo` (see the module doc).
 /// The path goes through the checks of [`Netns::open`].
 pub fn interfaces(path: &Path) -> Result<Vec<DiscoveredInterface>, DiscoverError> {
-    Netns::open(path)?.run(interfaces_here)?
+    interfaces_of(&Netns::open(path)?)
+}
+
+/// [`interfaces`] of a netns already opened (and checked).
+pub fn interfaces_of(netns: &Netns) -> Result<Vec<DiscoveredInterface>, DiscoverError> {
+    netns.run(interfaces_here)?
 }
 
 /// [`interfaces`] of the calling thread's netns: only ever run on a thread of [`Netns::run`]

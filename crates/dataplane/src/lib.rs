@@ -25,7 +25,7 @@ pub mod nft_contexts;
 pub mod nft_plan;
 
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane};
-pub use discover::{interfaces, DiscoverError, DiscoveredInterface};
+pub use discover::{interfaces, interfaces_of, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;
 pub use netns::{exec_in, netns_id, run_in, Netns, NetnsAccess, NetnsError, NetnsId};

@@ -24,7 +24,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use netwarden_dataplane::{Backend, DiscoveredInterface};
+use netwarden_dataplane::{Backend, DiscoveredInterface, NetnsId};
 use netwarden_engine::{
     Engine, EngineOptions, NetworkId, NetworkType, ObjectKey, Pod, PodInterface, PodKey, PolicyRef,
 };
@@ -218,6 +218,9 @@ struct Discovery {
 fn discover(manifest_pods: &[Pod]) -> Discovery {
     let mut pods = Vec::with_capacity(manifest_pods.len());
     let mut refused = BTreeMap::new();
+    // Which pods name each namespace: two pods never share one (a pod annotated with another
+    // pod's netns would replace that pod's rules with its own).
+    let mut owners: BTreeMap<NetnsId, Vec<PodKey>> = BTreeMap::new();
     for pod in manifest_pods {
         let mut pod = pod.clone();
         let path = match (&pod.netns, pod.host_network) {
@@ -227,7 +230,13 @@ fn discover(manifest_pods: &[Pod]) -> Discovery {
                 continue;
             }
         };
-        match netwarden_dataplane::interfaces(&path) {
+        let found = netwarden_dataplane::Netns::open(&path)
+            .map_err(netwarden_dataplane::DiscoverError::from)
+            .and_then(|netns| {
+                owners.entry(netns.id()).or_default().push(pod.key.clone());
+                netwarden_dataplane::interfaces_of(&netns)
+            });
+        match found {
             Ok(found) => {
                 let notes = merge_discovered(&mut pod, &found);
                 for name in notes.unmatched {
@@ -254,6 +263,20 @@ fn discover(manifest_pods: &[Pod]) -> Discovery {
                 );
             }
         }
+    }
+    for (id, keys) in owners.into_iter().filter(|(_, keys)| keys.len() > 1) {
+        let names: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        for key in &keys {
+            refused.insert(
+                key.clone(),
+                format!(
+                    "its netns annotation names network namespace {id}, which pods {} all name; \
+                     none of them is programmed until only one does",
+                    names.join(", ")
+                ),
+            );
+        }
+        pods.retain(|p| !keys.contains(&p.key));
     }
     Discovery { pods, refused }
 }

@@ -584,3 +584,65 @@ fn the_agents_own_netns_is_refused_unless_allowed() {
         "allowed: programmed"
     );
 }
+
+/// A pod annotated with another pod's netns (here through a symlink) would make netwarden
+/// program the victim's netns with the intruder's rules — none, so the victim's table would be
+/// removed. Two pods naming one namespace are both refused: the victim keeps its rules, and
+/// `apply` fails naming both.
+#[test]
+fn two_pods_naming_one_netns_are_refused() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut nss = Namespaces::new("nwhdup");
+    let pod = nss.create("pod");
+    let client = nss.create("client");
+    let client_name = nss.name("client");
+    veth(&pod, "eth0", &client, &client_name, "c1", "10.231.97");
+    let _l = [
+        listen(&pod, "10.231.97.1:8080"),
+        listen(&pod, "10.231.97.1:8081"),
+    ];
+    wait_reachable(&client, "10.231.97.1:8081");
+    let dir = TempDir::new("dup");
+    let victim = pod_doc(&pod, &["10.231.97.1"]);
+    dir.write(
+        "all.yaml",
+        &docs_text(&[
+            namespace_doc(),
+            victim.clone(),
+            deny_ingress("NetworkPolicy", "np", Some(8080)),
+        ]),
+    );
+    let out = apply(&dir.path, Backend::Nft);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_refused(&client, "10.231.97.1:8081", "enforced");
+
+    let link = dir.path.join("looks-like-mine");
+    std::os::unix::fs::symlink(&pod, &link).unwrap();
+    let mut intruder = pod_doc(&link, &["10.231.96.1"]);
+    intruder["metadata"]["name"] = json!("intruder");
+    intruder["metadata"]["labels"] = json!({"app": "other"});
+    dir.write(
+        "all.yaml",
+        &docs_text(&[
+            namespace_doc(),
+            victim,
+            intruder,
+            deny_ingress("NetworkPolicy", "np", Some(8080)),
+        ]),
+    );
+    let out = apply(&dir.path, Backend::Nft);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("h/web") && stderr.contains("h/intruder"),
+        "{stderr}"
+    );
+    assert_refused(&client, "10.231.97.1:8081", "still enforced");
+    assert_connects(&client, "10.231.97.1:8080", "still allowed");
+}
