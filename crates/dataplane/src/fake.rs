@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use netwarden_engine::PodRules;
-use netwarden_render::nft::{build_table, Table};
+use netwarden_render::nft::Table;
 use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{ApplyError, ApplyOutcome, Backend, Dataplane};
@@ -96,7 +96,7 @@ impl Dataplane for FakeDataplane {
     const BACKEND: Backend = Backend::Nft;
 
     fn render(&self, rules: &PodRules) -> Result<NftRuleset, RenderError> {
-        Ok(build_table(rules, &self.options)?.map(Arc::new))
+        crate::nft_apply::render_ruleset(rules, &self.options)
     }
 
     fn apply(&mut self, netns: &Path, ruleset: &NftRuleset) -> Result<ApplyOutcome, ApplyError> {

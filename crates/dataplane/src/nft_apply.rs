@@ -357,12 +357,20 @@ impl NftDataplane {
     }
 }
 
+/// The table a pod's rules need, shared by every nft-shaped dataplane (this one and the fake).
+pub(crate) fn render_ruleset(
+    rules: &PodRules,
+    options: &RenderOptions,
+) -> Result<NftRuleset, RenderError> {
+    Ok(build_table(rules, options)?.map(Arc::new))
+}
+
 impl Dataplane for NftDataplane {
     type Ruleset = NftRuleset;
     const BACKEND: Backend = Backend::Nft;
 
     fn render(&self, rules: &PodRules) -> Result<NftRuleset, RenderError> {
-        Ok(build_table(rules, &self.options)?.map(Arc::new))
+        render_ruleset(rules, &self.options)
     }
 
     fn apply(&mut self, netns: &Path, ruleset: &NftRuleset) -> Result<ApplyOutcome, ApplyError> {

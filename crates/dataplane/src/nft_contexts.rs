@@ -61,6 +61,11 @@ impl ContextPool {
                 used: self.tick,
             },
         );
+        self.evict_beyond_max();
+    }
+
+    /// Closes the least recently used contexts until at most `max` are open.
+    fn evict_beyond_max(&mut self) {
         while self.open.len() > self.max {
             let Some(oldest) = self
                 .open
@@ -98,16 +103,6 @@ impl ContextPool {
 
     pub fn set_max(&mut self, max: usize) {
         self.max = max;
-        while self.open.len() > max {
-            let Some(oldest) = self
-                .open
-                .iter()
-                .min_by_key(|(_, p)| p.used)
-                .map(|(path, _)| path.clone())
-            else {
-                break;
-            };
-            self.open.remove(&oldest);
-        }
+        self.evict_beyond_max();
     }
 }

@@ -114,26 +114,24 @@ fn list_path(path: &Path, out: &mut Vec<Listed>) {
         .iter()
         .any(|l| matches!(l, Listed::File(_) | Listed::Unlistable { .. }));
     if !listed_anything {
-        out.push(Listed::Note(Problem {
-            file: path.display().to_string(),
-            kind: String::new(),
-            object: String::new(),
-            field: String::new(),
-            reason: "no manifest files (*.yaml, *.yml, *.json) in this directory".into(),
-            severity: Severity::Warning,
-        }));
+        out.push(Listed::Note(Problem::untyped(
+            Severity::Warning,
+            path.display().to_string(),
+            "",
+            "",
+            "no manifest files (*.yaml, *.yml, *.json) in this directory",
+        )));
     }
 }
 
 fn io_problem(path: &Path, e: std::io::Error) -> Problem {
-    Problem {
-        file: path.display().to_string(),
-        kind: String::new(),
-        object: String::new(),
-        field: String::new(),
-        reason: LoadError::Io(e).to_string(),
-        severity: Severity::Error,
-    }
+    Problem::untyped(
+        Severity::Error,
+        path.display().to_string(),
+        "",
+        "",
+        LoadError::Io(e).to_string(),
+    )
 }
 
 fn io_listed(path: &Path, e: std::io::Error) -> Listed {
@@ -196,14 +194,13 @@ fn walk(dir: &Path, out: &mut Vec<Listed>, visited: &mut HashSet<PathBuf>) {
                     out.push(Listed::File(p));
                 } else {
                     // Named like a manifest but a FIFO, socket or device: never opened.
-                    out.push(Listed::Note(Problem {
-                        file: p.display().to_string(),
-                        kind: String::new(),
-                        object: String::new(),
-                        field: String::new(),
-                        reason: format!("{} named like a manifest; skipped", file_type_name(&m)),
-                        severity: Severity::Warning,
-                    }));
+                    out.push(Listed::Note(Problem::untyped(
+                        Severity::Warning,
+                        p.display().to_string(),
+                        "",
+                        "",
+                        format!("{} named like a manifest; skipped", file_type_name(&m)),
+                    )));
                 }
             }
             Err(e) => out.push(io_listed(&p, e)),
@@ -215,14 +212,13 @@ fn walk(dir: &Path, out: &mut Vec<Listed>, visited: &mut HashSet<PathBuf>) {
 pub(crate) fn read_bytes(label: &str, bytes: Vec<u8>) -> FileRead {
     match String::from_utf8(bytes) {
         Ok(text) => FileRead::from_text(label, &text),
-        Err(_) => FileRead::unreadable(Problem {
-            file: label.to_string(),
-            kind: String::new(),
-            object: String::new(),
-            field: String::new(),
-            reason: "not UTF-8 text".into(),
-            severity: Severity::Error,
-        }),
+        Err(_) => FileRead::unreadable(Problem::untyped(
+            Severity::Error,
+            label.to_string(),
+            "",
+            "",
+            "not UTF-8 text",
+        )),
     }
 }
 

@@ -131,6 +131,26 @@ pub struct Problem {
     pub severity: Severity,
 }
 
+impl Problem {
+    /// A problem not tied to one object's kind (a file, a document, a listing).
+    pub fn untyped(
+        severity: Severity,
+        file: impl Into<String>,
+        object: impl Into<String>,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Problem {
+        Problem {
+            file: file.into(),
+            kind: String::new(),
+            object: object.into(),
+            field: field.into(),
+            reason: reason.into(),
+            severity,
+        }
+    }
+}
+
 impl fmt::Display for Problem {
     /// `file: Kind ns/name: field: reason`, leaving out the parts that are empty.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -120,13 +120,14 @@ impl FileRead {
                     problems: doc
                         .duplicate_keys
                         .iter()
-                        .map(|path| Problem {
-                            file: file.to_string(),
-                            kind: String::new(),
-                            object: format!("#{}", doc.index),
-                            field: path.clone(),
-                            reason: "duplicate key; the last value is used".into(),
-                            severity: Severity::Warning,
+                        .map(|path| {
+                            Problem::untyped(
+                                Severity::Warning,
+                                file.to_string(),
+                                format!("#{}", doc.index),
+                                path.clone(),
+                                "duplicate key; the last value is used",
+                            )
                         })
                         .collect(),
                     outcome: Outcome::Skipped,
@@ -154,14 +155,13 @@ impl FileRead {
     ) {
         let mut problems = Vec::new();
         let mut fail = |field: &str, reason: String| {
-            problems.push(Problem {
-                file: file.to_string(),
-                kind: String::new(),
-                object: label.to_string(),
-                field: field.to_string(),
+            problems.push(Problem::untyped(
+                Severity::Error,
+                file.to_string(),
+                label.to_string(),
+                field.to_string(),
                 reason,
-                severity: Severity::Error,
-            });
+            ));
         };
         if !doc.is_object() {
             fail("", format!("expected an object, found {}", type_name(doc)));
@@ -245,13 +245,14 @@ impl FileRead {
         api_version: ApiVersion<'_>,
         depth: usize,
     ) {
-        let fail = |field: &str, reason: String| Problem {
-            file: file.to_string(),
-            kind: String::new(),
-            object: label.to_string(),
-            field: field.to_string(),
-            reason,
-            severity: Severity::Error,
+        let fail = |field: &str, reason: String| {
+            Problem::untyped(
+                Severity::Error,
+                file.to_string(),
+                label.to_string(),
+                field.to_string(),
+                reason,
+            )
         };
         if depth >= MAX_LIST_DEPTH {
             let problem = fail("items", "Lists nested too deep".into());

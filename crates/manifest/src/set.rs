@@ -298,14 +298,13 @@ impl ManifestSet {
             if e.kind() == std::io::ErrorKind::NotFound {
                 return Observed::Gone;
             }
-            let problem = Problem {
-                file: label.clone(),
-                kind: String::new(),
-                object: String::new(),
-                field: String::new(),
-                reason: crate::LoadError::Io(e).to_string(),
-                severity: Severity::Error,
-            };
+            let problem = Problem::untyped(
+                Severity::Error,
+                label.clone(),
+                "",
+                "",
+                crate::LoadError::Io(e).to_string(),
+            );
             Observed::Read(Tracked {
                 stamp: None,
                 hash: None,
@@ -422,14 +421,13 @@ pub(crate) fn merge(file: &str, previous: Option<FileRead>, seen: FileRead) -> F
 fn keep_all(file: &str, previous: FileRead, seen: FileRead, note: String) -> FileRead {
     let mut file_problems = seen.file_problems;
     file_problems.extend(seen.entries.into_iter().flat_map(|e| e.problems));
-    file_problems.push(Problem {
-        file: file.to_string(),
-        kind: String::new(),
-        object: String::new(),
-        field: String::new(),
-        reason: note,
-        severity: Severity::Warning,
-    });
+    file_problems.push(Problem::untyped(
+        Severity::Warning,
+        file.to_string(),
+        "",
+        "",
+        note,
+    ));
     let entries = previous
         .entries
         .into_iter()
