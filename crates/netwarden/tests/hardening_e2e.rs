@@ -43,6 +43,36 @@ fn veth(pod: &Path, pod_if: &str, client: &Path, client_name: &str, client_if: &
     );
 }
 
+/// A pod netns serving TCP 8080 and 8081 on `<net>.1` (eth0), and a client netns at `<net>.2`
+/// that reaches both before any rule is applied.
+struct ServedPod {
+    pod: std::path::PathBuf,
+    client: std::path::PathBuf,
+    _listeners: [std::net::TcpListener; 2],
+    // Last: the namespaces go after the sockets in them.
+    _nss: Namespaces,
+}
+
+impl ServedPod {
+    fn new(tag: &str, net: &str) -> ServedPod {
+        let mut nss = Namespaces::new(tag);
+        let pod = nss.create("pod");
+        let client = nss.create("client");
+        veth(&pod, "eth0", &client, &nss.name("client"), "c1", net);
+        let listeners = [
+            listen(&pod, &format!("{net}.1:8080")),
+            listen(&pod, &format!("{net}.1:8081")),
+        ];
+        wait_reachable(&client, &format!("{net}.1:8081"));
+        ServedPod {
+            pod,
+            client,
+            _listeners: listeners,
+            _nss: nss,
+        }
+    }
+}
+
 /// Everything of netwarden's backend `backend` that the system tools show in `netns`.
 fn leftovers(backend: Backend, netns: &Path) -> Vec<String> {
     let text = |program: &str, args: &[&str]| {
@@ -347,16 +377,8 @@ fn switching_backend_removes_the_other_backends_rules() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("nwhsw");
-    let pod = nss.create("pod");
-    let client = nss.create("client");
-    let client_name = nss.name("client");
-    veth(&pod, "eth0", &client, &client_name, "c1", "10.231.95");
-    let _l = [
-        listen(&pod, "10.231.95.1:8080"),
-        listen(&pod, "10.231.95.1:8081"),
-    ];
-    wait_reachable(&client, "10.231.95.1:8081");
+    let served = ServedPod::new("nwhsw", "10.231.95");
+    let (pod, client) = (served.pod.clone(), served.client.clone());
     let dir = TempDir::new("sw");
     dir.write(
         "pods.yaml",
@@ -404,16 +426,8 @@ fn a_broken_policy_file_keeps_the_pod_enforced() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("nwhbf");
-    let pod = nss.create("pod");
-    let client = nss.create("client");
-    let client_name = nss.name("client");
-    veth(&pod, "eth0", &client, &client_name, "c1", "10.231.98");
-    let _l = [
-        listen(&pod, "10.231.98.1:8080"),
-        listen(&pod, "10.231.98.1:8081"),
-    ];
-    wait_reachable(&client, "10.231.98.1:8081");
+    let served = ServedPod::new("nwhbf", "10.231.98");
+    let (pod, client) = (served.pod.clone(), served.client.clone());
     let dir = TempDir::new("bf");
     dir.write(
         "pods.yaml",
@@ -594,16 +608,8 @@ fn two_pods_naming_one_netns_are_refused() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("nwhdup");
-    let pod = nss.create("pod");
-    let client = nss.create("client");
-    let client_name = nss.name("client");
-    veth(&pod, "eth0", &client, &client_name, "c1", "10.231.97");
-    let _l = [
-        listen(&pod, "10.231.97.1:8080"),
-        listen(&pod, "10.231.97.1:8081"),
-    ];
-    wait_reachable(&client, "10.231.97.1:8081");
+    let served = ServedPod::new("nwhdup", "10.231.97");
+    let (pod, client) = (served.pod.clone(), served.client.clone());
     let dir = TempDir::new("dup");
     let victim = pod_doc(&pod, &["10.231.97.1"]);
     dir.write(
