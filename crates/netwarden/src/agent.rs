@@ -347,7 +347,10 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut manifests = ManifestSet::new(config.paths.clone(), config.load.clone());
     // What the engine was last fed, to remove what disappears.
     let mut fed: Option<Inventory> = None;
-    let mut reported: BTreeSet<String> = BTreeSet::new();
+    // What was last reported: a line is logged when it appears, not at every tick, and
+    // again if it goes away and comes back. Only current lines are kept (bounded memory).
+    let mut problems_shown: BTreeSet<String> = BTreeSet::new();
+    let mut refusals_shown: BTreeSet<String> = BTreeSet::new();
     // Pods whose last sync failed: when to retry them, and the delay that led there.
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     // Pods refused by the last discovery (their netns cannot be read safely).
@@ -359,16 +362,12 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         }
         if !changes.is_empty() || fed.is_none() {
             let inventory = manifests.inventory();
-            for problem in &inventory.problems {
-                let line = problem.to_string();
-                if reported.insert(line.clone()) {
-                    warn!("{line}");
-                }
-            }
+            let problems = inventory.problems.iter().map(ToString::to_string);
+            warn_new(problems.collect(), &mut problems_shown);
             let found = discover(&inventory.pods);
             let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
             apply_inventory(&mut engine, fed.as_ref(), inventory, &found.pods, &keep);
-            report_refused(&found.refused, &mut reported);
+            warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
             fed = Some(inventory.clone());
         } else if let Some(inventory) = &fed {
@@ -378,7 +377,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             for pod in found.pods {
                 engine.set_pod(pod);
             }
-            report_refused(&found.refused, &mut reported);
+            warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
         } else {
             refused_now = 0;
@@ -434,14 +433,20 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     }
 }
 
-/// Logs each refused pod once per distinct reason.
-fn report_refused(refused: &BTreeMap<PodKey, String>, reported: &mut BTreeSet<String>) {
-    for (key, why) in refused {
-        let line = format!("{key}: refused, its rules stay as they are: {why}");
-        if reported.insert(line.clone()) {
-            warn!("{line}");
-        }
+/// One line per refused pod.
+fn refusal_lines(refused: &BTreeMap<PodKey, String>) -> BTreeSet<String> {
+    refused
+        .iter()
+        .map(|(key, why)| format!("{key}: refused, its rules stay as they are: {why}"))
+        .collect()
+}
+
+/// Logs the lines of `now` that `shown` lacks, then remembers `now` only.
+fn warn_new(now: BTreeSet<String>, shown: &mut BTreeSet<String>) {
+    for line in now.difference(shown) {
+        warn!("{line}");
     }
+    *shown = now;
 }
 
 #[cfg(test)]
