@@ -28,45 +28,60 @@ pub fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
     }
 }
 
-fn parse_ips(ips: &[&str]) -> Vec<IpAddr> {
-    ips.iter()
-        .map(|s| s.parse().expect("test address"))
-        .collect()
+/// A pod interface `name` on `network` holding `addrs`: each an address with its on-link
+/// prefix length (`10.0.0.1/16`), or without (`10.0.0.1`: /24 for IPv4, /64 for IPv6).
+pub fn interface(name: &str, network: NetworkId, addrs: &[&str]) -> PodInterface {
+    let (ips, prefix_lens): (Vec<IpAddr>, Vec<u8>) = addrs
+        .iter()
+        .map(|a| {
+            let (ip, len) = a.split_once('/').unwrap_or((a, ""));
+            let ip: IpAddr = ip.parse().expect("test address");
+            let len = match len {
+                "" if ip.is_ipv4() => 24,
+                "" => 64,
+                len => len.parse().expect("test prefix length"),
+            };
+            (ip, len)
+        })
+        .unzip();
+    PodInterface {
+        name: name.into(),
+        network,
+        ips,
+        prefix_lens,
+    }
 }
 
-/// A pod with a primary interface `eth0` holding `ips`.
+/// A pod with a primary interface `eth0` holding `ips` (see [`interface`]).
 pub fn pod(ns: &str, name: &str, pod_labels: &[(&str, &str)], ips: &[&str]) -> Pod {
-    let ips = parse_ips(ips);
+    pod_with_interfaces(
+        ns,
+        name,
+        pod_labels,
+        vec![interface("eth0", NetworkId::Primary, ips)],
+    )
+}
+
+/// A pod with exactly `interfaces` (none: a pod without addresses).
+pub fn pod_with_interfaces(
+    ns: &str,
+    name: &str,
+    pod_labels: &[(&str, &str)],
+    interfaces: Vec<PodInterface>,
+) -> Pod {
     Pod {
         key: PodKey::new(ns, name),
         labels: labels(pod_labels),
         host_network: false,
         container_ports: Vec::new(),
-        interfaces: vec![PodInterface {
-            name: "eth0".into(),
-            network: NetworkId::Primary,
-            prefix_lens: ips
-                .iter()
-                .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
-                .collect(),
-            ips,
-        }],
+        interfaces,
         netns: None,
     }
 }
 
-/// Adds a secondary interface on `network`.
+/// Adds a secondary interface on `network` (see [`interface`]).
 pub fn with_interface(mut pod: Pod, name: &str, network: NetworkId, ips: &[&str]) -> Pod {
-    let ips = parse_ips(ips);
-    pod.interfaces.push(PodInterface {
-        name: name.into(),
-        network,
-        prefix_lens: ips
-            .iter()
-            .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
-            .collect(),
-        ips,
-    });
+    pod.interfaces.push(interface(name, network, ips));
     pod
 }
 
@@ -134,6 +149,11 @@ pub fn pods_peer(
     }
 }
 
+/// Pods of the policy's namespace carrying `pairs` as labels.
+pub fn pods_with(pairs: &[(&str, &str)]) -> Peer {
+    pods_peer(Some(selector(pairs)), None)
+}
+
 pub fn ip_block(cidr: &str, except: &[&str]) -> Peer {
     Peer::IpBlock(IpBlock {
         cidr: cidr.parse().expect("test cidr"),
@@ -149,6 +169,15 @@ pub fn tcp(port: u16) -> PolicyPort {
         protocol: Protocol::Tcp,
         port: Some(PortRef::Number(port)),
         end_port: None,
+    }
+}
+
+/// `port` (`None`: every port) of `protocol`, up to `end_port` when given.
+pub fn port(protocol: Protocol, port: Option<u16>, end_port: Option<u16>) -> PolicyPort {
+    PolicyPort {
+        protocol,
+        port: port.map(PortRef::Number),
+        end_port,
     }
 }
 

@@ -19,26 +19,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use netwarden_testing::{
-    ip, listen, probe, root_or_skip, run_in, AgentProcess, Namespaces, ProcessStats, TempDir,
+    heavy_lock, ip, listen, netwarden_bin, probe, root_or_skip, run_in, successful_syncs,
+    successful_syncs_in, veth, AgentProcess, Lcg, Namespaces, ProcessStats, TempDir,
 };
 use serde_json::{json, Value};
-
-fn bin() -> String {
-    std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into())
-}
-
-/// A deterministic random source (no randomness crate).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 33) % n.max(1) as u64) as usize
-    }
-}
 
 fn yaml(doc: &Value) -> String {
     serde_json::to_string(doc).unwrap()
@@ -90,23 +74,15 @@ impl Churn {
         let addr = format!("10.233.{}.{}", id / 250, id % 250 + 1);
         let fabric_if = format!("v{id}");
         // The veth is made in the pod netns; its peer goes to the fabric's bridge.
-        ip(
+        veth(
             &netns,
-            &[
-                "link", "add", "eth0", "type", "veth", "peer", "name", &fabric_if,
-            ],
+            "eth0",
+            &[&format!("{addr}/16")],
+            &self.fabric,
+            &fabric_if,
+            &[],
         );
-        ip(
-            &netns,
-            &["link", "set", &fabric_if, "netns", &self.nss.name("fabric")],
-        );
-        ip(
-            &netns,
-            &["addr", "add", &format!("{addr}/16"), "dev", "eth0"],
-        );
-        ip(&netns, &["link", "set", "eth0", "up"]);
         ip(&self.fabric, &["link", "set", &fabric_if, "master", "br0"]);
-        ip(&self.fabric, &["link", "set", &fabric_if, "up"]);
         self.pods.insert(id, PodState { netns, addr, role });
         self.write_pod(id);
     }
@@ -200,12 +176,6 @@ impl Churn {
     }
 }
 
-fn successful_syncs(log: &str) -> usize {
-    log.lines()
-        .filter(|l| l.contains("sync: ") && l.contains(" 0 error(s)"))
-        .count()
-}
-
 /// Links of the fabric netns (the bridge and one veth end per live pod).
 fn fabric_links(fabric: &Path) -> Vec<String> {
     let out = run_in(fabric, "ip", &["-o", "link", "show"]);
@@ -222,7 +192,7 @@ fn churn(backend: &str, tag: &str) {
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(120);
-    let _lock = netwarden_testing::heavy_lock();
+    let _lock = heavy_lock();
     let mut nss = Namespaces::new(tag);
     let fabric = nss.create("fabric");
     ip(&fabric, &["link", "add", "br0", "type", "bridge"]);
@@ -246,8 +216,9 @@ fn churn(backend: &str, tag: &str) {
     }
     let log = c.dir.path.join("agent.log");
     let dir_arg = c.dir.path.display().to_string();
+    let bin = netwarden_bin!();
     let mut agent = AgentProcess::start(
-        &bin(),
+        &bin,
         &[
             "run",
             "-f",
@@ -261,11 +232,9 @@ fn churn(backend: &str, tag: &str) {
         &log,
     );
     let within = Duration::from_secs(60);
-    agent.wait_for("the first sync", within, || {
-        successful_syncs(&std::fs::read_to_string(&log).unwrap_or_default()) > 0
-    });
+    agent.wait_for("the first sync", within, || successful_syncs_in(&log) > 0);
 
-    let mut rng = Lcg(0x0063_6875_726e);
+    let mut rng = Lcg::new(0x0063_6875_726e);
     let started = Instant::now();
     let mut warm: Option<ProcessStats> = None;
     let mut peak_rss = 0;
@@ -284,8 +253,7 @@ fn churn(backend: &str, tag: &str) {
     let settled_from = successful_syncs(&agent.log());
     std::thread::sleep(Duration::from_millis(500));
     agent.wait_for("a sync after the last change", within, || {
-        successful_syncs(&std::fs::read_to_string(&log).unwrap_or_default()) > settled_from
-            || !agent_busy(&log)
+        successful_syncs_in(&log) > settled_from || !agent_busy(&log)
     });
     std::thread::sleep(Duration::from_millis(300));
 
@@ -329,7 +297,7 @@ fn churn(backend: &str, tag: &str) {
     );
 
     // The final state equals `reach`.
-    let out = std::process::Command::new(bin())
+    let out = std::process::Command::new(&bin)
         .args(["reach", "-f", &dir_arg, "--port", "8080/TCP", "-o", "json"])
         .output()
         .expect("netwarden reach");

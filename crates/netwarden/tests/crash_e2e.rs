@@ -18,33 +18,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use netwarden_testing::{
-    listen, probe, root_or_skip, veth, wait_reachable, AgentProcess, Namespaces, TempDir,
+    docs_text, listen, netwarden_bin, probe, root_or_skip, successful_syncs, successful_syncs_in,
+    veth, wait_reachable, AgentProcess, Lcg, Namespaces, TempDir,
 };
 use serde_json::{json, Value};
-
-fn bin() -> String {
-    std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into())
-}
-
-/// A deterministic random source (no randomness crate).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n.max(1)
-    }
-}
-
-fn docs_text(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_json::to_string(d).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n---\n")
-}
 
 /// Variant `v` of the policy: TCP 8080 from the client and `peers` other addresses (different
 /// per variant, spread so they do not merge into ranges).
@@ -70,12 +47,6 @@ struct Tally {
     violations: Vec<String>,
 }
 
-fn successful_syncs(log: &str) -> usize {
-    log.lines()
-        .filter(|l| l.contains("sync: ") && l.contains(" 0 error(s)"))
-        .count()
-}
-
 fn crash_safety(backend: &str, peers: u32, tag: &str) {
     let kills: u64 = std::env::var("NW_CRASH_KILLS")
         .ok()
@@ -87,11 +58,10 @@ fn crash_safety(backend: &str, peers: u32, tag: &str) {
     veth(
         &pod,
         "eth0",
-        "10.231.97.1/24",
+        &["10.231.97.1/24"],
         &client,
-        &nss.name("client"),
         "c1",
-        "10.231.97.2/24",
+        &["10.231.97.2/24"],
     );
     let listeners = [
         listen(&pod, "10.231.97.1:8080"),
@@ -125,12 +95,11 @@ fn crash_safety(backend: &str, peers: u32, tag: &str) {
         backend,
         "--no-events-stdout",
     ];
-    let start_agent = || AgentProcess::start(&bin(), &args, &log);
+    let bin = netwarden_bin!();
+    let start_agent = || AgentProcess::start(&bin, &args, &log);
     let mut agent = start_agent();
     let within = Duration::from_secs(60);
-    agent.wait_for("the first sync", within, || {
-        successful_syncs(&std::fs::read_to_string(&log).unwrap_or_default()) > 0
-    });
+    agent.wait_for("the first sync", within, || successful_syncs_in(&log) > 0);
     // Probes close with a reset: no TIME_WAIT, so tens of thousands of them neither run out of
     // ports nor meet a stale connection's reset (see `probe`).
     let denied = |c: &Path| probe(c, "10.231.97.1:8081");
@@ -142,7 +111,7 @@ fn crash_safety(backend: &str, peers: u32, tag: &str) {
     let stop = AtomicBool::new(false);
     let tally = Mutex::new(Tally::default());
     let mut converge = Vec::new();
-    let mut rng = Lcg(u64::from(peers) << 8 | u64::from(backend.len() as u8));
+    let mut rng = Lcg::new(u64::from(peers) << 8 | u64::from(backend.len() as u8));
     std::thread::scope(|scope| {
         for l in &listeners {
             scope.spawn(|| {
@@ -179,15 +148,15 @@ fn crash_safety(backend: &str, peers: u32, tag: &str) {
             }
         });
         for _ in 0..kills {
-            std::thread::sleep(Duration::from_millis(50 + rng.below(1500)));
+            std::thread::sleep(Duration::from_millis(50 + rng.below(1500) as u64));
             agent.kill();
             // Down for a while: the rules in the kernel keep enforcing.
-            std::thread::sleep(Duration::from_millis(rng.below(300)));
+            std::thread::sleep(Duration::from_millis(rng.below(300) as u64));
             let before = successful_syncs(&agent.log());
             let restarted = Instant::now();
             agent = start_agent();
             agent.wait_for("a sync after the restart", within, || {
-                successful_syncs(&std::fs::read_to_string(&log).unwrap_or_default()) > before
+                successful_syncs_in(&log) > before
             });
             converge.push(restarted.elapsed());
         }

@@ -18,28 +18,21 @@ use std::time::Duration;
 
 use netwarden_dataplane::Backend;
 use netwarden_testing::{
-    assert_connects, assert_refused, listen, root_or_skip, wait_reachable, AgentProcess,
-    Namespaces, TempDir,
+    assert_connects, assert_refused, docs_text, listen, netwarden_bin, netwarden_leftovers,
+    output_within, root_or_skip, wait_reachable, AgentProcess, Namespaces, TempDir,
 };
 use serde_json::{json, Value};
 
-/// The binary under test; `NETWARDEN_BIN` runs these tests against another build (to show a
-/// defect on the build before its fix).
-fn bin() -> String {
-    std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into())
-}
-
-/// A veth from `pod` (`pod_if`, `net`.1/24) to the client netns `client` named `client_name`
-/// (`client_if`, `net`.2/24).
-fn veth(pod: &Path, pod_if: &str, client: &Path, client_name: &str, client_if: &str, net: &str) {
+/// A veth from `pod` (`pod_if`, `net`.1/24) to the client netns `client` (`client_if`,
+/// `net`.2/24).
+fn veth(pod: &Path, pod_if: &str, client: &Path, client_if: &str, net: &str) {
     netwarden_testing::veth(
         pod,
         pod_if,
-        &format!("{net}.1/24"),
+        &[&format!("{net}.1/24")],
         client,
-        client_name,
         client_if,
-        &format!("{net}.2/24"),
+        &[&format!("{net}.2/24")],
     );
 }
 
@@ -58,7 +51,7 @@ impl ServedPod {
         let mut nss = Namespaces::new(tag);
         let pod = nss.create("pod");
         let client = nss.create("client");
-        veth(&pod, "eth0", &client, &nss.name("client"), "c1", net);
+        veth(&pod, "eth0", &client, "c1", net);
         let listeners = [
             listen(&pod, &format!("{net}.1:8080")),
             listen(&pod, &format!("{net}.1:8081")),
@@ -75,47 +68,7 @@ impl ServedPod {
 
 /// Everything of netwarden's backend `backend` that the system tools show in `netns`.
 fn leftovers(backend: Backend, netns: &Path) -> Vec<String> {
-    let text = |program: &str, args: &[&str]| {
-        String::from_utf8_lossy(&netwarden_testing::run_in(netns, program, args).stdout)
-            .into_owned()
-    };
-    match backend {
-        Backend::Nft => text("nft", &["list", "tables"])
-            .lines()
-            .filter(|l| l.trim() == "table inet netwarden")
-            .map(str::to_string)
-            .collect(),
-        Backend::Iptables => {
-            let mut found: Vec<String> = ["iptables-save", "ip6tables-save"]
-                .iter()
-                .flat_map(|p| {
-                    text(p, &["-t", "filter"])
-                        .lines()
-                        .filter(|l| l.contains("DANM_"))
-                        .map(str::to_string)
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            found.extend(
-                text("ipset", &["list", "-n"])
-                    .lines()
-                    .filter(|n| {
-                        ["nw4-", "nw6-", "nwt4-", "nwt6-"]
-                            .iter()
-                            .any(|p| n.starts_with(p))
-                    })
-                    .map(str::to_string),
-            );
-            found
-        }
-    }
-}
-
-fn docs_text(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_json::to_string(d).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n---\n")
+    netwarden_leftovers(backend.as_str(), netns)
 }
 
 fn namespace_doc() -> Value {
@@ -153,7 +106,7 @@ fn deny_ingress(kind: &str, name: &str, port: Option<u16>) -> Value {
 }
 
 fn netwarden(args: &[&str], dir: &Path) -> Output {
-    Command::new(bin())
+    Command::new(netwarden_bin!())
         .args(args)
         .arg("-f")
         .arg(dir)
@@ -172,9 +125,8 @@ fn primary_and_unusual_names(backend: Backend, unusual: &str, tag: &str) {
     let mut nss = Namespaces::new(&format!("nwh{tag}"));
     let pod = nss.create("pod");
     let client = nss.create("client");
-    let client_name = nss.name("client");
-    veth(&pod, "ens5", &client, &client_name, "c1", "10.231.90");
-    veth(&pod, unusual, &client, &client_name, "c2", "10.231.91");
+    veth(&pod, "ens5", &client, "c1", "10.231.90");
+    veth(&pod, unusual, &client, "c2", "10.231.91");
     let _l = [
         listen(&pod, "10.231.90.1:8080"),
         listen(&pod, "10.231.90.1:8081"),
@@ -277,9 +229,8 @@ fn iptables_refuses_a_name_it_cannot_match() {
     let mut nss = Namespaces::new("nwhir");
     let pod = nss.create("pod");
     let client = nss.create("client");
-    let client_name = nss.name("client");
-    veth(&pod, "ens5", &client, &client_name, "c1", "10.231.92");
-    veth(&pod, "a\"b;+", &client, &client_name, "c2", "10.231.93");
+    veth(&pod, "ens5", &client, "c1", "10.231.92");
+    veth(&pod, "a\"b;+", &client, "c2", "10.231.93");
     let dir = TempDir::new("ir");
     dir.write(
         "pods.yaml",
@@ -306,8 +257,7 @@ fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
     let mut nss = Namespaces::new(&format!("nwh{tag}"));
     let pod = nss.create("pod");
     let client = nss.create("client");
-    let client_name = nss.name("client");
-    veth(&pod, "eth0", &client, &client_name, "c1", "10.231.94");
+    veth(&pod, "eth0", &client, "c1", "10.231.94");
     let dir = TempDir::new(tag);
     dir.write(
         "pods.yaml",
@@ -318,7 +268,7 @@ fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
         &docs_text(&[deny_ingress("NetworkPolicy", "np", Some(8080))]),
     );
     let mut agent = AgentProcess::start(
-        &bin(),
+        &netwarden_bin!(),
         &[
             "run",
             "-f",
@@ -338,7 +288,7 @@ fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
     // The sandbox restarts: same path, new namespace, same addresses.
     nss.delete("pod");
     assert_eq!(nss.create("pod"), pod);
-    veth(&pod, "eth0", &client, &client_name, "c2", "10.231.94");
+    veth(&pod, "eth0", &client, "c2", "10.231.94");
     let _l = [
         listen(&pod, "10.231.94.1:8080"),
         listen(&pod, "10.231.94.1:8081"),
@@ -437,7 +387,7 @@ fn a_broken_policy_file_keeps_the_pod_enforced() {
     dir.write("np.yaml", &policy);
     let log = dir.path.join("agent.log");
     let mut agent = AgentProcess::start(
-        &bin(),
+        &netwarden_bin!(),
         &[
             "run",
             "-f",
@@ -510,28 +460,16 @@ fn a_fifo_netns_path_is_refused_at_once() {
             deny_ingress("NetworkPolicy", "deny", None),
         ]),
     );
-    let mut child = Command::new(bin())
-        .args(["apply", "-f"])
-        .arg(&dir.path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run netwarden");
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("apply hangs on a FIFO netns path");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
+    let out = output_within(
+        Command::new(netwarden_bin!())
+            .args(["apply", "-f"])
+            .arg(&dir.path),
+        Duration::from_secs(20),
+        "apply with a FIFO netns path",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        status.code(),
+        out.status.code(),
         Some(1),
         "a refused pod fails apply: {stderr}"
     );
@@ -550,6 +488,7 @@ fn the_agents_own_netns_is_refused_unless_allowed() {
     let own = nss.create("own");
     let name = nss.name("own");
     let dir = TempDir::new("nwh-own");
+    let bin = netwarden_bin!();
     let link = dir.path.join("link-to-self");
     std::os::unix::fs::symlink("/proc/self/ns/net", &link).unwrap();
     let run_inside = |path: &str, extra: &[&str]| {
@@ -562,7 +501,7 @@ fn the_agents_own_netns_is_refused_unless_allowed() {
             ]),
         );
         let out = Command::new("ip")
-            .args(["netns", "exec", &name, &bin(), "apply"])
+            .args(["netns", "exec", &name, &bin, "apply"])
             .args(extra)
             .arg("-f")
             .arg(&dir.path)
