@@ -8,30 +8,19 @@
 
 use std::time::{Duration, Instant};
 
-use netwarden_dataplane::netns::{create_named, delete_named, exec_in, is_root};
-
-struct Guard(String);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = delete_named(&self.0);
-    }
-}
+use netwarden_testing::{root_or_skip, Namespaces};
 
 fn main() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !root_or_skip() {
         return;
     }
     let rounds: usize = std::env::args()
         .nth(1)
         .map(|a| a.parse().expect("ROUNDS must be a number"))
         .unwrap_or(1000);
-    let name = format!("nwdp-timing-{}", std::process::id());
-    let path = create_named(&name).expect("create netns");
-    let _guard = Guard(name);
-    let ip = |args: &[&str]| {
-        exec_in(&path, "ip", args, None).unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
-    };
+    let mut namespaces = Namespaces::new("nwdp-timing");
+    let path = namespaces.create("ns");
+    let ip = |args: &[&str]| netwarden_testing::ip(&path, args);
     for (i, dev) in ["eth0", "net1", "a\"b;+"].into_iter().enumerate() {
         let peer = format!("peer{i}");
         ip(&["link", "add", dev, "type", "veth", "peer", "name", &peer]);

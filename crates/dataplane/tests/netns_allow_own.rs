@@ -11,6 +11,7 @@ use netwarden_dataplane::netns::{
     exec_in, netns_id, own_netns_id, process_access, run_in, set_process_access, Netns,
     NetnsAccess, NetnsError, NotNetns,
 };
+use netwarden_testing::this_test_in_a_child;
 
 #[test]
 fn a_late_opt_in_is_refused_not_silently_applied() {
@@ -32,14 +33,7 @@ fn a_late_opt_in_is_refused_not_silently_applied() {
 #[test]
 fn an_opt_in_at_startup_applies_to_every_way_in() {
     if std::env::var_os("NWDP_ALLOW_OWN_CHILD").is_none() {
-        let exe = std::env::current_exe().unwrap();
-        let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "an_opt_in_at_startup_applies_to_every_way_in",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let out = this_test_in_a_child("an_opt_in_at_startup_applies_to_every_way_in")
             .env("NWDP_ALLOW_OWN_CHILD", "1")
             .output()
             .unwrap();

@@ -12,53 +12,15 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use netwarden_dataplane::netns::{
-    self, create_named, delete_named, exec_in, exec_in_unchecked, netns_id, own_netns_id, run_in,
-    Netns, NetnsAccess, NetnsError, NetnsId, NotNetns,
+    exec_in, exec_in_unchecked, netns_id, own_netns_id, run_in, Netns, NetnsAccess, NetnsError,
+    NetnsId, NotNetns,
 };
 use netwarden_dataplane::{interfaces, DiscoverError};
+use netwarden_testing::{root_or_skip, Namespaces, TempDir};
 
 /// Generous on purpose: it only tells "returned" from "blocked forever" on a loaded machine;
 /// it measures nothing.
 const DEADLINE: Duration = Duration::from_secs(5);
-
-fn root_or_skip() -> bool {
-    if netns::is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "these tests need root in CI"
-    );
-    eprintln!("skipped: needs root");
-    false
-}
-
-/// Deletes the named namespace even when the test panics.
-struct NamedNetns(String);
-impl Drop for NamedNetns {
-    fn drop(&mut self) {
-        let _ = delete_named(&self.0);
-    }
-}
-
-/// A scratch directory removed even when the test panics.
-struct Scratch(PathBuf);
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("nwdp-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Runs `f` on a helper thread; panics when it has not returned within [`DEADLINE`].
 fn within_deadline<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -127,8 +89,8 @@ fn stat_id(path: &Path) -> NetnsId {
 
 #[test]
 fn a_fifo_is_refused_without_blocking() {
-    let dir = Scratch::new("fifo");
-    let fifo = dir.path("netns");
+    let dir = TempDir::new("fifo");
+    let fifo = dir.path.join("netns");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let result = std::panic::catch_unwind(|| not_a_netns(&fifo, NotNetns::Fifo, "is a FIFO"));
     if result.is_err() {
@@ -142,21 +104,21 @@ fn a_fifo_is_refused_without_blocking() {
 
 #[test]
 fn files_that_are_not_namespaces_are_refused() {
-    let dir = Scratch::new("files");
-    let regular = dir.path("regular");
+    let dir = TempDir::new("files");
+    let regular = dir.path.join("regular");
     std::fs::write(&regular, b"not a namespace").unwrap();
     not_a_netns(&regular, NotNetns::RegularFile, "is a regular file");
-    not_a_netns(&dir.0, NotNetns::Directory, "is a directory");
+    not_a_netns(&dir.path, NotNetns::Directory, "is a directory");
     not_a_netns(
         Path::new("/dev/null"),
         NotNetns::CharDevice,
         "is a character device",
     );
-    let socket = dir.path("socket");
+    let socket = dir.path.join("socket");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     not_a_netns(&socket, NotNetns::Socket, "is a socket");
     // A missing path stays an `Open` error with `NotFound` (the backends treat it as "gone").
-    let err = Netns::open(&dir.path("missing")).unwrap_err();
+    let err = Netns::open(&dir.path.join("missing")).unwrap_err();
     assert!(
         matches!(&err, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
         "{err:?}"
@@ -189,13 +151,13 @@ fn the_agents_own_netns_is_refused_unless_allowed() {
     )));
     // `..` is resolved by the kernel; the identity check sees where it led.
     own_netns_refused(Path::new("/run/../proc/./self/ns/../ns/net"));
-    let dir = Scratch::new("own");
-    let link = dir.path("looks-like-a-pod");
+    let dir = TempDir::new("own");
+    let link = dir.path.join("looks-like-a-pod");
     std::os::unix::fs::symlink("/proc/self/ns/net", &link).unwrap();
     own_netns_refused(&link);
-    std::os::unix::fs::symlink("../../proc/self/ns/net", dir.path("dotdot")).unwrap();
-    if dir.0.parent() == Some(Path::new("/tmp")) {
-        own_netns_refused(&dir.path("dotdot"));
+    std::os::unix::fs::symlink("../../proc/self/ns/net", dir.path.join("dotdot")).unwrap();
+    if dir.path.parent() == Some(Path::new("/tmp")) {
+        own_netns_refused(&dir.path.join("dotdot"));
     }
     // PID 1 is usually in the node's netns: refused when it is ours; when we may not even look
     // (another user namespace, ptrace rules), opening it fails all the same.
@@ -215,9 +177,8 @@ fn a_named_netns_is_accepted_directly_and_through_a_symlink() {
     if !root_or_skip() {
         return;
     }
-    let name = format!("nwdp-chk-{}", std::process::id());
-    let path = create_named(&name).unwrap();
-    let _guard = NamedNetns(name);
+    let mut namespaces = Namespaces::new("nwdp-chk");
+    let path = namespaces.create("ns");
     let id = netns_id(&path).unwrap();
     assert_eq!(id, stat_id(&path));
     assert_ne!(id, own_netns_id().unwrap());
@@ -231,8 +192,8 @@ fn a_named_netns_is_accepted_directly_and_through_a_symlink() {
         "the thread entered the namespace that was checked"
     );
 
-    let dir = Scratch::new("link");
-    let link = dir.path("pod");
+    let dir = TempDir::new("link");
+    let link = dir.path.join("pod");
     std::os::unix::fs::symlink(&path, &link).unwrap();
     assert_eq!(netns_id(&link).unwrap(), id);
     let inside = run_in(&link, || stat_id(Path::new("/proc/thread-self/ns/net"))).unwrap();

@@ -7,32 +7,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use ipnet::IpNet;
-use netwarden_dataplane::netns::{self, create_named, delete_named, exec_in, list_named, run_in};
+use netwarden_dataplane::netns::{create_named, delete_named, exec_in, list_named, run_in};
 use netwarden_dataplane::{interfaces, DiscoverError, DiscoveredInterface, NetnsError};
-
-fn root_or_skip() -> bool {
-    if netns::is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "these tests need root in CI"
-    );
-    eprintln!("skipped: needs root");
-    false
-}
-
-/// Deletes the namespace even when the test panics.
-struct Guard(String);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = delete_named(&self.0);
-    }
-}
-
-fn unique(tag: &str) -> String {
-    format!("nwdp-{tag}-{}", std::process::id())
-}
+use netwarden_testing::{ip, root_or_skip, Namespaces};
 
 fn netns_inode(path: &str) -> String {
     std::fs::read_link(path)
@@ -46,9 +23,9 @@ fn run_and_exec_inside_a_named_netns() {
     if !root_or_skip() {
         return;
     }
-    let name = unique("run");
+    let mut namespaces = Namespaces::new("nwdp-run");
+    let name = namespaces.adopt("ns");
     let path = create_named(&name).unwrap();
-    let _guard = Guard(name.clone());
     assert!(list_named().unwrap().contains(&name));
 
     let before = netns_inode("/proc/thread-self/ns/net");
@@ -167,11 +144,6 @@ fn ip_addr_show_oracle(path: &Path) -> Vec<DiscoveredInterface> {
     found
 }
 
-/// `ip` in the netns at `path`, panicking with its stderr on failure.
-fn ip(path: &Path, args: &[&str]) {
-    exec_in(path, "ip", args, None).unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
-}
-
 /// A veth pair inside the netns; `dev` gets no automatic link-local address (so what the
 /// test adds is all there is, whenever it looks).
 fn veth(path: &Path, dev: &str, peer: &str) {
@@ -188,10 +160,8 @@ fn discovery_reads_the_kernel_as_ip_addr_show_does() {
     if !root_or_skip() {
         return;
     }
-    let name = unique("disc");
-    let path = create_named(&name).unwrap();
-    let _guard = Guard(name);
-    ip(&path, &["link", "set", "lo", "up"]);
+    let mut namespaces = Namespaces::new("nwdp-disc");
+    let path = namespaces.create("ns");
     veth(&path, "eth0", "peer0");
     veth(&path, "net1", "peer1");
     veth(&path, "a\"b;+", "peer2");
@@ -271,9 +241,8 @@ fn a_pod_interface_named_in_bytes_that_are_not_utf8_is_refused() {
     if !root_or_skip() {
         return;
     }
-    let name = unique("utf8");
-    let path = create_named(&name).unwrap();
-    let _guard = Guard(name);
+    let mut namespaces = Namespaces::new("nwdp-utf8");
+    let path = namespaces.create("ns");
     // `ip` takes the name as bytes: give it the raw 0xff through an OsStr.
     let raw = std::ffi::OsStr::from_bytes(b"x\xffy");
     let status = std::process::Command::new("ip")

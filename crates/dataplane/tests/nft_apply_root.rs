@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use netwarden_dataplane::libnft::{NftContext, Output};
-use netwarden_dataplane::netns::{self, create_named, delete_named, exec_in, run_in};
+use netwarden_dataplane::netns::{self, exec_in, run_in};
 use netwarden_dataplane::nft_apply::NftRuleset;
 use netwarden_dataplane::{ApplyError, ApplyOutcome, Dataplane, NftDataplane};
 use netwarden_engine::{
@@ -21,28 +21,10 @@ use netwarden_engine::{
 };
 use netwarden_render::nft::{Rule, Transaction, Verdict};
 use netwarden_render::RenderOptions;
-
-fn root_or_skip() -> bool {
-    if netns::is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "these tests need root in CI"
-    );
-    eprintln!("skipped: needs root");
-    false
-}
-
-/// Deletes the namespaces (and with them the veth) even when the test panics.
-struct Guard(Vec<String>);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = delete_named(n);
-        }
-    }
-}
+use netwarden_testing::{
+    close_with_reset, connect_timed, listen, root_or_skip, this_test_in_a_child, veth,
+    wait_reachable, Namespaces,
+};
 
 const POD_IP: &str = "10.231.77.1";
 const CLIENT_IP: &str = "10.231.77.2";
@@ -109,22 +91,14 @@ fn table(dp: &NftDataplane, rules: &PodRules) -> NftRuleset {
     t
 }
 
-fn listen(ns: &Path, addr: &str, port: u16) -> TcpListener {
-    let addr: SocketAddr = format!("{addr}:{port}").parse().unwrap();
-    run_in(ns, move || TcpListener::bind(addr))
-        .unwrap()
-        .unwrap()
+/// `addr:port`.
+fn at(addr: &str, port: u16) -> String {
+    format!("{addr}:{port}")
 }
 
 /// Connects from `ns` to `addr:port`; returns the result and how long it took.
 fn connect_to(ns: &Path, addr: &str, port: u16) -> (std::io::Result<TcpStream>, Duration) {
-    let addr: SocketAddr = format!("{addr}:{port}").parse().unwrap();
-    run_in(ns, move || {
-        let start = Instant::now();
-        let r = TcpStream::connect_timeout(&addr, Duration::from_secs(5));
-        (r, start.elapsed())
-    })
-    .unwrap()
+    connect_timed(ns, &at(addr, port), Duration::from_secs(5))
 }
 
 fn connect(ns: &Path, port: u16) -> (std::io::Result<TcpStream>, Duration) {
@@ -140,70 +114,36 @@ fn tables(ns: &Path) -> String {
     .unwrap()
 }
 
-fn sh(ns: &Path, args: &[&str]) {
-    exec_in(ns, "ip", args, None).unwrap();
-}
-
 /// Two namespaces joined by a veth (`nwv0` in the pod netns, `nwv1` in the client netns).
-fn topology(tag: &str) -> (Guard, PathBuf, PathBuf) {
+fn topology(tag: &str) -> (Namespaces, PathBuf, PathBuf) {
     topology_named(tag, "nwv0", "nwv1", "10.231.77")
 }
 
-/// Two namespaces joined by a veth named `pod_if` / `client_if`, pod `.1`, client `.2` of
-/// `net` (a /24).
+/// Two namespaces (`p`: the pod, `c`: the client) joined by a veth named `pod_if` /
+/// `client_if`, pod `.1`, client `.2` of `net` (a /24).
 fn topology_named(
     tag: &str,
     pod_if: &str,
     client_if: &str,
     net: &str,
-) -> (Guard, PathBuf, PathBuf) {
-    let pid = std::process::id();
-    let (pod_name, client_name) = (format!("nwnft-p{tag}-{pid}"), format!("nwnft-c{tag}-{pid}"));
-    let guard = Guard(vec![pod_name.clone(), client_name.clone()]);
-    let pod: PathBuf = create_named(&pod_name).unwrap();
-    let client: PathBuf = create_named(&client_name).unwrap();
-    // veth created inside the pod netns, peer moved to the client netns: nothing in the root
-    // namespace is touched.
-    sh(
+) -> (Namespaces, PathBuf, PathBuf) {
+    let mut namespaces = Namespaces::new(&format!("nwnft{tag}"));
+    let pod = namespaces.create("p");
+    let client = namespaces.create("c");
+    veth(
         &pod,
-        &[
-            "link", "add", pod_if, "type", "veth", "peer", "name", client_if,
-        ],
-    );
-    sh(&pod, &["link", "set", client_if, "netns", &client_name]);
-    sh(
-        &pod,
-        &["addr", "add", &format!("{net}.1/24"), "dev", pod_if],
-    );
-    sh(&pod, &["link", "set", pod_if, "up"]);
-    sh(&pod, &["link", "set", "lo", "up"]);
-    sh(
+        pod_if,
+        &[&format!("{net}.1/24")],
         &client,
-        &["addr", "add", &format!("{net}.2/24"), "dev", client_if],
+        client_if,
+        &[&format!("{net}.2/24")],
     );
-    sh(&client, &["link", "set", client_if, "up"]);
-    sh(&client, &["link", "set", "lo", "up"]);
-    (guard, pod, client)
+    (namespaces, pod, client)
 }
 
-/// Waits until `client` reaches `addr:port`: a fresh veth only passes packets once the
-/// kernel's link watcher has activated it, which takes seconds when many namespaces are being
-/// created at the same time. Later failures are then ours, not the topology's.
-fn wait_reachable_at(client: &Path, addr: &str, port: u16) {
-    let start = Instant::now();
-    loop {
-        match connect_to(client, addr, port).0 {
-            Ok(_) => return,
-            Err(e) if start.elapsed() > Duration::from_secs(60) => {
-                panic!("topology never became reachable: {e}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
-
-fn wait_reachable(client: &Path, port: u16) {
-    wait_reachable_at(client, POD_IP, port)
+/// Waits until `client` reaches the pod's `port` (see [`wait_reachable`]).
+fn wait_reachable_port(client: &Path, port: u16) {
+    wait_reachable(client, &at(POD_IP, port))
 }
 
 #[test]
@@ -229,10 +169,10 @@ fn in_real_netns(tag: &str, mut dp: NftDataplane, keeps_context: bool) {
     // A table we do not own, which must survive everything below.
     exec_in(&pod, "nft", &["-f", "-"], Some(b"table inet other {\n chain c {\n  type filter hook input priority 10; policy accept;\n }\n}\n")).unwrap();
 
-    let _l1 = listen(&pod, POD_IP, 8080);
-    let _l2 = listen(&pod, POD_IP, 8081);
+    let _l1 = listen(&pod, &at(POD_IP, 8080));
+    let _l2 = listen(&pod, &at(POD_IP, 8081));
     // Before any rules both ports connect.
-    wait_reachable(&client, 8081);
+    wait_reachable_port(&client, 8081);
     assert!(connect(&client, 8080).0.is_ok());
 
     let ruleset = table(&dp, &pod_rules(&[8080]));
@@ -324,9 +264,9 @@ fn monitor_rules_never_block_in_the_kernel() {
         return;
     }
     let (_guard, pod, client) = topology("m");
-    let _l1 = listen(&pod, POD_IP, 8080);
-    let _l2 = listen(&pod, POD_IP, 8081);
-    wait_reachable(&client, 8081);
+    let _l1 = listen(&pod, &at(POD_IP, 8080));
+    let _l2 = listen(&pod, &at(POD_IP, 8081));
+    wait_reachable_port(&client, 8081);
     let mut dp = NftDataplane::new(RenderOptions::default());
 
     let mut rules = pod_rules(&[8080]);
@@ -410,8 +350,8 @@ fn updates_in_place_and_collects_stale_objects() {
         return;
     }
     let (_guard, pod, client) = topology("g");
-    let _l = listen(&pod, POD_IP, 8080);
-    wait_reachable(&client, 8080);
+    let _l = listen(&pod, &at(POD_IP, 8080));
+    wait_reachable_port(&client, 8080);
     let new_dp = || NftDataplane::new(RenderOptions::default());
     let ruleset = |peers: &[&str], ifaces: &[&str]| {
         let t = table(&new_dp(), &pod_rules_with(&[8080], peers, ifaces));
@@ -546,12 +486,11 @@ fn contexts_release_deleted_netns() {
         topologies.push((guard, pod, client));
     }
     assert_eq!(dp.contexts_open(), 4);
-    let pod_name = |pod: &Path| pod.file_name().unwrap().to_str().unwrap().to_string();
     let mut drops = topologies.into_iter();
 
     // remove(): the pod is gone, its context goes with it.
-    let (_g, pod, client) = drops.next().unwrap();
-    delete_named(&pod_name(&pod)).unwrap();
+    let (mut namespaces, pod, client) = drops.next().unwrap();
+    namespaces.delete("p");
     assert!(
         has_link(&client, "nwv1"),
         "the context keeps the deleted netns alive until released"
@@ -561,8 +500,8 @@ fn contexts_release_deleted_netns() {
     wait_link_gone(&client, "nwv1");
 
     // The next apply: the path names no namespace any more; fails fast as gone.
-    let (_g, pod, client) = drops.next().unwrap();
-    delete_named(&pod_name(&pod)).unwrap();
+    let (mut namespaces, pod, client) = drops.next().unwrap();
+    namespaces.delete("p");
     let start = Instant::now();
     let err = dp.apply(&pod, &other).unwrap_err();
     assert!(err.netns_gone(), "{err}");
@@ -571,16 +510,16 @@ fn contexts_release_deleted_netns() {
     wait_link_gone(&client, "nwv1");
 
     // A batch for other netns sweeps the contexts of deleted ones.
-    let (_g, pod, client) = drops.next().unwrap();
-    delete_named(&pod_name(&pod)).unwrap();
+    let (mut namespaces, _, client) = drops.next().unwrap();
+    namespaces.delete("p");
     let out = dp.apply_many(&[(client.clone(), other.clone())]);
     assert!(matches!(out[..], [Ok(ApplyOutcome::Applied)]), "{out:?}");
     wait_link_gone(&client, "nwv1");
     dp.remove(&client).unwrap();
 
     // Dropping the dataplane closes every context.
-    let (_g, pod, client) = drops.next().unwrap();
-    delete_named(&pod_name(&pod)).unwrap();
+    let (mut namespaces, _, client) = drops.next().unwrap();
+    namespaces.delete("p");
     assert!(has_link(&client, "nwv1"));
     drop(dp);
     wait_link_gone(&client, "nwv1");
@@ -624,33 +563,23 @@ fn unusual_interface_names_are_enforced() {
     }
     let (_g1, pod, client) = topology_named("q", "a\"b;+", "nwq1", "10.231.78");
     // A second veth into the same client netns: `p*` isolated, `pz` open.
-    let client_name = client.file_name().unwrap().to_str().unwrap().to_string();
     for (pod_if, client_if, net) in [("p*", "nwq2", "10.231.79"), ("pz", "nwq3", "10.231.80")] {
-        sh(
+        veth(
             &pod,
-            &[
-                "link", "add", pod_if, "type", "veth", "peer", "name", client_if,
-            ],
-        );
-        sh(&pod, &["link", "set", client_if, "netns", &client_name]);
-        sh(
-            &pod,
-            &["addr", "add", &format!("{net}.1/24"), "dev", pod_if],
-        );
-        sh(&pod, &["link", "set", pod_if, "up"]);
-        sh(
+            pod_if,
+            &[&format!("{net}.1/24")],
             &client,
-            &["addr", "add", &format!("{net}.2/24"), "dev", client_if],
+            client_if,
+            &[&format!("{net}.2/24")],
         );
-        sh(&client, &["link", "set", client_if, "up"]);
     }
     let addrs = ["10.231.78.1", "10.231.79.1", "10.231.80.1"];
     let _listeners: Vec<TcpListener> = addrs
         .iter()
-        .flat_map(|a| [listen(&pod, a, 8080), listen(&pod, a, 8081)])
+        .flat_map(|a| [listen(&pod, &at(a, 8080)), listen(&pod, &at(a, 8081))])
         .collect();
     for a in addrs {
-        wait_reachable_at(&client, a, 8081);
+        wait_reachable(&client, &at(a, 8081));
     }
     let mut dp = NftDataplane::new(RenderOptions::default());
     let peers: Vec<std::net::IpAddr> = ["10.231.78.2", "10.231.79.2", "10.231.80.2"]
@@ -833,12 +762,10 @@ fn killed_applier_commits_all_or_nothing() {
         .ok()
         .and_then(|k| k.parse().ok())
         .unwrap_or(8u32);
-    let exe = std::env::current_exe().unwrap();
     let mut markers = 1u32;
     let mut completed = Vec::new();
     for kill in 0..kills {
-        let mut child = std::process::Command::new(&exe)
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        let mut child = this_test_in_a_child("crash_child")
             .env("NW_CRASH_NETNS", &pod)
             .env("NW_CRASH_START", markers.to_string())
             .stdout(std::process::Stdio::piped())
@@ -925,7 +852,10 @@ fn rapid_replacements(tag: &str, mut dp: NftDataplane) {
         None,
     )
     .unwrap();
-    let (l1, l2) = (listen(&pod, POD_IP, 8080), listen(&pod, POD_IP, 8081));
+    let (l1, l2) = (
+        listen(&pod, &at(POD_IP, 8080)),
+        listen(&pod, &at(POD_IP, 8081)),
+    );
     // UDP echo on 8080 and 8081 (8081 is denied: the ICMP error answers instead).
     let addr: SocketAddr = format!("{POD_IP}:8080").parse().unwrap();
     let echo = run_in(&pod, move || std::net::UdpSocket::bind(addr))
@@ -933,7 +863,7 @@ fn rapid_replacements(tag: &str, mut dp: NftDataplane) {
         .unwrap();
     echo.set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
-    wait_reachable(&client, 8080);
+    wait_reachable_port(&client, 8080);
     let a = table(&dp, &tcp_udp_rules(8080, &[CLIENT_IP]));
     let b = table(&dp, &tcp_udp_rules(8080, &[CLIENT_IP, "10.231.77.50"]));
     dp.apply(&pod, &a).unwrap();
@@ -1025,16 +955,6 @@ fn rapid_replacements_lose_no_packets_without_kept_contexts() {
     );
 }
 
-/// Closes `stream` with a reset (`SO_LINGER` 0): no TIME_WAIT, so probes made without pause
-/// neither run out of ports nor meet a stale connection's reset.
-fn reset_close(stream: TcpStream) {
-    let zero = nix::libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    let _ = nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::Linger, &zero);
-}
-
 /// Regression (found by the agent's crash test): a transaction that created a large peer set
 /// and switched the rules to it refused allowed connections for a moment — interval sets answer
 /// lookups from an array the kernel builds after the new rules are live. New sets now come in a
@@ -1047,8 +967,11 @@ fn new_large_sets_never_refuse_allowed_traffic() {
     }
     use std::sync::atomic::{AtomicBool, Ordering};
     let (_guard, pod, client) = topology("n");
-    let (l1, l2) = (listen(&pod, POD_IP, 8080), listen(&pod, POD_IP, 8081));
-    wait_reachable(&client, 8080);
+    let (l1, l2) = (
+        listen(&pod, &at(POD_IP, 8080)),
+        listen(&pod, &at(POD_IP, 8081)),
+    );
+    wait_reachable_port(&client, 8080);
     let mut dp = NftDataplane::new(RenderOptions::default());
     let applies: u32 = std::env::var("NW_NEW_SET_APPLIES")
         .ok()
@@ -1086,8 +1009,10 @@ fn new_large_sets_never_refuse_allowed_traffic() {
         let prober = scope.spawn(|| {
             let mut log = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                let ok = connect(&client, 8080).0.map(reset_close);
-                let no = connect(&client, 8081).0.map(reset_close);
+                // Closed with a reset: no TIME_WAIT, so probes made without pause neither run
+                // out of ports nor meet a stale connection's reset.
+                let ok = connect(&client, 8080).0.and_then(close_with_reset);
+                let no = connect(&client, 8081).0.and_then(close_with_reset);
                 log.push((ok, no));
             }
             log
