@@ -6,39 +6,31 @@
 //! (IPv4), and prints the timings; it asserts nothing about them. `NWLAB_PROBE_PODS=N` probes
 //! the first N pods instead of 9.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
-use netwarden_engine::model::{NetworkId, Pod, PodInterface, PodKey, Protocol};
+use netwarden_engine::model::{Pod, Protocol};
+use netwarden_engine::testing::pod;
 use netwarden_lab::{install_signal_cleanup, Lab, LabSpec, ProbeSpec};
 
 fn pods(n: usize) -> Vec<Pod> {
     (0..n)
         .map(|i| {
             let (hi, lo) = ((i / 250) as u8, (i % 250 + 1) as u8);
-            Pod {
-                key: PodKey::new("bench", format!("p{i}")),
-                labels: Default::default(),
-                host_network: false,
-                container_ports: vec![],
-                interfaces: vec![PodInterface {
-                    name: "eth0".into(),
-                    network: NetworkId::Primary,
-                    ips: vec![
-                        IpAddr::V4(Ipv4Addr::new(10, 66, hi, lo)),
-                        IpAddr::V6(Ipv6Addr::new(0xfd66, 0, 0, 0, 0, 0, hi.into(), lo.into())),
-                    ],
-                    prefix_lens: vec![16, 64],
-                }],
-                netns: None,
-            }
+            let v4 = Ipv4Addr::new(10, 66, hi, lo);
+            let v6 = Ipv6Addr::new(0xfd66, 0, 0, 0, 0, 0, hi.into(), lo.into());
+            pod(
+                "bench",
+                &format!("p{i}"),
+                &[],
+                &[&format!("{v4}/16"), &format!("{v6}/64")],
+            )
         })
         .collect()
 }
 
 fn main() {
-    if !netwarden_dataplane::netns::is_root() {
-        eprintln!("skipped: needs root");
+    if !netwarden_testing::root_or_skip() {
         return;
     }
     // Interrupted (Ctrl-C, timeout): the lab is removed all the same.

@@ -5,26 +5,15 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use ipnet::IpNet;
 use netwarden_dataplane::discover;
-use netwarden_dataplane::netns::{exec_in, is_root, list_named, run_in};
+use netwarden_dataplane::netns::{exec_in, run_in};
 use netwarden_engine::model::{NetworkId, Pod, PodInterface, PodKey, Protocol};
+use netwarden_engine::testing::{interface, pod_with_interfaces};
 use netwarden_lab::{
     cleanup_stale, teardown_from_state, Lab, LabError, LabOptions, LabSpec, ProbeConfig,
     ProbeDetail, ProbeSpec,
 };
-
-fn root_or_skip() -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "lab tests need root in CI"
-    );
-    eprintln!("skipped: needs root");
-    false
-}
+use netwarden_testing::{named_netns_with_prefix, root_or_skip};
 
 fn options(prefix: &str) -> LabOptions {
     LabOptions {
@@ -33,34 +22,9 @@ fn options(prefix: &str) -> LabOptions {
     }
 }
 
-fn leftovers(prefix: &str) -> Vec<String> {
-    let dash = format!("{prefix}-");
-    list_named()
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.starts_with(&dash))
-        .collect()
-}
-
-fn iface(name: &str, network: NetworkId, cidrs: &[&str]) -> PodInterface {
-    let nets: Vec<IpNet> = cidrs.iter().map(|c| c.parse().unwrap()).collect();
-    PodInterface {
-        name: name.to_owned(),
-        network,
-        ips: nets.iter().map(IpNet::addr).collect(),
-        prefix_lens: nets.iter().map(IpNet::prefix_len).collect(),
-    }
-}
-
+/// A pod of namespace `t` without labels.
 fn pod(name: &str, interfaces: Vec<PodInterface>) -> Pod {
-    Pod {
-        key: PodKey::new("t", name),
-        labels: Default::default(),
-        host_network: false,
-        container_ports: vec![],
-        interfaces,
-        netns: None,
-    }
+    pod_with_interfaces("t", name, &[], interfaces)
 }
 
 fn net1() -> NetworkId {
@@ -74,20 +38,20 @@ fn three_pods() -> Vec<Pod> {
         pod(
             "a",
             vec![
-                iface("eth0", NetworkId::Primary, &["10.10.0.1/24", "fd10::1/64"]),
-                iface("net1", net1(), &["10.20.0.1/24", "fd20::1/64"]),
+                interface("eth0", NetworkId::Primary, &["10.10.0.1/24", "fd10::1/64"]),
+                interface("net1", net1(), &["10.20.0.1/24", "fd20::1/64"]),
             ],
         ),
         pod(
             "b",
             vec![
-                iface("eth0", NetworkId::Primary, &["10.10.0.2/24", "fd10::2/64"]),
-                iface("net1", net1(), &["10.20.0.2/24", "fd20::2/64"]),
+                interface("eth0", NetworkId::Primary, &["10.10.0.2/24", "fd10::2/64"]),
+                interface("net1", net1(), &["10.20.0.2/24", "fd20::2/64"]),
             ],
         ),
         pod(
             "c",
-            vec![iface(
+            vec![interface(
                 "eth0",
                 NetworkId::Primary,
                 &["10.11.0.3/24", "fd11::3/64"],
@@ -159,7 +123,7 @@ fn dual_stack_two_networks_probes_and_rejects() {
     assert_eq!(lab.unsupported_ports(), [(9, Protocol::Sctp)]);
     assert_eq!(lab.ports(), &ports[..]);
     assert_eq!(lab.state().pods.len(), 3);
-    assert_eq!(leftovers(prefix).len(), 4, "fabric + 3 pods");
+    assert_eq!(named_netns_with_prefix(prefix).len(), 4, "fabric + 3 pods");
 
     // The sysctls written from a setns'd thread landed in the pod netns.
     let a = PodKey::new("t", "a");
@@ -238,7 +202,7 @@ fn dual_stack_two_networks_probes_and_rejects() {
     assert_eq!(json["spec"]["protocol"], "TCP");
 
     lab.down().unwrap();
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 }
 
 #[test]
@@ -250,7 +214,7 @@ fn failed_up_leaves_nothing() {
     let prefix = "nwlabt2";
     let bad_name = pod(
         "a",
-        vec![iface("bad name", NetworkId::Primary, &["10.30.0.1/24"])],
+        vec![interface("bad name", NetworkId::Primary, &["10.30.0.1/24"])],
     );
     let err = Lab::up_with(
         &LabSpec {
@@ -260,18 +224,18 @@ fn failed_up_leaves_nothing() {
         &options(prefix),
     );
     assert!(matches!(err, Err(LabError::Invalid(_))), "{:?}", err.err());
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 
     // Fails in the kernel after namespaces, bridges and veths exist: the second pod adds the
     // same address twice to one interface.
     let mut pods = vec![
         pod(
             "a",
-            vec![iface("eth0", NetworkId::Primary, &["10.30.0.1/24"])],
+            vec![interface("eth0", NetworkId::Primary, &["10.30.0.1/24"])],
         ),
         pod(
             "b",
-            vec![iface(
+            vec![interface(
                 "eth0",
                 NetworkId::Primary,
                 &["10.30.0.2/24", "10.30.0.2/24"],
@@ -280,7 +244,7 @@ fn failed_up_leaves_nothing() {
     ];
     pods.push(pod(
         "c",
-        vec![iface("eth0", NetworkId::Primary, &["10.30.0.3/24"])],
+        vec![interface("eth0", NetworkId::Primary, &["10.30.0.3/24"])],
     ));
     let spec = LabSpec {
         pods,
@@ -291,14 +255,14 @@ fn failed_up_leaves_nothing() {
         .expect("duplicate address must fail");
     assert!(matches!(err, LabError::Setup { .. }), "{err}");
     assert!(err.to_string().contains("t/b"), "{err}");
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 
     // A port already taken cannot be, but a port the lab cannot bind in the pod fails late too:
     // two listeners on one port/protocol are deduplicated, so this one succeeds and is removed.
     let spec = LabSpec {
         pods: vec![pod(
             "a",
-            vec![iface("eth0", NetworkId::Primary, &["10.30.0.1/24"])],
+            vec![interface("eth0", NetworkId::Primary, &["10.30.0.1/24"])],
         )],
         ports: vec![(80, Protocol::Tcp), (80, Protocol::Tcp)],
     };
@@ -306,7 +270,7 @@ fn failed_up_leaves_nothing() {
         .unwrap()
         .down()
         .unwrap();
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 }
 
 #[test]
@@ -319,11 +283,11 @@ fn drop_and_state_and_stale_cleanup() {
         pods: vec![
             pod(
                 "a",
-                vec![iface("eth0", NetworkId::Primary, &["10.40.0.1/24"])],
+                vec![interface("eth0", NetworkId::Primary, &["10.40.0.1/24"])],
             ),
             pod(
                 "b",
-                vec![iface("eth0", NetworkId::Primary, &["10.40.0.2/24"])],
+                vec![interface("eth0", NetworkId::Primary, &["10.40.0.2/24"])],
             ),
         ],
         ports: vec![(80, Protocol::Tcp), (80, Protocol::Udp)],
@@ -332,13 +296,13 @@ fn drop_and_state_and_stale_cleanup() {
     // Drop without down.
     {
         let lab = Lab::up_with(&spec, &options(prefix)).unwrap();
-        assert_eq!(leftovers(prefix).len(), 3);
+        assert_eq!(named_netns_with_prefix(prefix).len(), 3);
         assert!(lab
             .pod_netns_name(&PodKey::new("t", "a"))
             .unwrap()
             .starts_with("nwlabt3-"));
     }
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 
     // From a saved state (another process would read it from a file).
     let lab = Lab::up_with(&spec, &options(prefix)).unwrap();
@@ -346,7 +310,7 @@ fn drop_and_state_and_stale_cleanup() {
     let text = serde_json::to_string(&state).unwrap();
     let state: netwarden_lab::LabState = serde_json::from_str(&text).unwrap();
     teardown_from_state(&state).unwrap();
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
     lab.down().unwrap();
 
     // By prefix.
@@ -356,7 +320,7 @@ fn drop_and_state_and_stale_cleanup() {
     let mut expected = lab.state().netns_names();
     expected.sort();
     assert_eq!(removed, expected);
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
     drop(lab);
 }
 
@@ -417,7 +381,7 @@ fn discover_sees_lab_interfaces() {
         "no lab link in the root netns"
     );
     lab.down().unwrap();
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 }
 
 /// What netwarden's egress rules do, in the source pod: REJECT port 80 (TCP with a reset, UDP
@@ -446,7 +410,7 @@ fn egress_reject_is_refused_and_egress_drop_times_out() {
         pods: vec![
             pod(
                 "a",
-                vec![iface(
+                vec![interface(
                     "eth0",
                     NetworkId::Primary,
                     &["10.60.0.1/24", "fd60::1/64"],
@@ -454,7 +418,7 @@ fn egress_reject_is_refused_and_egress_drop_times_out() {
             ),
             pod(
                 "b",
-                vec![iface(
+                vec![interface(
                     "eth0",
                     NetworkId::Primary,
                     &["10.60.0.2/24", "fd60::2/64"],
@@ -504,5 +468,5 @@ fn egress_reject_is_refused_and_egress_drop_times_out() {
         .collect();
     assert!(wrong.is_empty(), "{wrong:#?}");
     lab.down().unwrap();
-    assert_eq!(leftovers(prefix), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(prefix), Vec::<String>::new());
 }

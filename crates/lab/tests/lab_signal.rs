@@ -2,26 +2,18 @@
 //! after `install_signal_cleanup`, interrupts it, and checks that nothing is left.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use netwarden_dataplane::netns::{is_root, list_named};
-use netwarden_engine::model::{NetworkId, Pod, PodInterface, PodKey, Protocol};
+use netwarden_engine::model::Protocol;
+use netwarden_engine::testing::pod;
 use netwarden_lab::{install_signal_cleanup, Lab, LabOptions, LabSpec};
+use netwarden_testing::{named_netns_with_prefix, root_or_skip, this_test_in_a_child};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const CHILD_ENV: &str = "NWLAB_SIGNAL_CHILD";
 const PREFIX: &str = "nwlabt5";
-
-fn leftovers() -> Vec<String> {
-    let dash = format!("{PREFIX}-");
-    list_named()
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.starts_with(&dash))
-        .collect()
-}
 
 /// The child's body: only does something when run by `sigint_removes_the_lab`.
 #[test]
@@ -30,21 +22,8 @@ fn signal_child() {
         return;
     }
     install_signal_cleanup().unwrap();
-    let pod = Pod {
-        key: PodKey::new("t", "a"),
-        labels: Default::default(),
-        host_network: false,
-        container_ports: vec![],
-        interfaces: vec![PodInterface {
-            name: "eth0".into(),
-            network: NetworkId::Primary,
-            ips: vec!["10.50.0.1".parse().unwrap()],
-            prefix_lens: vec![24],
-        }],
-        netns: None,
-    };
     let spec = LabSpec {
-        pods: vec![pod],
+        pods: vec![pod("t", "a", &[], &["10.50.0.1/24"])],
         ports: vec![(80, Protocol::Tcp)],
     };
     let options = LabOptions {
@@ -59,19 +38,10 @@ fn signal_child() {
 
 #[test]
 fn sigint_removes_the_lab() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "lab tests need root in CI"
-        );
-        eprintln!("skipped: needs root");
+    if std::env::var_os(CHILD_ENV).is_some() || !root_or_skip() {
         return;
     }
-    if std::env::var_os(CHILD_ENV).is_some() {
-        return;
-    }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "signal_child", "--nocapture", "--test-threads=1"])
+    let mut child = this_test_in_a_child("signal_child")
         .env(CHILD_ENV, "1")
         .stdout(Stdio::piped())
         .spawn()
@@ -86,12 +56,9 @@ fn sigint_removes_the_lab() {
         let _ = child.kill();
         panic!("child did not build its lab");
     };
-    assert!(list_named()
-        .unwrap()
-        .iter()
-        .any(|n| n.starts_with(&format!("{instance}-"))));
+    assert!(!named_netns_with_prefix(&instance).is_empty());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 2), "exit status after SIGINT");
-    assert_eq!(leftovers(), Vec::<String>::new());
+    assert_eq!(named_netns_with_prefix(PREFIX), Vec::<String>::new());
 }
