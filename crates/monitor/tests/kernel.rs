@@ -9,54 +9,19 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use netwarden_dataplane::netns::{create_named, delete_named, exec, exec_in, is_root, run_in};
 use netwarden_engine::{Direction, NetworkId, ObjectKey, StagedCause};
 use netwarden_monitor::{
     Collector, EventProcessor, L4Protocol, ListenerConfig, ListenerExit, MemorySink, Metrics,
     NflogError, NflogSocket, PodContext, RawRecord,
 };
 use netwarden_render::LogKeyInfo;
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-fn can_run(test: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{test} needs root (CI=true: not skipping)");
-    }
-    eprintln!("skipping {test}: needs root");
-    false
-}
-
-/// Deletes the namespaces it names when dropped (their veth ends go with them).
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in &self.0 {
-            let _ = delete_named(name);
-        }
-    }
-}
-
-fn unique(role: &str) -> String {
-    format!(
-        "nwmon{}-{}{role}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn ip(args: &[&str]) {
-    exec("ip", args, None).unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
-}
+use netwarden_testing::{
+    in_netns, pin_neighbours, root_or_skip, run_in_with_input, veth, Namespaces, ProcessStats,
+};
 
 /// A pod netns and a client netns joined by a veth pair on 198.18.<n>.0/24 and
 /// fd00:6e77:<n>::/64 (pod .1/::1, client .2/::2), with the logging rules in the pod netns.
@@ -79,76 +44,29 @@ table inet nwmontest {
 }
 "#;
 
-fn pair(guard: &mut Namespaces, pod_name: &str, client_name: &str, subnet: u8) -> Pair {
-    let pod = create_named(pod_name).unwrap();
-    guard.0.push(pod_name.to_owned());
-    if !guard.0.iter().any(|n| n == client_name) {
-        create_named(client_name).unwrap();
-        guard.0.push(client_name.to_owned());
-        ip(&["-n", client_name, "link", "set", "lo", "up"]);
-    }
-    let client = PathBuf::from(format!("/run/netns/{client_name}"));
+/// The pod netns `pod` and the client netns `client` (created by the first pair that names
+/// it) of `namespaces`, joined as [`Pair`] says on subnet `subnet`.
+fn pair(namespaces: &mut Namespaces, pod: &str, client: &str, subnet: u8) -> Pair {
+    let pod = namespaces.create(pod);
+    let client = match namespaces.path(client) {
+        path if path.exists() => path,
+        _ => namespaces.create(client),
+    };
     let (pod_if, client_if) = (format!("vp{subnet}"), format!("vc{subnet}"));
-    // Created inside the pod netns with the peer straight in the client netns: the root
-    // namespace never holds the links.
-    ip(&[
-        "-n",
-        pod_name,
-        "link",
-        "add",
-        &pod_if,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &client_if,
-        "netns",
-        client_name,
-    ]);
     let v4 = |h: u8| format!("198.18.{subnet}.{h}");
     let v6 = |h: u8| format!("fd00:6e77:{subnet}::{h}");
-    let mac = |h: u8| format!("02:6e:77:00:{subnet:02x}:{h:02x}");
-    for (ns, dev, host, peer) in [(pod_name, &pod_if, 1, 2), (client_name, &client_if, 2, 1)] {
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-        ip(&["-n", ns, "link", "set", dev, "address", &mac(host)]);
-        ip(&[
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{}/24", v4(host)),
-            "dev",
-            dev,
-        ]);
-        ip(&[
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{}/64", v6(host)),
-            "dev",
-            dev,
-            "nodad",
-        ]);
-        ip(&["-n", ns, "link", "set", dev, "up"]);
-        // Static neighbours: ARP replies do not make it across veth on every test machine
-        // (seen on this one), and the test is about logging, not address resolution.
-        for addr in [v4(peer), v6(peer)] {
-            let args = [
-                "-n",
-                ns,
-                "neigh",
-                "replace",
-                &addr,
-                "lladdr",
-                &mac(peer),
-                "dev",
-                dev,
-            ];
-            ip(&[&args[..], &["nud", "permanent"]].concat());
-        }
-    }
-    exec_in(&pod, "nft", &["-f", "-"], Some(RULES.as_bytes())).unwrap();
+    veth(
+        &pod,
+        &pod_if,
+        &[&format!("{}/24", v4(1)), &format!("{}/64", v6(1))],
+        &client,
+        &client_if,
+        &[&format!("{}/24", v4(2)), &format!("{}/64", v6(2))],
+    );
+    // The test is about logging, not address resolution.
+    pin_neighbours(&pod, &pod_if, &client, &client_if);
+    let out = run_in_with_input(&pod, "nft", &["-f", "-"], RULES.as_bytes());
+    assert!(out.status.success(), "{out:?}");
     Pair {
         pod,
         client,
@@ -178,7 +96,7 @@ fn context(pod: &str) -> PodContext {
 /// From the client netns: one TCP connection attempt (a SYN, refused: nothing listens) and one
 /// UDP datagram to port 9 of each pod address.
 fn send_probes(client: &Path, targets: Vec<IpAddr>, sport: u16) {
-    run_in(client, move || {
+    in_netns(client, move || {
         for addr in targets {
             let _ = TcpStream::connect_timeout(&SocketAddr::new(addr, 9), Duration::from_secs(2));
             let bind: SocketAddr = if addr.is_ipv4() {
@@ -189,8 +107,7 @@ fn send_probes(client: &Path, targets: Vec<IpAddr>, sport: u16) {
             let udp = UdpSocket::bind(bind).unwrap();
             udp.send_to(b"hello", SocketAddr::new(addr, 9)).unwrap();
         }
-    })
-    .unwrap();
+    });
 }
 
 /// Receives until `done` holds for what was received, or `max` has passed.
@@ -229,12 +146,11 @@ fn probes_seen(records: &[RawRecord], dsts: &[IpAddr]) -> bool {
 
 #[test]
 fn records_from_a_pod_netns_are_decoded() {
-    if !can_run("records_from_a_pod_netns_are_decoded") {
+    if !root_or_skip() {
         return;
     }
-    let mut guard = Namespaces(vec![]);
-    let (pod_name, client_name) = (unique("p"), unique("c"));
-    let p = pair(&mut guard, &pod_name, &client_name, 1);
+    let mut namespaces = Namespaces::new("nwmonr");
+    let p = pair(&mut namespaces, "p", "c", 1);
 
     let metrics = Arc::new(Metrics::new());
     let (mut collector, rx) = Collector::new(ListenerConfig::default(), 1024, metrics.clone());
@@ -310,13 +226,12 @@ fn records_from_a_pod_netns_are_decoded() {
 
 #[test]
 fn a_deleted_netns_ends_its_listener_only() {
-    if !can_run("a_deleted_netns_ends_its_listener_only") {
+    if !root_or_skip() {
         return;
     }
-    let mut guard = Namespaces(vec![]);
-    let (a_name, b_name, client_name) = (unique("a"), unique("b"), unique("c"));
-    let a = pair(&mut guard, &a_name, &client_name, 2);
-    let b = pair(&mut guard, &b_name, &client_name, 3);
+    let mut namespaces = Namespaces::new("nwmond");
+    let a = pair(&mut namespaces, "a", "c", 2);
+    let b = pair(&mut namespaces, "b", "c", 3);
     let cfg = ListenerConfig {
         poll_interval: Duration::from_millis(50),
         ..Default::default()
@@ -330,7 +245,7 @@ fn a_deleted_netns_ends_its_listener_only() {
     assert!(probes_seen(&seen, &[a.pod_v4]), "{seen:#?}");
 
     // Delete a's netns under the listener.
-    delete_named(&a_name).unwrap();
+    namespaces.delete("a");
     let deadline = Instant::now() + Duration::from_secs(5);
     while collector.is_listening(&a.pod) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -357,24 +272,16 @@ fn a_deleted_netns_ends_its_listener_only() {
 }
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
+    ProcessStats::of(std::process::id()).rss_kib
 }
 
 #[test]
 fn a_flood_is_bounded_and_counted() {
-    if !can_run("a_flood_is_bounded_and_counted") {
+    if !root_or_skip() {
         return;
     }
-    let mut guard = Namespaces(vec![]);
-    let (pod_name, client_name) = (unique("p"), unique("c"));
-    let p = pair(&mut guard, &pod_name, &client_name, 4);
+    let mut namespaces = Namespaces::new("nwmonf");
+    let p = pair(&mut namespaces, "p", "c", 4);
     const QUEUE: usize = 2048;
     const PACKETS: usize = 100_000;
     let metrics = Arc::new(Metrics::new());
@@ -389,7 +296,7 @@ fn a_flood_is_bounded_and_counted() {
 
     // Nobody drains the queue while the flood runs.
     let target = SocketAddr::new(p.pod_v4, 9);
-    let sent = run_in(&p.client, move || {
+    let sent = in_netns(&p.client, move || {
         let udp = UdpSocket::bind("0.0.0.0:0").unwrap();
         let mut sent = 0usize;
         let started = Instant::now();
@@ -403,8 +310,7 @@ fn a_flood_is_bounded_and_counted() {
             }
         }
         sent
-    })
-    .unwrap();
+    });
     std::thread::sleep(Duration::from_millis(500));
 
     let queued: Vec<RawRecord> = rx.try_iter().collect();
