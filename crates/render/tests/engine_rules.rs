@@ -3,69 +3,35 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use common::{ip, ScratchNetns};
+use common::ip;
+use netwarden_engine::testing::{
+    labels, named, netpol, pod, pods_with, rule, selector, tcp, with_port,
+};
 use netwarden_engine::{
-    ContainerPort, Direction, Engine, EngineOptions, LabelSelector, Mode, Namespace, NetworkId,
-    ObjectKey, Peer, Pod, PodInterface, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope,
-    PortRef, Protocol,
+    Direction, Engine, EngineOptions, Mode, Namespace, ObjectKey, Pod, Policy, PolicyPort, Protocol,
 };
 use netwarden_render::tracer::{trace, TracePacket};
 use netwarden_render::{render_nft, LogAction, RenderOptions};
+use netwarden_testing::ScratchNetns;
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+fn mk_pod(name: &str, app: &str, addr: &str) -> Pod {
+    pod("ns", name, &[("app", app)], &[addr])
 }
 
-fn mk_pod(name: &str, app: &str, addr: &str, ports: Vec<ContainerPort>) -> Pod {
-    Pod {
-        key: ObjectKey::new("ns", name),
-        labels: labels(&[("app", app)]),
-        host_network: false,
-        container_ports: ports,
-        interfaces: vec![PodInterface {
-            name: "eth0".into(),
-            network: NetworkId::Primary,
-            ips: vec![ip(addr)],
-            prefix_lens: vec![24],
-        }],
-        netns: None,
-    }
-}
-
-fn mk_policy(name: &str, mode: Mode, port: PortRef) -> Policy {
-    Policy {
-        kind: PolicyKind::NetworkPolicy,
-        key: ObjectKey::new("ns", name),
-        pod_selector: LabelSelector {
-            match_labels: labels(&[("app", "web")]),
-            ..Default::default()
-        },
-        ingress: Some(vec![PolicyRule {
-            peers: vec![Peer::Pods {
-                pod_selector: Some(LabelSelector {
-                    match_labels: labels(&[("app", "client")]),
-                    ..Default::default()
-                }),
-                namespace_selector: None,
-                network_selector: None,
-            }],
-            ports: vec![PolicyPort {
-                protocol: Protocol::Tcp,
-                port: Some(port),
-                end_port: None,
-            }],
-        }]),
-        egress: None,
-        scope: PolicyScope::Primary,
-        mode,
-        replaces: None,
-        log_denies: false,
-    }
+/// `ns/<name>` on `app=web`, in `mode`, allowing `port` from `app=client`.
+fn mk_policy(name: &str, mode: Mode, port: PolicyPort) -> Policy {
+    let mut p = netpol(
+        "ns",
+        name,
+        selector(&[("app", "web")]),
+        Some(vec![rule(
+            vec![pods_with(&[("app", "client")])],
+            vec![port],
+        )]),
+        None,
+    );
+    p.mode = mode;
+    p
 }
 
 #[test]
@@ -75,20 +41,21 @@ fn engine_rules_render_and_trace_consistently() {
         name: "ns".into(),
         labels: labels(&[]),
     });
-    let http = |port| ContainerPort {
-        name: Some("http".into()),
-        port,
-        protocol: Protocol::Tcp,
-    };
-    engine.set_pod(mk_pod("web", "web", "10.0.0.1", vec![http(8080)]));
-    engine.set_pod(mk_pod("client", "client", "10.0.0.2", vec![]));
-    engine.set_pod(mk_pod("other", "other", "10.0.0.3", vec![]));
+    let web = with_port(
+        mk_pod("web", "web", "10.0.0.1"),
+        "http",
+        8080,
+        Protocol::Tcp,
+    );
+    engine.set_pod(web);
+    engine.set_pod(mk_pod("client", "client", "10.0.0.2"));
+    engine.set_pod(mk_pod("other", "other", "10.0.0.3"));
     engine.set_policy(mk_policy(
         "web-http",
         Mode::Enforce,
-        PortRef::Named("http".into()),
+        named(Protocol::Tcp, "http"),
     ));
-    engine.set_policy(mk_policy("web-443", Mode::Monitor, PortRef::Number(443)));
+    engine.set_policy(mk_policy("web-443", Mode::Monitor, tcp(443)));
 
     let opts = RenderOptions::default();
     let web = engine
@@ -100,7 +67,7 @@ fn engine_rules_render_and_trace_consistently() {
         "named port resolved:\n{text}"
     );
     assert!(text.contains("nw:wd:"), "monitored policy present:\n{text}");
-    if let Some(ns) = ScratchNetns::new("engine") {
+    if let Some(ns) = ScratchNetns::new("nwrt-engine") {
         let (ok, _, stderr) = ns.nft(&["-c", "-f", "-"], &text);
         assert!(ok, "{stderr}\n{text}");
     }

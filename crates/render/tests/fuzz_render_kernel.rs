@@ -4,39 +4,21 @@
 //! `iptables-restore --test` / `ip6tables-restore --test` accept. `NW_FUZZ_CASES` sets how
 //! many (default 100).
 
-mod common;
-
-use common::ScratchNetns;
 use netwarden_render::fuzzing::{check_render, pod_rules_from_bytes};
 use netwarden_render::RenderOptions;
-
-/// A small deterministic generator (no randomness crate): the cases are the same every run.
-struct Lcg(u64);
-
-impl Lcg {
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                self.0 = self
-                    .0
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (self.0 >> 56) as u8
-            })
-            .collect()
-    }
-}
+use netwarden_testing::{Lcg, ScratchNetns};
 
 #[test]
 fn random_rulesets_are_accepted_by_the_kernel() {
-    let Some(ns) = ScratchNetns::new("fuzz") else {
+    let Some(ns) = ScratchNetns::new("nwrt-fuzz") else {
         return;
     };
     let cases: usize = std::env::var("NW_FUZZ_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(100);
-    let mut rng = Lcg(0x6e77_6675_7a7a);
+    // Deterministic: the cases are the same every run.
+    let mut rng = Lcg::new(0x6e77_6675_7a7a);
     let (mut nft_checked, mut ipt_checked) = (0, 0);
     for case in 0..cases {
         let data = rng.bytes(256);

@@ -6,95 +6,30 @@
 //! A second test feeds every golden ruleset to `ipset restore` and `iptables-restore --test` /
 //! `ip6tables-restore --test` inside a throwaway netns, proving the kernel tools accept them.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::Command;
 
+use netwarden_engine::testing::{
+    interface, ip_block, netpol, pod_with_interfaces, pods_with, port, rule, selector, tcp,
+};
 use netwarden_engine::{
-    Engine, EngineOptions, IpBlock, LabelSelector, Mode, NetworkId, ObjectKey, Peer, Pod,
-    PodInterface, PodKey, PodRules, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope,
-    PortRef, Protocol,
+    Engine, EngineOptions, Mode, NetworkId, Peer, Pod, PodInterface, PodKey, PodRules, Policy,
+    PolicyKind, PolicyPort, PolicyScope, Protocol,
 };
 use netwarden_render::iptables::{render_iptables, IptablesRuleset};
 use netwarden_render::RenderOptions;
-
-fn sel(pairs: &[(&str, &str)]) -> LabelSelector {
-    LabelSelector {
-        match_labels: pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        match_expressions: Vec::new(),
-    }
-}
-
-fn iface(name: &str, network: NetworkId, ips: &[&str]) -> PodInterface {
-    let ips: Vec<IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
-    PodInterface {
-        name: name.into(),
-        network,
-        prefix_lens: ips
-            .iter()
-            .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
-            .collect(),
-        ips,
-    }
-}
+use netwarden_testing::{root_or_skip, ScratchNetns};
 
 fn mk_pod(name: &str, app: &str, interfaces: Vec<PodInterface>) -> Pod {
-    Pod {
-        key: PodKey::new("ns", name),
-        labels: sel(&[("app", app)]).match_labels,
-        host_network: false,
-        container_ports: Vec::new(),
-        interfaces,
-        netns: None,
-    }
+    pod_with_interfaces("ns", name, &[("app", app)], interfaces)
 }
 
+/// A NetworkPolicy `ns/<name>` on `app=<target_app>`, isolating nothing yet.
 fn mk_policy(name: &str, target_app: &str) -> Policy {
-    Policy {
-        kind: PolicyKind::NetworkPolicy,
-        key: ObjectKey::new("ns", name),
-        pod_selector: sel(&[("app", target_app)]),
-        ingress: None,
-        egress: None,
-        scope: PolicyScope::Primary,
-        mode: Mode::Enforce,
-        replaces: None,
-        log_denies: false,
-    }
+    netpol("ns", name, selector(&[("app", target_app)]), None, None)
 }
 
 fn pods_peer(app: &str) -> Peer {
-    Peer::Pods {
-        pod_selector: Some(sel(&[("app", app)])),
-        namespace_selector: None,
-        network_selector: None,
-    }
-}
-
-fn block(cidr: &str, except: &[&str]) -> Peer {
-    Peer::IpBlock(IpBlock {
-        cidr: cidr.parse().unwrap(),
-        except: except.iter().map(|e| e.parse().unwrap()).collect(),
-    })
-}
-
-fn port(protocol: Protocol, port: Option<u16>, end: Option<u16>) -> PolicyPort {
-    PolicyPort {
-        protocol,
-        port: port.map(PortRef::Number),
-        end_port: end,
-    }
-}
-
-fn tcp(p: u16) -> PolicyPort {
-    port(Protocol::Tcp, Some(p), None)
-}
-
-fn rule(peers: Vec<Peer>, ports: Vec<PolicyPort>) -> PolicyRule {
-    PolicyRule { peers, ports }
+    pods_with(&[("app", app)])
 }
 
 /// The standard cast: `ns/server` (app=web, the target), two clients and an outsider.
@@ -110,7 +45,7 @@ fn cast(dual_stack: bool) -> Vec<Pod> {
         mk_pod(
             "server",
             "web",
-            vec![iface(
+            vec![interface(
                 "eth0",
                 NetworkId::Primary,
                 &ips("10.0.0.10", "fd00::10"),
@@ -119,7 +54,7 @@ fn cast(dual_stack: bool) -> Vec<Pod> {
         mk_pod(
             "client-a",
             "client",
-            vec![iface(
+            vec![interface(
                 "eth0",
                 NetworkId::Primary,
                 &ips("10.0.0.20", "fd00::20"),
@@ -128,7 +63,7 @@ fn cast(dual_stack: bool) -> Vec<Pod> {
         mk_pod(
             "client-b",
             "client",
-            vec![iface(
+            vec![interface(
                 "eth0",
                 NetworkId::Primary,
                 &ips("10.0.0.21", "fd00::21"),
@@ -137,7 +72,7 @@ fn cast(dual_stack: bool) -> Vec<Pod> {
         mk_pod(
             "other",
             "other",
-            vec![iface(
+            vec![interface(
                 "eth0",
                 NetworkId::Primary,
                 &ips("10.0.0.30", "fd00::30"),
@@ -190,7 +125,10 @@ fn cases() -> Vec<Case> {
 
     let mut p = mk_policy("egress-db", "web");
     p.egress = Some(vec![rule(
-        vec![block("172.16.0.0/12", &["172.16.5.0/24", "172.20.0.1/32"])],
+        vec![ip_block(
+            "172.16.0.0/12",
+            &["172.16.5.0/24", "172.20.0.1/32"],
+        )],
         vec![tcp(5432)],
     )]);
     out.push(case("egress_ipblock_except", cast(false), vec![p]));
@@ -198,7 +136,7 @@ fn cases() -> Vec<Case> {
     let mut p = mk_policy("dual", "web");
     p.ingress = Some(vec![rule(vec![pods_peer("client")], vec![tcp(8080)])]);
     p.egress = Some(vec![rule(
-        vec![block("fd00::/64", &["fd00::30/128"])],
+        vec![ip_block("fd00::/64", &["fd00::30/128"])],
         vec![],
     )]);
     out.push(case("dual_stack", cast(true), vec![p]));
@@ -279,7 +217,7 @@ fn cases() -> Vec<Case> {
     // Two interfaces; a NetworkPolicy isolates only the primary one: net1 passes untouched,
     // forwarding is rejected (on by default) ...
     let mut pods = cast(false);
-    pods[0].interfaces.push(iface(
+    pods[0].interfaces.push(interface(
         "net1",
         NetworkId::nad("ns", "data"),
         &["192.168.1.10"],
@@ -295,7 +233,7 @@ fn cases() -> Vec<Case> {
     // A DanmNetworkPolicy isolating egress implies outgoing DNS (SPEC 3.1), on every interface
     // it isolates; a NetworkPolicy never does (see egress_ipblock_except).
     let mut pods = cast(true);
-    pods[0].interfaces.push(iface(
+    pods[0].interfaces.push(interface(
         "net1",
         NetworkId::nad("ns", "data"),
         &["192.168.1.10"],
@@ -309,7 +247,7 @@ fn cases() -> Vec<Case> {
     // "Everything" blocks: hash:net takes no /0, so each is stored as two /1 halves.
     let mut p = mk_policy("everything", "web");
     p.ingress = Some(vec![rule(
-        vec![block("0.0.0.0/0", &[]), block("::/0", &[])],
+        vec![ip_block("0.0.0.0/0", &[]), ip_block("::/0", &[])],
         vec![tcp(80)],
     )]);
     out.push(case("everything_blocks", cast(true), vec![p]));
@@ -383,106 +321,27 @@ fn rendering_is_deterministic_and_sets_are_shared() {
     );
 }
 
-/// A named netns removed on drop, even when the test fails.
-struct TestNetns(String);
-
-impl TestNetns {
-    fn new() -> TestNetns {
-        let name = format!("nwipt-{}-{:x}", std::process::id(), rand_suffix());
-        let st = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip netns add {name}");
-        TestNetns(name)
-    }
-
-    fn run(&self, program: &str, args: &[&str], stdin: &str) -> std::process::Output {
-        use std::io::Write;
-        use std::process::Stdio;
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.0, program])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for TestNetns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn rand_suffix() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false)
-}
-
 #[test]
 fn golden_rulesets_accepted_by_iptables_restore() {
-    if !is_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "root needed for netns tests in CI"
-        );
-        eprintln!("skipping: not root");
+    if !root_or_skip() {
         return;
     }
     for c in cases() {
         let r = render_iptables(&c.rules, &c.opts).unwrap();
         // A fresh netns per case: each set name must be created by its own script.
-        let ns = TestNetns::new();
-        let out = ns.run("ipset", &["restore"], &r.ipset_script());
-        assert!(
-            out.status.success(),
-            "{}: ipset restore: {}",
-            c.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let ns = ScratchNetns::new("nwipt-golden").expect("root");
+        let (ok, _, stderr) = ns.run("ipset", &["restore"], &r.ipset_script());
+        assert!(ok, "{}: ipset restore: {stderr}", c.name);
         for (program, text) in [("iptables-restore", &r.v4), ("ip6tables-restore", &r.v6)] {
-            let out = ns.run(program, &["-w", "--test"], text);
-            assert!(
-                out.status.success(),
-                "{}: {program} --test: {}\n{text}",
-                c.name,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let (ok, _, stderr) = ns.run(program, &["-w", "--test"], text);
+            assert!(ok, "{}: {program} --test: {stderr}\n{text}", c.name);
         }
         // The script is idempotent: running it again over the live sets succeeds.
-        let out = ns.run("ipset", &["restore"], &r.ipset_script());
-        assert!(
-            out.status.success(),
-            "{}: second ipset restore: {}",
-            c.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let listed = ns.run("ipset", &["list", "-n"], "");
-        let names: std::collections::BTreeSet<String> = String::from_utf8_lossy(&listed.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
+        let (ok, _, stderr) = ns.run("ipset", &["restore"], &r.ipset_script());
+        assert!(ok, "{}: second ipset restore: {stderr}", c.name);
+        let (_, listed, _) = ns.run("ipset", &["list", "-n"], "");
+        let names: std::collections::BTreeSet<String> =
+            listed.lines().map(str::to_string).collect();
         assert_eq!(names, r.set_names(), "{}: temporaries left behind", c.name);
     }
 }

@@ -15,6 +15,7 @@ use netwarden_engine::Direction;
 use netwarden_engine::PodRules;
 use netwarden_render::nft::{build_table, set_name, Table, Transaction};
 use netwarden_render::{log_key_for, log_prefix, rule_count, LogAction, RenderOptions};
+use netwarden_testing::ScratchNetns;
 
 /// The nft text of a scenario (every scenario renders).
 fn render_nft(rules: &PodRules, opts: &RenderOptions) -> String {
@@ -84,7 +85,7 @@ fn goldens_match() {
 
 #[test]
 fn goldens_are_accepted_by_nft_check() {
-    let Some(ns) = ScratchNetns::new("check") else {
+    let Some(ns) = ScratchNetns::new("nwrt-check") else {
         return;
     };
     for (name, rules, opts) in scenarios() {
@@ -110,7 +111,7 @@ fn goldens_are_accepted_by_nft_check() {
 /// table. Applying twice leaves each rule once (chains are flushed) and each set once.
 #[test]
 fn goldens_apply_onto_empty_and_existing_tables() {
-    let Some(ns) = ScratchNetns::new("apply") else {
+    let Some(ns) = ScratchNetns::new("nwrt-apply") else {
         return;
     };
     let list = |ns: &ScratchNetns| {
@@ -375,8 +376,10 @@ fn rule_count_counts_rules_only() {
 /// kernel's listings compared.
 #[test]
 fn json_and_text_load_as_the_same_table() {
-    let (Some(by_text), Some(by_json)) = (ScratchNetns::new("text"), ScratchNetns::new("json"))
-    else {
+    let (Some(by_text), Some(by_json)) = (
+        ScratchNetns::new("nwrt-text"),
+        ScratchNetns::new("nwrt-json"),
+    ) else {
         return;
     };
     for (name, rules, opts) in scenarios() {

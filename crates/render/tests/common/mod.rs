@@ -1,10 +1,8 @@
-//! Builders for hand-made `PodRules` shared by the golden and tracer tests, and a throwaway
-//! netns for `nft -c`.
+//! Builders for hand-made `PodRules` shared by the golden and tracer tests, and the golden
+//! scenarios. (The throwaway netns for `nft -c` is `netwarden_testing::ScratchNetns`.)
 #![allow(dead_code)] // each test binary uses a subset
 
-use std::io::Write;
 use std::net::IpAddr;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use netwarden_engine::{
@@ -111,74 +109,6 @@ pub fn pod(interfaces: Vec<InterfaceRules>) -> PodRules {
         pod: ObjectKey::new("ns", "pod"),
         netns: None,
         interfaces,
-    }
-}
-
-/// A throwaway named netns, deleted on drop, for `nft -c` (check mode changes nothing, but we
-/// never even look at the root namespace's ruleset).
-pub struct ScratchNetns(pub String);
-
-impl ScratchNetns {
-    /// `None` when not root (outside CI); panics when CI=true and not root.
-    pub fn new(tag: &str) -> Option<ScratchNetns> {
-        let uid = Command::new("id").arg("-u").output().unwrap();
-        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "nft -c tests need root in CI"
-            );
-            eprintln!("skipped nft -c: needs root");
-            return None;
-        }
-        let name = format!("nwrt-{tag}-{}-{}", std::process::id(), rand_suffix());
-        let st = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip netns add {name}");
-        Some(ScratchNetns(name))
-    }
-
-    /// Runs `nft <args>` inside with `stdin`; returns (success, stdout, stderr).
-    pub fn nft(&self, args: &[&str], stdin: &str) -> (bool, String, String) {
-        self.run("nft", args, stdin)
-    }
-
-    /// Runs `program <args>` inside with `stdin`; returns (success, stdout, stderr).
-    pub fn run(&self, program: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.0, program])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-fn rand_suffix() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    t.subsec_nanos() % 100_000
-}
-
-impl Drop for ScratchNetns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
 
