@@ -46,13 +46,14 @@ use nix::sys::time::{TimeVal, TimeValLike};
 
 use netwarden::sync::{Reconciler, Syncer};
 use netwarden_dataplane::iptables_apply::{iptables_variant, IptablesDataplane, IptablesVariant};
-use netwarden_dataplane::netns::{create_named, delete_named, exec_in, is_root};
+use netwarden_dataplane::netns::exec_in;
 use netwarden_dataplane::{ApplyOutcome, Backend, Dataplane, Netns, NftDataplane};
 use netwarden_engine::testing::{ip_block, namespace, netpol, pod, pods_peer, rule, selector, tcp};
 use netwarden_engine::{Engine, EngineOptions, LabelSelector, Mode, PodKey, PodRules, Protocol};
 use netwarden_render::iptables::{render_iptables, IptablesRuleset};
 use netwarden_render::nft::build_table;
 use netwarden_render::{render_nft, rule_count, RenderOptions};
+use netwarden_testing::{root_or_skip, Namespaces};
 
 // ----- parameters --------------------------------------------------------------------------
 
@@ -266,39 +267,6 @@ fn nft_set_elements(rules: &PodRules, opts: &RenderOptions) -> usize {
 
 // ----- namespaces --------------------------------------------------------------------------
 
-/// Deletes the namespaces it names when dropped (also while unwinding from a panic).
-struct NetnsGuard {
-    names: Vec<String>,
-}
-
-impl NetnsGuard {
-    fn new() -> NetnsGuard {
-        NetnsGuard { names: Vec::new() }
-    }
-
-    fn create(&mut self, name: &str) -> PathBuf {
-        // Registered before creation: a half-created namespace is still cleaned up.
-        self.names.push(name.to_string());
-        create_named(name).unwrap_or_else(|e| panic!("creating netns {name}: {e}"))
-    }
-}
-
-impl Drop for NetnsGuard {
-    fn drop(&mut self) {
-        for name in self.names.drain(..).rev() {
-            if Path::new("/run/netns").join(&name).exists() {
-                if let Err(e) = delete_named(&name) {
-                    eprintln!("warning: could not delete netns {name}: {e}");
-                }
-            }
-        }
-    }
-}
-
-fn prefix() -> String {
-    format!("nwbench-{}-", std::process::id())
-}
-
 fn run(netns: &Path, program: &str, args: &[&str]) {
     run_stdin(netns, program, args, None);
 }
@@ -320,11 +288,11 @@ struct Topology {
     server_path: PathBuf,
 }
 
-fn build_topology(guard: &mut NetnsGuard) -> Topology {
-    let cli_name = format!("{}cli", prefix());
-    let srv_name = format!("{}srv", prefix());
-    let cli = guard.create(&cli_name);
-    let srv = guard.create(&srv_name);
+fn build_topology(namespaces: &mut Namespaces) -> Topology {
+    let cli_name = namespaces.name("cli");
+    let srv_name = namespaces.name("srv");
+    let cli = namespaces.create("cli");
+    let srv = namespaces.create("srv");
     // The server end is `eth0`: the pod interface name netwarden's rules dispatch on.
     ip(&[
         "-n", &cli_name, "link", "add", "c0", "address", CLIENT_MAC, "type", "veth", "peer",
@@ -789,10 +757,10 @@ impl DataPath {
     }
 }
 
-fn data_path(params: &Params, guard: &mut NetnsGuard) -> DataPath {
+fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
     let opts = RenderOptions::default();
     let variant = iptables_variant().expect("iptables variant");
-    let topo = build_topology(guard);
+    let topo = build_topology(namespaces);
     let server = Server::start(&topo.server, params.acceptor_threads);
     let configs = configs(params);
     let mut dps = Dataplanes {
@@ -1078,7 +1046,7 @@ fn apply_model(variant: usize) -> PodRules {
         .expect("server pod")
 }
 
-fn apply_latency(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
+fn apply_latency(params: &Params, namespaces: &mut Namespaces, opts: &RenderOptions) {
     let models = [apply_model(0), apply_model(1)];
     let nft_text = render_nft(&models[0], opts).expect("renders");
     println!(
@@ -1092,7 +1060,7 @@ fn apply_latency(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) 
     // What any `nft -f` costs here, to read the figures against: the process alone (an empty
     // transaction), and a transaction that frees an object (its close waits for the kernel to
     // release it; every replace frees the previous rules).
-    let floor_path = guard.create(&format!("{}apply-floor", prefix()));
+    let floor_path = namespaces.create("apply-floor");
     let floors = [
         ("nft, empty transaction", String::new()),
         (
@@ -1115,10 +1083,10 @@ fn apply_latency(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) 
             ms(percentile(&times, 0.99)),
         );
     }
-    let nft_path = guard.create(&format!("{}apply-nft", prefix()));
+    let nft_path = namespaces.create("apply-nft");
     let times = alternating_applies(NftDataplane::new(*opts), &nft_path, &models, params);
     report_apply_latency(Backend::Nft, times);
-    let ipt_path = guard.create(&format!("{}apply-iptables", prefix()));
+    let ipt_path = namespaces.create("apply-iptables");
     let times = alternating_applies(IptablesDataplane::new(*opts), &ipt_path, &models, params);
     report_apply_latency(Backend::Iptables, times);
 }
@@ -1210,11 +1178,11 @@ fn sync_model(params: &Params, paths: &[PathBuf]) -> (Engine, Vec<PodKey>) {
     (engine, keys)
 }
 
-fn full_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
+fn full_sync(params: &Params, namespaces: &mut Namespaces, opts: &RenderOptions) {
     let total = params.sync_namespaces * params.sync_pods_per_namespace;
     let created = Instant::now();
     let paths: Vec<PathBuf> = (0..total)
-        .map(|i| guard.create(&format!("{}pod{i}", prefix())))
+        .map(|i| namespaces.create(&format!("pod{i}")))
         .collect();
     println!(
         "\nfull sync of {total} pods, one netns each (created in {:.0} ms), NftDataplane:",
@@ -1283,7 +1251,7 @@ fn large_policy(blocks: usize, variant: u32) -> netwarden_engine::Policy {
 /// The sync of one pod whose policy has many ipBlocks, per phase and backend: the engine's
 /// computation, a first sync, a sync after one block changed, a sync with nothing changed —
 /// against what `nft -f` alone takes to load the same table.
-fn large_policy_sync(params: &Params, guard: &mut NetnsGuard, opts: &RenderOptions) {
+fn large_policy_sync(params: &Params, namespaces: &mut Namespaces, opts: &RenderOptions) {
     let blocks = params.large_blocks;
     println!(
         "
@@ -1296,7 +1264,7 @@ one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
     let mut phases: BTreeMap<(&str, usize, &str), Vec<Duration>> = BTreeMap::new();
     for rep in 0..params.sync_repeats {
         for backend in [Backend::Nft, Backend::Iptables] {
-            let path = guard.create(&format!("{}large{rep}{}", prefix(), backend.as_str()));
+            let path = namespaces.create(&format!("large{rep}{}", backend.as_str()));
             let mut engine = Engine::new(EngineOptions::default());
             let mut server = pod(NS, "server", &[("app", "server")], &[&SERVER.to_string()]);
             server.netns = Some(path.to_string_lossy().into_owned());
@@ -1307,7 +1275,7 @@ one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
             computes.push(started.elapsed());
             if backend == Backend::Nft {
                 let text = render_nft(&rules, opts).expect("renders");
-                let floor = guard.create(&format!("{}largefloor{rep}", prefix()));
+                let floor = namespaces.create(&format!("largefloor{rep}"));
                 let started = Instant::now();
                 run_stdin(&floor, "nft", &["-f", "-"], Some(&text));
                 floors.push(started.elapsed());
@@ -1349,12 +1317,7 @@ one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
-    if !is_root() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            eprintln!("dataplane benchmark: needs root (CI=true, so this is a failure)");
-            std::process::exit(1);
-        }
-        println!("skipped: needs root");
+    if !root_or_skip() {
         return;
     }
     let params = Params::new(quick);
@@ -1373,13 +1336,13 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         iptables_variant().ok(),
     );
-    let mut guard = NetnsGuard::new();
+    let mut namespaces = Namespaces::new("nwbench-");
     rule_counts(&opts);
-    apply_latency(&params, &mut guard, &opts);
-    full_sync(&params, &mut guard, &opts);
-    large_policy_sync(&params, &mut guard, &opts);
-    let dp = data_path(&params, &mut guard);
+    apply_latency(&params, &mut namespaces, &opts);
+    full_sync(&params, &mut namespaces, &opts);
+    large_policy_sync(&params, &mut namespaces, &opts);
+    let dp = data_path(&params, &mut namespaces);
     report_ratios(&params, &dp);
-    drop(guard);
+    drop(namespaces);
     println!("\ndone in {:.1} s", started.elapsed().as_secs_f64());
 }

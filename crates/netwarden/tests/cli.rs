@@ -2,17 +2,17 @@
 //! `explain` agreeing with `reach` on every pair, `validate` reporting every problem with its
 //! exit status, `render` for both backends, and `report` over an events file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
+use netwarden_testing::{netwarden_bin, output_within, TempDir};
 use serde_json::Value;
 
-/// Runs the binary under test; `NETWARDEN_BIN` runs another build (to show a defect on the
-/// build before its fix).
+/// Runs the binary under test (see `netwarden_bin!`: `NETWARDEN_BIN` runs another build, to
+/// show a defect on the build before its fix).
 fn netwarden(args: &[&str]) -> Output {
-    let bin =
-        std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into());
-    Command::new(bin)
+    Command::new(netwarden_bin!())
         .args(args)
         .output()
         .expect("run netwarden")
@@ -21,24 +21,11 @@ fn netwarden(args: &[&str]) -> Output {
 /// Like [`netwarden`], for commands that must end at once: a run longer than 20 s is killed
 /// and fails the test.
 fn netwarden_exits(args: &[&str]) -> Output {
-    let bin =
-        std::env::var("NETWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_netwarden").into());
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run netwarden");
-    let started = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("netwarden {args:?} still runs after 20 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    output_within(
+        Command::new(netwarden_bin!()).args(args),
+        Duration::from_secs(20),
+        &format!("netwarden {args:?}"),
+    )
 }
 
 fn example() -> String {
@@ -55,13 +42,6 @@ fn json(out: &Output) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON output")
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nwcli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -257,9 +237,9 @@ status: {podIPs: [{ip: 10.1.0.2}]}
 
 #[test]
 fn validate_reports_every_problem_and_the_rest_keeps_working() {
-    let dir = temp_dir("validate");
-    std::fs::write(dir.join("bad.yaml"), BAD).unwrap();
-    let d = dir.display().to_string();
+    let dir = TempDir::new("validate");
+    dir.write_in_place("bad.yaml", BAD);
+    let d = dir.path.display().to_string();
     let out = netwarden(&["validate", "-f", &d, "-o", "json"]);
     assert_eq!(out.status.code(), Some(1), "errors make validate fail");
     let problems: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -290,7 +270,6 @@ fn validate_reports_every_problem_and_the_rest_keeps_working() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -322,7 +301,7 @@ fn render_both_backends() {
 
 #[test]
 fn report_aggregates_events() {
-    let dir = temp_dir("report");
+    let dir = TempDir::new("report");
     let line = |t: &str, sport: u16| {
         format!(
             r#"{{"time":"{t}","node":"n1","action":"would-deny","direction":"ingress","pod":"web/frontend-6d4cf56db6-x2k9p","interface":"eth0","network":"default","peer":"data/db-0","src":"10.0.0.2","dst":"10.0.0.1","sport":{sport},"dport":8080,"protocol":"TCP","policies":["web/narrow"],"enforced_policies":["web/wide"],"cause":"replaced-allow"}}"#
@@ -333,11 +312,11 @@ fn report_aggregates_events() {
         line("2026-01-01T00:00:00Z", 1000),
         line("2026-01-01T00:05:00Z", 1001)
     );
-    std::fs::write(dir.join("events.jsonl"), events).unwrap();
+    dir.write_in_place("events.jsonl", &events);
     let out = netwarden(&[
         "report",
         "-e",
-        &dir.join("events.jsonl").display().to_string(),
+        &dir.path.join("events.jsonl").display().to_string(),
         "-o",
         "json",
     ]);
@@ -352,7 +331,6 @@ fn report_aggregates_events() {
         text.contains("2026-01-01T00:00:00") && text.contains("2026-01-01T00:05:00"),
         "{text}"
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// Misspelled kinds and apiVersions, a YAML 1.1 boolean as a namespace, and an empty directory
@@ -360,7 +338,7 @@ fn report_aggregates_events() {
 /// field.
 #[test]
 fn validate_reports_misspellings_and_unreadable_fields() {
-    let dir = temp_dir("misspelled");
+    let dir = TempDir::new("misspelled");
     let policy = |api: Option<&str>, kind: &str, name: &str| {
         let api = api
             .map(|a| format!("apiVersion: {a}\n"))
@@ -375,10 +353,10 @@ fn validate_reports_misspellings_and_unreadable_fields() {
         "---\napiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: y}\n".into(),
     ]
     .concat();
-    std::fs::write(dir.join("all.yaml"), text).unwrap();
-    std::fs::create_dir(dir.join("empty")).unwrap();
-    let d = dir.display().to_string();
-    let empty = dir.join("empty").display().to_string();
+    dir.write_in_place("all.yaml", &text);
+    std::fs::create_dir(dir.path.join("empty")).unwrap();
+    let d = dir.path.display().to_string();
+    let empty = dir.path.join("empty").display().to_string();
     let out = netwarden(&["validate", "-f", &d, &empty, "-o", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let problems: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
@@ -414,15 +392,14 @@ fn validate_reports_misspellings_and_unreadable_fields() {
         "reach", "-f", &d, "--port", "80/TCP", "-o", "json",
     ]));
     assert!(v["probes"].as_array().unwrap().is_empty(), "{v}");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// Durations are parsed one way everywhere and bounded: no panic on a huge value, no spinning
 /// loop on zero; a refused value exits 2 before anything runs.
 #[test]
 fn durations_out_of_range_are_refused() {
-    let dir = temp_dir("durations");
-    let d = dir.display().to_string();
+    let dir = TempDir::new("durations");
+    let d = dir.path.display().to_string();
     for value in [
         "0s",
         "0",
@@ -455,5 +432,4 @@ fn durations_out_of_range_are_refused() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -9,7 +9,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use support::case::{apply_labels, conformance_dir, load_cases, load_objects, Case};
+use support::case::{conformance_dir, load_cases, load_objects, Case};
 use support::reach::{check_probe, run_reach};
 use support::variant::{self, Variant};
 
@@ -21,34 +21,17 @@ fn run_case(
     variant: Option<Variant>,
 ) -> Vec<String> {
     let mut failures = Vec::new();
-    let mut objects = base_objects.to_vec();
-    for (i, step) in case.steps.iter().enumerate() {
-        let step_name = format!(
-            "{label} step {}{}",
-            i + 1,
-            step.description
-                .as_ref()
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default()
-        );
-        // Label changes persist into later steps, as upstream relabels live objects.
-        if let Err(e) = apply_labels(&mut objects, &step.add_labels) {
-            failures.push(format!("{step_name}: {e}"));
-            break;
-        }
-        let variant::Prepared {
-            objects: objs,
-            policies,
-            probes,
-            ports,
-        } = match variant::prepare(variant, &objects, step) {
-            Ok(p) => p,
+    for (i, step, prepared) in variant::prepared_steps(case, base_objects, variant) {
+        let step_name = variant::step_name(label, i, step);
+        let ready = match prepared {
+            Ok(ready) => ready,
             Err(e) => {
-                failures.push(format!("{step_name}: cannot build the variant: {e}"));
+                failures.push(format!("{step_name}: {e}"));
                 continue;
             }
         };
-        let records = match run_reach(&objs, &policies, &ports) {
+        let probes = ready.probes;
+        let records = match run_reach(&ready.objects, &ready.policies, &ready.ports) {
             Ok(r) => r,
             Err(e) => {
                 println!("FAIL {step_name}: {e}");

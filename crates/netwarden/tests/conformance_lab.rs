@@ -18,34 +18,17 @@ mod common;
 #[allow(dead_code)] // the helpers serve `conformance.rs` too; this runner uses part of them
 mod support;
 
+use netwarden_testing::{
+    docs_text, heavy_lock, lab_check, netwarden_bin, root_or_skip, LabProbe, TempDir,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::time::{Duration, Instant};
-use support::case::{apply_labels, conformance_dir, load_cases, load_objects, Case, Probe};
+use support::case::{conformance_dir, load_cases, load_objects, Case, Probe};
 use support::matrix::Matrix;
-use support::reach::{write_docs, TempDir};
 use support::variant::{self, Variant};
 
 const BACKENDS: [&str; 2] = ["nft", "iptables"];
-
-/// One probe record of `netwarden lab check --json`.
-#[derive(Debug)]
-struct LabProbe {
-    from: String,
-    to: String,
-    network: String,
-    port: u16,
-    protocol: String,
-    family: String,
-    allowed: bool,
-    staged_allowed: bool,
-    /// `None`: not probed (SCTP has no sockets on this kernel).
-    observed: Option<bool>,
-    /// How the connection disagreed with `allowed` (`denied-but-timed-out`, ...), if it did.
-    mismatch: Option<String>,
-    raw: Value,
-}
 
 /// Counters of one backend's run.
 #[derive(Debug, Default)]
@@ -64,96 +47,10 @@ fn run_lab(
     ports: &BTreeSet<(u16, String)>,
 ) -> Result<Vec<LabProbe>, String> {
     let dir = TempDir::new("lab");
-    write_docs(&dir.path.join("objects.yaml"), objects)?;
-    write_docs(&dir.path.join("policies.yaml"), policies)?;
-    let bin =
-        std::env::var_os("NETWARDEN_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_netwarden").into());
-    let mut cmd = Command::new(bin);
-    cmd.args(["lab", "check", "-f"]).arg(&dir.path);
-    cmd.args(["--backend", backend]);
-    for (port, proto) in ports {
-        cmd.arg("--port").arg(format!("{port}/{proto}"));
-    }
-    cmd.arg("--json");
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run netwarden: {e}"))?;
-    // 1 = some observed differs from `allowed`: still a report, checked below like any other.
-    if !matches!(out.status.code(), Some(0 | 1)) {
-        return Err(format!(
-            "netwarden lab check exited with {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let json: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "netwarden lab check printed no JSON ({e}), exit {}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    let probes = json["probes"]
-        .as_array()
-        .ok_or("netwarden lab check JSON has no \"probes\" array")?;
-    probes.iter().map(parse_probe).collect()
-}
-
-fn parse_probe(v: &Value) -> Result<LabProbe, String> {
-    let s = |k: &str| {
-        v[k].as_str()
-            .map(str::to_string)
-            .ok_or_else(|| format!("lab probe without string {k:?}: {v}"))
-    };
-    let b = |k: &str| {
-        v[k].as_bool()
-            .ok_or_else(|| format!("lab probe without boolean {k:?}: {v}"))
-    };
-    let observed = match &v["observed"] {
-        Value::Null => None,
-        Value::Bool(b) => Some(*b),
-        other => return Err(format!("lab probe with observed {other}: {v}")),
-    };
-    let mismatch = match &v["mismatch"] {
-        Value::Null => None,
-        Value::String(m) => Some(m.clone()),
-        other => return Err(format!("lab probe with mismatch {other}: {v}")),
-    };
-    Ok(LabProbe {
-        from: s("from")?,
-        to: s("to")?,
-        network: s("network")?,
-        port: v["port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| format!("lab probe without port: {v}"))?,
-        protocol: s("protocol")?,
-        family: s("family")?,
-        allowed: b("allowed")?,
-        staged_allowed: b("staged_allowed")?,
-        observed,
-        mismatch,
-        raw: v.clone(),
-    })
-}
-
-/// The fields of a record that explain a failure: addresses, interfaces, what the probe saw.
-fn probe_detail(r: &LabProbe) -> String {
-    let f = |k: &str| match &r.raw[k] {
-        Value::Null => "-".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    format!(
-        "{}%{} -> {}%{}, detail {}, {} ms",
-        f("src"),
-        f("from_interface"),
-        f("dst"),
-        f("to_interface"),
-        f("detail"),
-        f("elapsed_ms")
-    )
+    dir.write("objects.yaml", &docs_text(objects));
+    dir.write("policies.yaml", &docs_text(policies));
+    let report = lab_check(&netwarden_bin!(), &dir.path, backend, ports, &[])?;
+    LabProbe::all_of(&report)
 }
 
 /// Compares the observed records of one step with its expected matrices.
@@ -216,7 +113,7 @@ fn check_step(
                     verdict(r.allowed),
                     verdict(r.staged_allowed),
                     r.mismatch.as_deref().unwrap_or("none"),
-                    probe_detail(r)
+                    r.detail()
                 ));
             }
         }
@@ -254,44 +151,25 @@ fn run_case(
     tally: &mut Tally,
     failures: &mut Vec<String>,
 ) {
-    let mut objects = base_objects.to_vec();
-    for (i, step) in case.steps.iter().enumerate() {
-        let what = format!(
-            "{} step {}{} [{backend}]",
-            case.name,
-            i + 1,
-            step.description
-                .as_ref()
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default()
-        );
-        // Label changes persist into later steps, as in `conformance.rs`.
-        if let Err(e) = apply_labels(&mut objects, &step.add_labels) {
-            failures.push(format!("{what}: {e}"));
-            return;
-        }
-        let variant::Prepared {
-            objects: objs,
-            policies,
-            probes,
-            ports,
-        } = match variant::prepare(variant, &objects, step) {
-            Ok(p) => p,
+    for (i, step, prepared) in variant::prepared_steps(case, base_objects, variant) {
+        let what = format!("{} [{backend}]", variant::step_name(&case.name, i, step));
+        let ready = match prepared {
+            Ok(ready) => ready,
             Err(e) => {
-                failures.push(format!("{what}: cannot build the variant: {e}"));
+                failures.push(format!("{what}: {e}"));
                 continue;
             }
         };
         let before = failures.len();
         let started = Instant::now();
         let records = {
-            let _lab = common::lab_lock();
-            run_lab(backend, &objs, &policies, &ports)
+            let _lab = heavy_lock();
+            run_lab(backend, &ready.objects, &ready.policies, &ready.ports)
         };
         tally.elapsed += started.elapsed();
         tally.labs += 1;
         match records {
-            Ok(records) => check_step(&what, &probes, &records, tally, failures),
+            Ok(records) => check_step(&what, &ready.probes, &records, tally, failures),
             Err(e) => failures.push(format!("{what}: {e}")),
         }
         for f in &failures[before..] {
@@ -302,7 +180,7 @@ fn run_case(
 
 #[test]
 fn conformance_on_the_kernel() {
-    if !common::root_or_skip() {
+    if !root_or_skip() {
         return;
     }
     let dir = conformance_dir();
@@ -372,6 +250,8 @@ fn check_step_reports_differences() {
         staged_allowed: allowed,
         observed,
         mismatch: mismatch.map(str::to_string),
+        src: "10.244.1.1".parse().unwrap(),
+        dst: "10.244.1.2".parse().unwrap(),
         raw: serde_json::json!({ "src": "10.244.1.1", "detail": { "result": "refused" } }),
     };
     let probe = |protocol: &str| Probe {
@@ -436,7 +316,7 @@ fn a_silent_drop_is_a_mismatch() {
     use netwarden_engine::Protocol;
     use netwarden_lab::ProbeDetail;
 
-    if !common::root_or_skip() {
+    if !root_or_skip() {
         return;
     }
     let (server, client_no) = (common::pod_def("server"), common::pod_def("client-no"));
@@ -464,7 +344,7 @@ fn a_silent_drop_is_a_mismatch() {
             engine: Default::default(),
             render: Default::default(),
         };
-        let _lock = common::lab_lock();
+        let _lock = heavy_lock();
         // Dropped (also on a panic), the lab removes its namespaces and what is in them.
         let mut lab = EnforcedLab::up(&inventory, &options).expect("lab up");
         let before = lab.report(&options.ports);

@@ -23,6 +23,9 @@ use netwarden_dataplane::Backend;
 use netwarden_engine::{Engine, EngineOptions, PodKey, Policy};
 use netwarden_lab::ProbeDetail;
 use netwarden_render::RenderOptions;
+use netwarden_testing::{
+    heavy_lock, named_netns_with_prefix, netwarden_leftovers, root_or_skip, unique_prefix,
+};
 
 /// How many times the atomicity test replaces the server's rules.
 const APPLIES: usize = 200;
@@ -59,8 +62,8 @@ fn atomicity(backend: Backend) {
     if !root_or_skip() {
         return;
     }
-    let _lock = lab_lock();
-    let prefix = prefix(&format!("nwat{}", &backend.as_str()[..1]));
+    let _lock = heavy_lock();
+    let prefix = unique_prefix(&format!("nwat{}", &backend.as_str()[..1]));
     let plain = ingress_policy("server-in", "server", &["ok"], false);
     let extra = ingress_policy("server-in", "server", &["ok"], true);
     let mut docs = vec![namespace_doc()];
@@ -80,7 +83,7 @@ fn atomicity(backend: Backend) {
     assert!(first.errors.is_empty(), "first sync: {:?}", first.errors);
     assert_eq!(first.applied, 1, "only the server is isolated: {first}");
     let server = netns_of(&lab, "server");
-    assert!(!netwarden_leftovers(backend, &server).is_empty());
+    assert!(!netwarden_leftovers(backend.as_str(), &server).is_empty());
 
     let allowed = probes("client-ok", "server");
     let denied = probes("client-no", "server");
@@ -200,7 +203,7 @@ fn atomicity(backend: Backend) {
 
     let errors = syncer.remove_all();
     assert!(errors.is_empty(), "remove_all: {errors:?}");
-    assert!(netwarden_leftovers(backend, &server).is_empty());
+    assert!(netwarden_leftovers(backend.as_str(), &server).is_empty());
     lab.down().expect("lab down");
     assert_eq!(named_netns_with_prefix(&prefix), Vec::<String>::new());
 }
@@ -219,8 +222,8 @@ fn cleanup(backend: Backend) {
     if !root_or_skip() {
         return;
     }
-    let _lock = lab_lock();
-    let prefix = prefix(&format!("nwcl{}", &backend.as_str()[..1]));
+    let _lock = heavy_lock();
+    let prefix = unique_prefix(&format!("nwcl{}", &backend.as_str()[..1]));
     let mut docs = vec![namespace_doc()];
     docs.extend(PODS.iter().map(|d| pod_doc(d, None)));
     docs.push(ingress_policy("server-in", "server", &["ok"], true));
@@ -235,7 +238,7 @@ fn cleanup(backend: Backend) {
     assert!(first.errors.is_empty(), "first sync: {:?}", first.errors);
     assert_eq!(first.applied, 2, "{first}");
     for netns in [&server, &other] {
-        let found = netwarden_leftovers(backend, netns);
+        let found = netwarden_leftovers(backend.as_str(), netns);
         assert!(!found.is_empty(), "no rules in {}", netns.display());
         if backend == Backend::Iptables {
             // The peers live in sets: their removal is part of what is checked below.
@@ -256,7 +259,10 @@ fn cleanup(backend: Backend) {
     let report = syncer.sync(&mut engine, dirty);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.removed, 1, "{report}");
-    assert_eq!(netwarden_leftovers(backend, &server), Vec::<String>::new());
+    assert_eq!(
+        netwarden_leftovers(backend.as_str(), &server),
+        Vec::<String>::new()
+    );
     assert!(!syncer.programmed().contains_key(&key("server")));
     assert_probes(
         &lab,
@@ -265,7 +271,7 @@ fn cleanup(backend: Backend) {
         "server deselected",
     );
     // The other pod is untouched.
-    assert!(!netwarden_leftovers(backend, &other).is_empty());
+    assert!(!netwarden_leftovers(backend.as_str(), &other).is_empty());
 
     // Removed: the pod leaves the inventory (its netns still exists).
     engine.remove_pod(&key("other"));
@@ -273,7 +279,10 @@ fn cleanup(backend: Backend) {
     let report = syncer.sync(&mut engine, dirty);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.removed, 1, "{report}");
-    assert_eq!(netwarden_leftovers(backend, &other), Vec::<String>::new());
+    assert_eq!(
+        netwarden_leftovers(backend.as_str(), &other),
+        Vec::<String>::new()
+    );
     assert!(syncer.programmed().is_empty());
     assert_probes(&lab, &probes("client-no", "other"), true, "other removed");
 
@@ -307,7 +316,7 @@ fn enforced_lab_down(backend: Backend) {
     if !root_or_skip() {
         return;
     }
-    let _lock = lab_lock();
+    let _lock = heavy_lock();
     let mut docs = vec![namespace_doc()];
     docs.extend(PODS.iter().map(|d| pod_doc(d, None)));
     docs.push(ingress_policy("server-in", "server", &["ok"], false));
@@ -324,7 +333,7 @@ fn enforced_lab_down(backend: Backend) {
     assert_eq!(names.len(), PODS.len() + 1, "pods + fabric: {names:?}");
     assert!(lab.sync.errors.is_empty(), "{:?}", lab.sync.errors);
     let server = netns_of(&lab.lab, "server");
-    assert!(!netwarden_leftovers(backend, &server).is_empty());
+    assert!(!netwarden_leftovers(backend.as_str(), &server).is_empty());
     assert_probes(
         &lab.lab,
         &[probe(

@@ -25,8 +25,6 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use netwarden::cli_args::PortProto;
@@ -37,18 +35,13 @@ use netwarden_lab::ProbeSpec;
 use netwarden_manifest::LoadOptions;
 use netwarden_monitor::Timestamp;
 use netwarden_render::RenderOptions;
+use netwarden_testing::{
+    docs_text, heavy_lock, lab_check, root_or_skip, Fields, LabProbe, TempDir,
+};
 use serde_json::{json, Value};
-use support::case::{apply_labels, conformance_dir, load_cases, load_objects, Case};
+use support::case::{conformance_dir, load_cases, load_objects, Case};
 use support::matrix::Matrix;
-use support::reach::{write_docs, TempDir};
-
-/// One lab at a time: a lab is a whole netns topology with listeners, and its NFLOG listeners
-/// must see only its own traffic.
-static LAB_LOCK: Mutex<()> = Mutex::new(());
-
-fn lab_lock() -> MutexGuard<'static, ()> {
-    LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+use support::variant;
 
 const BACKENDS: [&str; 2] = ["nft", "iptables"];
 /// The namespace of the scenario objects.
@@ -58,18 +51,6 @@ const PORT: u16 = 8080;
 /// A log rate no scenario comes near, so that every event is there to count (the rate limit
 /// has a scenario of its own). The iptables backend clamps it to what `-m limit` can hold.
 const HIGH_RATE: &str = "1000000";
-
-/// Whether the test can run: root builds network namespaces. In CI a missing root is a failure.
-fn have_root() -> bool {
-    if netwarden_dataplane::netns::is_root() {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("monitor_e2e needs root, and CI=true: refusing to skip");
-    }
-    println!("skipped: needs root");
-    false
-}
 
 // ---------------------------------------------------------------------------------------------
 // Scenario objects
@@ -201,43 +182,6 @@ const MONITOR: (&str, &str) = ("netwarden.io/mode", "monitor");
 // ---------------------------------------------------------------------------------------------
 // Running `netwarden lab check`
 
-/// One probe record of `lab check --json`.
-#[derive(Debug, Clone)]
-struct LabProbe {
-    from: String,
-    to: String,
-    network: String,
-    port: u16,
-    protocol: String,
-    family: String,
-    allowed: bool,
-    staged_allowed: bool,
-    /// `None`: not probed (SCTP).
-    observed: Option<bool>,
-    src: IpAddr,
-    dst: IpAddr,
-    raw: Value,
-}
-
-impl LabProbe {
-    fn describe(&self) -> String {
-        format!(
-            "{} -> {} {}/{} {} ({} -> {}), allowed {}, staged_allowed {}, observed {:?}, detail {}",
-            self.from,
-            self.to,
-            self.port,
-            self.protocol,
-            self.family,
-            self.src,
-            self.dst,
-            self.allowed,
-            self.staged_allowed,
-            self.observed,
-            self.raw["detail"]
-        )
-    }
-}
-
 /// One event of `lab check --json`, the fields of the SPEC 6 contract.
 #[derive(Debug, Clone)]
 struct LabEvent {
@@ -287,51 +231,30 @@ struct LabOutput {
     window: (Timestamp, Timestamp),
 }
 
-/// Runs `netwarden lab check -f <docs> --backend B --port ... --json <extra>`.
-fn lab_check(
+/// Runs `netwarden lab check -f <docs> --backend B --port ... --json <extra>`, one lab at a
+/// time (its NFLOG listeners must see only its own traffic).
+fn lab_check_docs(
     backend: &str,
     docs: &[Value],
     ports: &BTreeSet<(u16, String)>,
     extra: &[&str],
 ) -> Result<LabOutput, String> {
     let dir = TempDir::new("monitor");
-    write_docs(&dir.path.join("objects.yaml"), docs)?;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_netwarden"));
-    cmd.args(["lab", "check", "-f"]).arg(&dir.path);
-    cmd.args(["--backend", backend]);
-    for (port, proto) in ports {
-        cmd.arg("--port").arg(format!("{port}/{proto}"));
-    }
-    cmd.arg("--json").args(extra);
+    dir.write("objects.yaml", &docs_text(docs));
     let start = Timestamp::now();
-    let out = {
-        let _lab = lab_lock();
-        cmd.output()
-            .map_err(|e| format!("cannot run netwarden: {e}"))?
+    let report = {
+        let _lab = heavy_lock();
+        lab_check(
+            env!("CARGO_BIN_EXE_netwarden"),
+            &dir.path,
+            backend,
+            ports,
+            extra,
+        )?
     };
     let end = Timestamp::now();
-    // 1 = some observed differs from `allowed`: still a report, checked by the caller.
-    if !matches!(out.status.code(), Some(0 | 1)) {
-        return Err(format!(
-            "netwarden lab check exited with {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let json: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "netwarden lab check printed no JSON ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    let probes = json["probes"]
-        .as_array()
-        .ok_or("lab check JSON has no \"probes\" array")?
-        .iter()
-        .map(parse_probe)
-        .collect::<Result<Vec<_>, _>>()?;
-    let events = json["events"]
+    let probes = LabProbe::all_of(&report)?;
+    let events = report["events"]
         .as_array()
         .ok_or("lab check JSON has no \"events\" array")?
         .iter()
@@ -344,66 +267,8 @@ fn lab_check(
     })
 }
 
-fn parse_probe(v: &Value) -> Result<LabProbe, String> {
-    let s = |k: &str| {
-        v[k].as_str()
-            .map(str::to_string)
-            .ok_or_else(|| format!("lab probe without string {k:?}: {v}"))
-    };
-    let b = |k: &str| {
-        v[k].as_bool()
-            .ok_or_else(|| format!("lab probe without boolean {k:?}: {v}"))
-    };
-    let ip = |k: &str| -> Result<IpAddr, String> {
-        s(k)?
-            .parse()
-            .map_err(|e| format!("lab probe {k:?} is no address ({e}): {v}"))
-    };
-    let observed = match &v["observed"] {
-        Value::Null => None,
-        Value::Bool(b) => Some(*b),
-        other => return Err(format!("lab probe with observed {other}: {v}")),
-    };
-    Ok(LabProbe {
-        from: s("from")?,
-        to: s("to")?,
-        network: s("network")?,
-        port: v["port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| format!("lab probe without port: {v}"))?,
-        protocol: s("protocol")?,
-        family: s("family")?,
-        allowed: b("allowed")?,
-        staged_allowed: b("staged_allowed")?,
-        observed,
-        src: ip("src")?,
-        dst: ip("dst")?,
-        raw: v.clone(),
-    })
-}
-
 fn parse_event(v: &Value) -> Result<LabEvent, String> {
-    let s = |k: &str| {
-        v[k].as_str()
-            .map(str::to_string)
-            .ok_or_else(|| format!("event without string {k:?}: {v}"))
-    };
-    let ip = |k: &str| -> Result<IpAddr, String> {
-        s(k)?
-            .parse()
-            .map_err(|e| format!("event {k:?} is no address ({e}): {v}"))
-    };
-    let port = |k: &str| -> Result<Option<u16>, String> {
-        match &v[k] {
-            Value::Null => Ok(None),
-            p => p
-                .as_u64()
-                .and_then(|p| u16::try_from(p).ok())
-                .map(Some)
-                .ok_or_else(|| format!("event {k:?} is no port: {v}")),
-        }
-    };
+    let f = Fields::of("event", v);
     // Every field of the contract is there, and the line reads back as the monitor's own type
     // (what `netwarden report` consumes).
     for k in [
@@ -430,23 +295,16 @@ fn parse_event(v: &Value) -> Result<LabEvent, String> {
     }
     serde_json::from_value::<netwarden_monitor::Event>(v.clone())
         .map_err(|e| format!("event does not read back ({e}): {v}"))?;
-    let _ = port("sport")?;
+    f.optional_port("sport")?;
     Ok(LabEvent {
-        action: s("action")?,
-        direction: s("direction")?,
-        pod: s("pod")?,
-        peer: match &v["peer"] {
-            Value::Null => None,
-            p => Some(
-                p.as_str()
-                    .ok_or_else(|| format!("event peer is not a string: {v}"))?
-                    .to_string(),
-            ),
-        },
-        src: ip("src")?,
-        dst: ip("dst")?,
-        dport: port("dport")?,
-        protocol: s("protocol")?,
+        action: f.str("action")?,
+        direction: f.str("direction")?,
+        pod: f.str("pod")?,
+        peer: f.optional_str("peer")?,
+        src: f.ip("src")?,
+        dst: f.ip("dst")?,
+        dport: f.optional_port("dport")?,
+        protocol: f.str("protocol")?,
         raw: v.clone(),
     })
 }
@@ -770,7 +628,7 @@ fn scenario(
     for backend in BACKENDS {
         let what = format!("{name} [{backend}]");
         let started = Instant::now();
-        let out = match lab_check(backend, &docs, &tcp_udp_ports(), extra) {
+        let out = match lab_check_docs(backend, &docs, &tcp_udp_ports(), extra) {
             Ok(out) => out,
             Err(e) => {
                 failures.push(format!("{what}: {e}"));
@@ -818,7 +676,7 @@ fn short(name: &str) -> &str {
 ///    logs anything.
 #[test]
 fn monitored_only() {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let policies = [policy(
@@ -853,7 +711,7 @@ fn monitored_only() {
 ///    the server, naming the enforced policy.
 #[test]
 fn enforced_only() {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let policies = [policy(
@@ -920,7 +778,7 @@ fn enforced_only() {
 /// Enforcement is unchanged; events exactly where reach's staged view denies.
 #[test]
 fn enforced_and_monitored_both_directions() {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let policies = [
@@ -1004,7 +862,7 @@ fn enforced_and_monitored_both_directions() {
 ///    traffic is unchanged and the flows only the replaced policy allowed give `replaced-allow`.
 #[test]
 fn replaces_previews_narrower_policy() {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let policies = [
@@ -1050,7 +908,7 @@ fn replaces_previews_narrower_policy() {
 ///    connections elsewhere give `egress`/`new-isolation` events from client-no's netns.
 #[test]
 fn monitored_egress_isolation() {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let policies = [policy(
@@ -1096,7 +954,7 @@ const DEFAULT_BURST: usize = 10;
 ///    rulesets), so there the cap holds per family.
 #[test]
 fn default_rate_limit_caps_a_flood() {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let policies = [policy(
@@ -1136,7 +994,7 @@ fn default_rate_limit_caps_a_flood() {
             (10, DEFAULT_BURST as u32),
             "the default log rate changed; this test assumes 10/minute, burst 10"
         );
-        let _lab = lab_lock();
+        let _lab = heavy_lock();
         let started = Instant::now();
         let lab = match EnforcedLab::up(&inventory, &options) {
             Ok(lab) => lab,
@@ -1372,29 +1230,22 @@ fn conformance_monitored(
 ) {
     let mut tally = Tally::default();
     for case in cases {
-        let mut objects = model.to_vec();
-        for (i, step) in case.steps.iter().enumerate() {
+        // As written (no variant): labels carried into later steps, ports from the probes.
+        for (i, step, prepared) in variant::prepared_steps(case, model, None) {
             let what = format!("{} step {} [{backend}, all monitored]", case.name, i + 1);
-            if let Err(e) = apply_labels(&mut objects, &step.add_labels) {
-                failures.push(format!("{what}: {e}"));
-                break;
-            }
-            let policies = match monitored(&step.policies) {
-                Ok(p) => p,
+            // Every policy monitored.
+            let ready = prepared.and_then(|ready| Ok((monitored(&ready.policies)?, ready)));
+            let (policies, ready) = match ready {
+                Ok(ready) => ready,
                 Err(e) => {
                     failures.push(format!("{what}: {e}"));
                     continue;
                 }
             };
-            let ports: BTreeSet<(u16, String)> = step
-                .probes
-                .iter()
-                .map(|p| (p.port, p.protocol.to_ascii_uppercase()))
-                .collect();
-            let mut docs = objects.clone();
+            let mut docs = ready.objects;
             docs.extend(policies);
             let started = Instant::now();
-            let out = lab_check(backend, &docs, &ports, &["--log-rate", HIGH_RATE]);
+            let out = lab_check_docs(backend, &docs, &ready.ports, &["--log-rate", HIGH_RATE]);
             tally.elapsed += started.elapsed();
             tally.labs += 1;
             let before = failures.len();
@@ -1434,7 +1285,7 @@ fn conformance_all_monitored_iptables() {
 }
 
 fn conformance_all_monitored(backend: &str) {
-    if !have_root() {
+    if !root_or_skip() {
         return;
     }
     let dir = conformance_dir();
@@ -1463,7 +1314,7 @@ fn rfc3339_is_strict() {
 #[test]
 fn check_events_reports_differences() {
     let probe = |from: &str, to: &str, src: &str, dst: &str| {
-        parse_probe(&json!({
+        LabProbe::parse(&json!({
             "from": pod_name(from), "to": pod_name(to), "network": "default", "port": PORT,
             "protocol": "TCP", "family": "ipv4", "allowed": true, "staged_allowed": false,
             "observed": true, "src": src, "dst": dst,

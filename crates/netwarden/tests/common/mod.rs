@@ -1,45 +1,22 @@
-//! Helpers shared by the privileged end-to-end tests (`dataplane_e2e`, `agent_e2e`): the root
-//! check, a small dual-stack lab built from manifests, what netwarden left in a pod netns (read
-//! with the system tools, not through the dataplane under test), probes and temp dirs.
+//! The scenario of the privileged end-to-end tests (`dataplane_e2e`, `agent_e2e`,
+//! `conformance_lab`): a small dual-stack lab built from manifests, and probes between its
+//! pods. (Root checks, locks, temp dirs and what netwarden left in a netns come from
+//! `netwarden_testing`.)
 //!
-//! Every lab here uses a name prefix of its own (`<tag><pid>`), so leftovers can be checked
-//! without being confused by labs of other test suites running at the same time.
+//! Every lab here uses a name prefix of its own (`<tag><pid>`, see
+//! `netwarden_testing::unique_prefix`), so leftovers can be checked without being confused by
+//! labs of other test suites running at the same time.
 
 #![allow(dead_code)] // each test binary uses a part of these helpers
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
-use netwarden_dataplane::netns::{exec, exec_in, is_root};
-use netwarden_dataplane::Backend;
 use netwarden_engine::{PodKey, Protocol};
 use netwarden_lab::{Lab, LabOptions, LabSpec, ProbeOutcome, ProbeSpec};
 use netwarden_manifest::{parse_str, Inventory, LoadOptions};
+use netwarden_testing::docs_text;
 use serde_json::{json, Value};
-
-/// One lab at a time within a test binary: a lab is a whole netns topology with listeners,
-/// and the atomicity test needs the CPU for its probes.
-static LAB_LOCK: Mutex<()> = Mutex::new(());
-
-/// Takes the lab lock (a test that failed while holding it does not block the others).
-pub fn lab_lock() -> MutexGuard<'static, ()> {
-    LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether the test can run: root builds network namespaces. In CI a missing root is a failure.
-pub fn root_or_skip() -> bool {
-    if is_root() {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("this end-to-end test needs root, and CI=true: refusing to skip");
-    }
-    println!("skipped: needs root");
-    false
-}
 
 /// The namespace of every test object.
 pub const NS: &str = "e2e";
@@ -151,15 +128,6 @@ pub fn ingress_policy(name: &str, target: &str, roles: &[&str], extra: bool) -> 
     })
 }
 
-/// Documents as one multi-document YAML text (each document JSON, which YAML reads as is).
-pub fn docs_text(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_json::to_string(d).expect("JSON"))
-        .collect::<Vec<_>>()
-        .join("\n---\n")
-        + "\n"
-}
-
 /// Parses documents with the manifest loader; any problem fails the test.
 pub fn inventory(docs: &[Value]) -> Inventory {
     let inv = parse_str("e2e.yaml", &docs_text(docs), &LoadOptions::default());
@@ -169,11 +137,6 @@ pub fn inventory(docs: &[Value]) -> Inventory {
         inv.problems
     );
     inv
-}
-
-/// A lab name prefix unique to this process and test (`[a-z0-9-]`, at most 32 characters).
-pub fn prefix(tag: &str) -> String {
-    format!("{tag}{}", std::process::id())
 }
 
 /// Builds a lab of `pods` (listening on TCP and UDP `PORT`) under `prefix`, and returns the
@@ -203,117 +166,6 @@ pub fn netns_of(lab: &Lab, name: &str) -> PathBuf {
     lab.pod_netns(&key(name))
         .unwrap_or_else(|| panic!("no netns for {name}"))
         .to_path_buf()
-}
-
-/// Named netns (`ip netns list`) whose name starts with `<prefix>-`.
-pub fn named_netns_with_prefix(prefix: &str) -> Vec<String> {
-    let out = exec("ip", &["netns", "list"], None).expect("ip netns list");
-    let dash = format!("{prefix}-");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&dash))
-        .map(str::to_string)
-        .collect()
-}
-
-fn run_in(netns: &Path, program: &str, args: &[&str]) -> String {
-    let out = exec_in(netns, program, args, None)
-        .unwrap_or_else(|e| panic!("{program} {args:?} in {}: {e}", netns.display()));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Everything of netwarden's that the system tools show in `netns`, one line per finding
-/// (empty: nothing left). nft: table `inet netwarden` in `nft list tables`. iptables: any
-/// `DANM_` line of `iptables-save`/`ip6tables-save`, and any set named `nw4-`/`nw6-`/`nwt4-`/
-/// `nwt6-` in `ipset list -n`.
-pub fn netwarden_leftovers(backend: Backend, netns: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    match backend {
-        Backend::Nft => {
-            for line in run_in(netns, "nft", &["list", "tables"]).lines() {
-                if line.trim() == "table inet netwarden" {
-                    found.push(format!("nft: {}", line.trim()));
-                }
-            }
-        }
-        Backend::Iptables => {
-            for (tag, program) in [("v4", "iptables-save"), ("v6", "ip6tables-save")] {
-                for line in run_in(netns, program, &[]).lines() {
-                    if line.contains("DANM_") {
-                        found.push(format!("{tag}: {line}"));
-                    }
-                }
-            }
-            for name in run_in(netns, "ipset", &["list", "-n"]).lines() {
-                let name = name.trim();
-                if ["nw4-", "nw6-", "nwt4-", "nwt6-"]
-                    .iter()
-                    .any(|p| name.starts_with(p))
-                {
-                    found.push(format!("ipset: {name}"));
-                }
-            }
-        }
-    }
-    found
-}
-
-/// Netwarden's rules in `netns` as the tools print them, with the packet/byte counters
-/// zeroed (so two listings of the same rules compare equal).
-pub fn rules_snapshot(backend: Backend, netns: &Path) -> String {
-    let text = match backend {
-        Backend::Nft => {
-            let out = exec_in(netns, "nft", &["list", "table", "inet", "netwarden"], None);
-            match out {
-                Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
-                Err(_) => String::new(),
-            }
-        }
-        Backend::Iptables => {
-            let mut text = String::new();
-            for program in ["iptables-save", "ip6tables-save"] {
-                for line in run_in(netns, program, &["-t", "filter"]).lines() {
-                    if !line.starts_with('#') {
-                        text.push_str(line);
-                        text.push('\n');
-                    }
-                }
-            }
-            let mut sets: Vec<String> = run_in(netns, "ipset", &["save"])
-                .lines()
-                .filter(|l| l.contains(" nw"))
-                .map(str::to_string)
-                .collect();
-            sets.sort();
-            text + &sets.join("\n")
-        }
-    };
-    zero_counters(&text)
-}
-
-/// `packets N bytes M` → `packets 0 bytes 0`, `[N:M]` → `[0:0]`, `initval X` → `initval 0`.
-fn zero_counters(text: &str) -> String {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut words: Vec<String> = line.split(' ').map(str::to_string).collect();
-        for i in 1..words.len() {
-            if (words[i - 1] == "packets" || words[i - 1] == "bytes")
-                && words[i].chars().all(|c| c.is_ascii_digit())
-            {
-                words[i] = "0".into();
-            }
-            if words[i].starts_with('[') && words[i].ends_with(']') && words[i].contains(':') {
-                words[i] = "[0:0]".into();
-            }
-            // ipset's random hash seed, chosen anew each time a set is created.
-            if words[i - 1] == "initval" {
-                words[i] = "0".into();
-            }
-        }
-        out.push(words.join(" "));
-    }
-    out.join("\n")
 }
 
 /// A probe from pod `from` to pod `to`'s address of the family of `v6`.
@@ -368,52 +220,4 @@ pub fn assert_probes(lab: &Lab, specs: &[ProbeSpec], allowed: bool, what: &str) 
         "{what}: expected {}, but: {wrong:#?}",
         if allowed { "connected" } else { "refused" }
     );
-}
-
-/// Polls `cond` every 50 ms until it holds or `timeout` passes; returns whether it held.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A temporary directory, removed when dropped (also when the test panics).
-pub struct TempDir {
-    pub path: PathBuf,
-}
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("netwarden-e2e-{}-{n}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir { path }
-    }
-
-    /// Writes `name` atomically (temp file + rename), so a reader never sees half a file.
-    pub fn write(&self, name: &str, text: &str) {
-        let tmp = self.path.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, text).expect("write temp file");
-        std::fs::rename(&tmp, self.path.join(name)).expect("rename temp file");
-    }
-
-    pub fn remove(&self, name: &str) {
-        std::fs::remove_file(self.path.join(name)).expect("remove file");
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }

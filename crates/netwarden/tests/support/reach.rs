@@ -2,36 +2,10 @@
 
 use super::case::Probe;
 use super::matrix::{mark, Matrix};
+use netwarden_testing::{docs_text, netwarden_bin, Fields, TempDir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// A temporary manifest directory, removed when dropped (also when the test panics).
-pub struct TempDir {
-    pub path: PathBuf,
-}
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "netwarden-conformance-{}-{n}-{tag}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir { path }
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 /// One probe record of `netwarden reach -o json` (the SPEC section 6 contract).
 #[derive(Debug, Clone)]
@@ -55,12 +29,10 @@ pub fn run_reach(
     ports: &BTreeSet<(u16, String)>,
 ) -> Result<Vec<Record>, String> {
     let dir = TempDir::new("reach");
-    write_docs(&dir.path.join("objects.yaml"), objects)?;
-    write_docs(&dir.path.join("policies.yaml"), policies)?;
+    dir.write("objects.yaml", &docs_text(objects));
+    dir.write("policies.yaml", &docs_text(policies));
     // NETWARDEN_BIN runs the suite against another build (e.g. a release binary).
-    let bin =
-        std::env::var_os("NETWARDEN_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_netwarden").into());
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(netwarden_bin!());
     cmd.arg("reach").arg("-f").arg(&dir.path);
     for (port, proto) in ports {
         cmd.arg("--port").arg(format!("{port}/{proto}"));
@@ -88,31 +60,8 @@ pub fn run_reach(
     probes.iter().map(parse_record).collect()
 }
 
-/// Writes documents as a multi-document YAML file (JSON documents, see [`run_reach`]).
-pub fn write_docs(path: &std::path::Path, docs: &[Value]) -> Result<(), String> {
-    let mut text = String::new();
-    for doc in docs {
-        text.push_str("---\n");
-        text.push_str(&serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?);
-        text.push('\n');
-    }
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 fn parse_record(v: &Value) -> Result<Record, String> {
-    let s = |k: &str| {
-        v[k].as_str()
-            .map(str::to_string)
-            .ok_or_else(|| format!("probe without string {k:?}: {v}"))
-    };
-    let b = |k: &str| {
-        v[k].as_bool()
-            .ok_or_else(|| format!("probe without boolean {k:?}: {v}"))
-    };
-    let port = v["port"]
-        .as_u64()
-        .and_then(|p| u16::try_from(p).ok())
-        .ok_or_else(|| format!("probe without port: {v}"))?;
+    let f = Fields::of("probe", v);
     // `family` is only promised when both pods have both families; otherwise infer it from an
     // address the record carries (an IPv6 address has a colon). A single-family pair with no
     // address field matches any family filter: it is the only family there is.
@@ -124,14 +73,14 @@ fn parse_record(v: &Value) -> Result<Record, String> {
             .map(|a| if a.contains(':') { "ipv6" } else { "ipv4" }.to_string()),
     };
     Ok(Record {
-        from: s("from")?,
-        to: s("to")?,
-        network: s("network")?,
-        port,
-        protocol: s("protocol")?,
+        from: f.str("from")?,
+        to: f.str("to")?,
+        network: f.str("network")?,
+        port: f.port("port")?,
+        protocol: f.str("protocol")?,
         family,
-        allowed: b("allowed")?,
-        staged_allowed: b("staged_allowed")?,
+        allowed: f.bool("allowed")?,
+        staged_allowed: f.bool("staged_allowed")?,
     })
 }
 

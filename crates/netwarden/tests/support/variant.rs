@@ -331,6 +331,43 @@ pub fn prepare(
     })
 }
 
+/// `<label> step N` and the step's description, if any: how failures name a step.
+pub fn step_name(label: &str, index: usize, step: &super::case::Step) -> String {
+    format!(
+        "{label} step {}{}",
+        index + 1,
+        step.description
+            .as_ref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default()
+    )
+}
+
+/// Every step of `case` (with its index) made ready to run for `variant` (see [`prepare`]),
+/// starting from `base_objects`. Label changes persist into later steps, as upstream relabels
+/// live objects; when a step's label changes fail, its error is the last item. A step whose
+/// variant cannot be built fails alone.
+pub fn prepared_steps<'a>(
+    case: &'a super::case::Case,
+    base_objects: &[Value],
+    variant: Option<Variant>,
+) -> impl Iterator<Item = (usize, &'a super::case::Step, Result<Prepared, String>)> + 'a {
+    let mut objects = base_objects.to_vec();
+    let mut relabel_failed = false;
+    case.steps.iter().enumerate().map_while(move |(i, step)| {
+        if relabel_failed {
+            return None;
+        }
+        if let Err(e) = super::case::apply_labels(&mut objects, &step.add_labels) {
+            relabel_failed = true;
+            return Some((i, step, Err(e)));
+        }
+        let prepared =
+            prepare(variant, &objects, step).map_err(|e| format!("cannot build the variant: {e}"));
+        Some((i, step, prepared))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
