@@ -185,21 +185,27 @@ impl AppliedLog {
 /// cores keep the machine busy without flooding it with processes.
 pub const APPLY_WORKERS: usize = 8;
 
-/// Runs `work` over `items` on up to `workers` threads; results come back in the order of
-/// `items`. Used by the backends' batch applies.
+/// Runs `work` over `items` on up to `workers` threads scoped to this call; results come back
+/// in the order of `items`. Used by the backends' batch applies.
+///
+/// `work` never runs on the calling thread, not even for one item: it may move its thread into
+/// a pod netns (`setns` is per thread), and the agent's main thread must stay in the netns the
+/// process started in — a main thread left in a pod netns pins that netns after the pod is
+/// gone, makes every thread spawned later start there, and breaks what "the agent's own
+/// netns" means (see `netns::own_netns_id`).
 pub fn run_parallel<T: Sync, R: Send>(
     items: &[T],
     workers: usize,
     work: impl Fn(&T) -> R + Sync,
 ) -> Vec<R> {
-    if items.len() <= 1 || workers <= 1 {
-        return items.iter().map(work).collect();
+    if items.is_empty() {
+        return Vec::new();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<R>>> =
         items.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|scope| {
-        for _ in 0..workers.min(items.len()) {
+        for _ in 0..workers.clamp(1, items.len()) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(item) = items.get(i) else { break };
@@ -282,5 +288,21 @@ mod parallel_tests {
         assert_eq!(out, items.iter().map(|x| x * 2).collect::<Vec<_>>());
         assert_eq!(run_parallel(&[7u32], 8, |x| x + 1), vec![8]);
         assert!(run_parallel(&[] as &[u32], 8, |x| *x).is_empty());
+        assert_eq!(run_parallel(&[1u32, 2], 0, |x| x + 1), vec![2, 3]);
+    }
+
+    #[test]
+    fn work_never_runs_on_the_calling_thread() {
+        let caller = std::thread::current().id();
+        for n in [1usize, 2, 9] {
+            let items: Vec<usize> = (0..n).collect();
+            for workers in [0, 1, 8] {
+                let ran_on = run_parallel(&items, workers, |_| std::thread::current().id());
+                assert!(
+                    ran_on.iter().all(|id| *id != caller),
+                    "{n} items, {workers} workers"
+                );
+            }
+        }
     }
 }

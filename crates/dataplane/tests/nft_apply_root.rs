@@ -1038,3 +1038,29 @@ fn new_large_sets_never_refuse_allowed_traffic() {
     assert!(probes > 100, "{probes}");
     assert!(wrong.is_empty(), "{wrong:?}");
 }
+
+/// A batch of one netns applies on a worker thread: the caller (the agent's main thread) stays
+/// in its own netns. It once ran inline, left the main thread in the pod's netns, and kept that
+/// netns alive after the pod was deleted (found by the churn soak).
+#[test]
+fn a_batch_of_one_leaves_the_callers_netns_alone() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut nss = Namespaces::new("nwone");
+    let pod = nss.create("p");
+    let here = || std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+    let before = here();
+    let mut dp = NftDataplane::new(RenderOptions::default());
+    let ruleset = dp.render(&pod_rules(&[8080])).unwrap();
+    let out = dp.apply_many(&[(pod.clone(), ruleset)]);
+    assert!(matches!(out[..], [Ok(ApplyOutcome::Applied)]), "{out:?}");
+    assert_eq!(
+        here(),
+        before,
+        "the calling thread moved into the pod's netns"
+    );
+    let out = dp.apply_many(&[(pod.clone(), None)]);
+    assert!(matches!(out[..], [Ok(ApplyOutcome::Removed)]), "{out:?}");
+    assert_eq!(here(), before);
+}

@@ -238,11 +238,16 @@ fn churn(backend: &str, tag: &str) {
     let started = Instant::now();
     let mut warm: Option<ProcessStats> = None;
     let mut peak_rss = 0;
+    // RSS (KiB) at every tenth of the run, to see it level off.
+    let mut rss_trace = Vec::new();
     for cycle in 0..cycles {
         c.one_cycle(&mut rng);
         std::thread::sleep(Duration::from_millis(10 + rng.below(40) as u64));
         let stats = ProcessStats::of(agent.pid());
         peak_rss = peak_rss.max(stats.rss_kib);
+        if (cycle + 1) % (cycles / 10).max(1) == 0 {
+            rss_trace.push(stats.rss_kib);
+        }
         if cycle == cycles / 5 {
             warm = Some(stats);
         }
@@ -259,10 +264,28 @@ fn churn(backend: &str, tag: &str) {
 
     // No leak.
     let end = ProcessStats::of(agent.pid());
+    // Every thread of the agent is where it started (a thread left in a pod netns pins it).
+    let own = std::fs::read_link("/proc/self/ns/net").unwrap();
+    for task in std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(ns) = std::fs::read_link(task.path().join("ns/net")) else {
+            continue; // the thread ended meanwhile
+        };
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        assert_eq!(
+            ns,
+            own,
+            "agent thread {} ({}) left in a pod netns",
+            comm.trim(),
+            task.file_name().to_string_lossy()
+        );
+    }
     let warm = warm.expect("warm-up stats");
     let live = c.pods.len();
     eprintln!(
-        "{backend}: {cycles} cycles in {churn_time:.1?}; {live} pods and {} policies live; agent at warm-up {warm:?}, at the end {end:?}, peak RSS {peak_rss} KiB",
+        "{backend}: {cycles} cycles in {churn_time:.1?}; {live} pods and {} policies live; agent at warm-up {warm:?}, at the end {end:?}, peak RSS {peak_rss} KiB; RSS by tenths {rss_trace:?}",
         c.policies.len()
     );
     assert!(
@@ -291,6 +314,12 @@ fn churn(backend: &str, tag: &str) {
     links.sort();
     let mut want: Vec<String> = c.pods.keys().map(|id| format!("v{id}")).collect();
     want.sort();
+    if links != want {
+        // Kept for the post-mortem: the temp dir goes with the test.
+        let kept = std::env::temp_dir().join(format!("churn-{backend}-agent.log"));
+        let _ = std::fs::copy(&log, &kept);
+        eprintln!("agent log kept at {}", kept.display());
+    }
     assert_eq!(
         links, want,
         "deleted pods' netns kept alive (their veth stayed)"
