@@ -7,8 +7,9 @@
 //! - **verdicts follow the specification**: every verdict [`flow_verdict`] gives from the
 //!   computed rules, enforced and staged, for every pair of pod addresses and for addresses
 //!   outside the cluster and Service virtual IPs, equals a reference evaluation written straight
-//!   from SPEC sections 3 and 4 over the objects ([`Reference`]), which shares no code with the
-//!   engine's resolution (no [`AddrSet`], no cache, no peer sets);
+//!   from SPEC sections 3 and 4 over the objects (`Reference`), which shares nothing with the
+//!   engine's resolution but the model's predicates (label and network selector matching, the
+//!   named-port lookup): no [`AddrSet`], no cache, no peer sets;
 //! - **incremental equals fresh**: an engine fed the initial objects and then the changes one
 //!   by one, recomputing only the pods [`Engine::take_dirty`] names, holds the same rules as an
 //!   engine fed the final objects at once, in another order;
@@ -724,7 +725,12 @@ fn change(b: &mut Bytes, state: &State) -> Change {
 /// interface and a direction) and one view, allowed iff no policy of the view isolates it, or
 /// a rule of one that does allows the peer address and the port. Deliberately naive: it walks
 /// the objects for every question.
-pub struct Reference<'a> {
+///
+/// Where the SPEC is silent it follows the engine's choices: a pod selector never
+/// picks a hostNetwork pod (its address is the node's); `replaces` names a policy of any kind;
+/// Service virtual IPs are allowed by every egress rule that allows an endpoint, whatever the
+/// interface; a Service selector picks hostNetwork pods too.
+struct Reference<'a> {
     options: &'a EngineOptions,
     namespaces: &'a BTreeMap<String, Namespace>,
     pods: Vec<&'a Pod>,
