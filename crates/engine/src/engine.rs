@@ -274,7 +274,8 @@ impl Engine {
 
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
         let services_touched = self.services.values().any(|s| {
-            old.is_some_and(|p| service_selects(s, p)) || new.is_some_and(|p| service_selects(s, p))
+            old.is_some_and(|p| service_depends_on_pod(s, p))
+                || new.is_some_and(|p| service_depends_on_pod(s, p))
         });
         if services_touched {
             self.services_changed();
@@ -770,6 +771,18 @@ fn service_selects(service: &Service, pod: &Pod) -> bool {
         && service.selector.as_ref().is_some_and(|sel| {
             !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
         })
+}
+
+/// Whether a Service's endpoints, or the ports they resolve named targets on, can change with
+/// `pod`: the pods its selector picks, and for EndpointSlice addresses the pods holding one
+/// (a named target port resolves on the pod behind the address).
+fn service_depends_on_pod(service: &Service, pod: &Pod) -> bool {
+    service_selects(service, pod)
+        || (service.selector.is_none()
+            && pod
+                .interfaces
+                .iter()
+                .any(|i| i.ips.iter().any(|ip| service.endpoint_addrs.contains(ip))))
 }
 
 /// The addresses a selected peer pod contributes, by policy kind (SPEC 3, "Per kind").

@@ -11,6 +11,10 @@
 //!
 //! This crate does no I/O and depends on nothing that could: loading, Kubernetes, netlink and
 //! processes live in the crates that depend on it.
+//!
+//! [`fuzzing`] decodes a small cluster and its changes from arbitrary bytes and checks the
+//! engine against a reference evaluation of the specification (the cargo-fuzz target `engine`
+//! and `tests/fuzz_engine.rs`).
 #![forbid(unsafe_code)]
 
 pub mod addrset;
@@ -20,6 +24,7 @@ pub mod model;
 pub use addrset::AddrSet;
 pub use model::*;
 pub mod engine;
+pub mod fuzzing;
 pub mod generate;
 pub mod rules;
 

@@ -789,6 +789,56 @@ fn services_vips_follow_allowed_endpoints() {
 }
 
 #[test]
+fn endpoint_slice_vips_follow_the_pod_behind_the_address() {
+    // Found by the engine fuzz target: a Service without selector (EndpointSlice addresses)
+    // whose target port is named resolves it on the pod holding the endpoint address, but
+    // only pods a Service *selects* dropped the cached egress rules, so the VIP stayed allowed
+    // (or stayed denied) after that pod changed.
+    let vip: std::net::IpAddr = "10.96.0.10".parse().unwrap();
+    let vip_allowed = |e: &mut Engine| {
+        let rules = e.pod_rules(&PodKey::new("x", "a")).unwrap();
+        rules.interfaces[0]
+            .egress
+            .enforced
+            .evaluate(vip, Protocol::Tcp, 80)
+            .0
+    };
+    let mut e = base();
+    e.set_service(Service {
+        key: ObjectKey::new("y", "svc"),
+        cluster_ips: vec![vip],
+        selector: None,
+        endpoint_addrs: vec!["10.0.1.1".parse().unwrap()],
+        ports: vec![ServicePort {
+            protocol: Protocol::Tcp,
+            port: 80,
+            target: PortRef::Named("web".into()),
+        }],
+    });
+    e.set_policy(netpol(
+        "x",
+        "eg",
+        selector(&[("pod", "a")]),
+        None,
+        Some(vec![rule(vec![], vec![tcp(8080)])]),
+    ));
+    // y/a (10.0.1.1) declares no port "web" yet: nothing to resolve the target on.
+    assert!(!vip_allowed(&mut e));
+    let with_web = with_port(
+        pod("y", "a", &[("pod", "a")], &["10.0.1.1", "fd00::101"]),
+        "web",
+        8080,
+        Protocol::Tcp,
+    );
+    e.set_pod(with_web.clone());
+    assert!(vip_allowed(&mut e), "the endpoint now serves web on 8080");
+    e.remove_pod(&PodKey::new("y", "a"));
+    assert!(!vip_allowed(&mut e), "no pod behind the address any more");
+    e.set_pod(with_web);
+    assert!(vip_allowed(&mut e));
+}
+
+#[test]
 fn incremental_recompute_touches_only_affected_pods() {
     let mut e = base();
     e.set_pod(pod("y", "z", &[("pod", "z")], &["10.0.1.9"]));

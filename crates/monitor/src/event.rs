@@ -155,7 +155,8 @@ pub enum Unrecognized {
 /// Builds the event for `record`, logged in the netns of `ctx.pod`.
 ///
 /// `time` is used when the kernel gave no timestamp (it only stamps packets that came in
-/// through an interface). `resolve` maps an address to the pod holding it in the current state.
+/// through an interface), or one RFC 3339 cannot write (past year 9999: its eight bytes of
+/// seconds are not checked by anyone before us), which would make a line no reader accepts. `resolve` maps an address to the pod holding it in the current state.
 pub fn build_event(
     record: &NflogRecord,
     time: Timestamp,
@@ -176,7 +177,11 @@ pub fn build_event(
     };
     let action = EventAction::from(action);
     Ok(Event {
-        time: record.timestamp.map(Timestamp::from).unwrap_or(time),
+        time: record
+            .timestamp
+            .map(Timestamp::from)
+            .filter(|t| t.is_rfc3339())
+            .unwrap_or(time),
         node: ctx.node.clone(),
         action,
         direction: info.direction,
@@ -446,6 +451,45 @@ pub(crate) mod tests {
         // And it reads back.
         let back: Event = serde_json::from_value(json).unwrap();
         assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn a_kernel_time_rfc3339_cannot_write_gives_the_receive_time() {
+        // Found by the nflog fuzz check: NFULA_TIMESTAMP is eight bytes of seconds; past year
+        // 9999 the time was written with a five-digit year, a line `read_events` (and so
+        // `netwarden report`) rejects.
+        let r = rules();
+        let ctx = PodContext::new("node-a", &r);
+        let key = log_key_for(&r, "eth0", Direction::Ingress).unwrap();
+        let received = Timestamp(1_700_000_000_000_000);
+        for secs in [253_402_300_800, 1 << 40, u64::from(u32::MAX) << 24] {
+            let mut rec = record(
+                &log_prefix(LogAction::WouldDeny, key),
+                "10.0.0.9",
+                "10.0.0.2",
+                80,
+            );
+            rec.timestamp =
+                std::time::SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs));
+            let ev = build_event(&rec, received, &ctx, &resolver).unwrap();
+            assert_eq!(ev.time, received, "{secs}");
+            let (events, bad) = read_events(ev.to_json_line().as_bytes()).unwrap();
+            assert!(bad.is_empty(), "{bad:?}");
+            assert_eq!(events, vec![ev]);
+        }
+        // The last instant RFC 3339 can write is kept.
+        let mut rec = record(
+            &log_prefix(LogAction::WouldDeny, key),
+            "10.0.0.9",
+            "10.0.0.2",
+            80,
+        );
+        rec.timestamp = Some(
+            std::time::SystemTime::UNIX_EPOCH
+                + std::time::Duration::from_micros(253_402_300_799_999_999),
+        );
+        let ev = build_event(&rec, received, &ctx, &resolver).unwrap();
+        assert_eq!(ev.time.to_string(), "9999-12-31T23:59:59.999999Z");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! a prefix naming only a key (`netwarden_render::logkey`). This crate:
 //! - [`nflog`]: opens one NFLOG socket per pod netns ([`Collector`]) feeding one bounded queue;
 //! - [`nlmsg`] / [`decode`]: parses the netlink messages and the packet headers (pure,
-//!   fuzz-safe);
+//!   fuzz-safe; [`fuzzing`] holds the invariants the cargo-fuzz target `nflog` checks);
 //! - [`event`]: turns a record plus the pod's context into an [`Event`] JSON line (SPEC 6) and
 //!   writes it to sinks;
 //! - [`pipeline`]: drains the queue into events, counters and sinks;
@@ -16,6 +16,7 @@
 
 pub mod decode;
 pub mod event;
+pub mod fuzzing;
 pub mod metrics;
 pub mod nflog;
 pub mod nlmsg;

@@ -27,6 +27,18 @@ impl Timestamp {
         self.0
     }
 
+    /// The first instant RFC 3339 can write: `0000-01-01T00:00:00.000000Z`.
+    pub const RFC3339_MIN: Timestamp = Timestamp(-62_167_219_200_000_000);
+    /// The last instant RFC 3339 can write: `9999-12-31T23:59:59.999999Z` (years have four
+    /// digits).
+    pub const RFC3339_MAX: Timestamp = Timestamp(253_402_300_799_999_999);
+
+    /// Whether RFC 3339 can write this instant, so that [`parse_rfc3339`](Self::parse_rfc3339)
+    /// reads back what [`Display`](fmt::Display) writes.
+    pub fn is_rfc3339(self) -> bool {
+        (Self::RFC3339_MIN..=Self::RFC3339_MAX).contains(&self)
+    }
+
     /// `self - d`, saturating.
     pub fn minus(self, d: Duration) -> Timestamp {
         Timestamp(
@@ -238,6 +250,29 @@ mod tests {
             "２023-11-14T22:13:20Z",
         ] {
             assert_eq!(Timestamp::parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_rfc3339_range_ends_at_four_digit_years() {
+        for t in [Timestamp::RFC3339_MIN, Timestamp::RFC3339_MAX] {
+            assert!(t.is_rfc3339());
+            assert_eq!(Timestamp::parse_rfc3339(&t.to_string()), Some(t));
+        }
+        assert_eq!(
+            Timestamp::RFC3339_MIN.to_string(),
+            "0000-01-01T00:00:00.000000Z"
+        );
+        assert_eq!(
+            Timestamp::RFC3339_MAX.to_string(),
+            "9999-12-31T23:59:59.999999Z"
+        );
+        for t in [
+            Timestamp(Timestamp::RFC3339_MIN.0 - 1),
+            Timestamp(Timestamp::RFC3339_MAX.0 + 1),
+        ] {
+            assert!(!t.is_rfc3339());
+            assert_eq!(Timestamp::parse_rfc3339(&t.to_string()), None, "{t}");
         }
     }
 

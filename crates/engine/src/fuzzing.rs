@@ -1,0 +1,1467 @@
+//! Fuzzing support: a small cluster and a history of changes decoded from arbitrary bytes, and
+//! the invariants the engine keeps on it. [`check_engine`] serves the libFuzzer target
+//! (`fuzz/fuzz_targets/engine.rs`) and the CI test (`tests/fuzz_engine.rs`).
+//!
+//! The invariants:
+//! - nothing panics;
+//! - **verdicts follow the specification**: every verdict [`flow_verdict`] gives from the
+//!   computed rules, enforced and staged, for every pair of pod addresses and for addresses
+//!   outside the cluster and Service virtual IPs, equals a reference evaluation written straight
+//!   from SPEC sections 3 and 4 over the objects (`Reference`), which shares nothing with the
+//!   engine's resolution but the model's predicates (label and network selector matching, the
+//!   named-port lookup): no [`AddrSet`], no cache, no peer sets;
+//! - **incremental equals fresh**: an engine fed the initial objects and then the changes one
+//!   by one, recomputing only the pods [`Engine::take_dirty`] names, holds the same rules as an
+//!   engine fed the final objects at once, in another order;
+//! - **feeding is idempotent**: setting every object again as it is marks no pod dirty;
+//! - the computed rules are well-formed (a direction is isolated exactly when a policy isolates
+//!   it; the staged view equals the enforced one when no policy is monitored or replaced;
+//!   implicit DNS only on egress and only in an isolated view);
+//! - [`AddrSet`] algebra ([`check_addr_sets`]): union and intersection idempotent, commutative
+//!   and associative, differences exact, membership equal to a naive walk over the blocks, CIDR
+//!   decomposition exact and disjoint.
+//!
+//! The universe is kept small (three namespaces, a handful of label values, four networks, a
+//! few addresses per pod) so that random bytes make selectors, names and addresses collide.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+use crate::addrset::AddrSet;
+use crate::engine::{DnsMode, Engine, EngineOptions};
+use crate::model::*;
+use crate::rules::{DirectionRules, Isolation, PodRules};
+use crate::verdict::{flow_verdict, FlowEnd};
+
+/// A cursor over the fuzzer's bytes; reading past the end gives zeros (so every input decodes,
+/// and a short input gives a small cluster).
+struct Bytes<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        let b = self.data.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        b
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::from(self.u8()) % n.max(1)
+    }
+
+    /// True with probability 1/n.
+    fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+
+    fn pick<'s, T>(&mut self, items: &'s [T]) -> &'s T {
+        &items[self.below(items.len())]
+    }
+}
+
+const NAMESPACES: [&str; 3] = ["x", "y", "z"];
+const APPS: [&str; 3] = ["a", "b", "c"];
+const TEAMS: [&str; 2] = ["red", "blue"];
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+/// The most pods and policies a scenario holds (the checks are quadratic in the addresses).
+const MAX_PODS: usize = 5;
+const MAX_POLICIES: usize = 4;
+/// The address every hostNetwork pod has (they share the node's).
+const NODE_IP: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 1);
+
+fn networks() -> [NetworkId; 4] {
+    let named = |kind, namespace: Option<&str>, name: &str| NetworkId::Named {
+        kind,
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+    };
+    [
+        NetworkId::nad("x", "net1"),
+        NetworkId::nad("y", "net2"),
+        // DANM networks: a DanmNet lives in the pod's namespace (filled in per pod).
+        named(NetworkType::DanmNet, Some("x"), "d1"),
+        named(NetworkType::ClusterNetwork, None, "c1"),
+    ]
+}
+
+/// A namespace for a pod or a policy: mostly `x`, so that policies select pods.
+fn namespace_name(b: &mut Bytes) -> &'static str {
+    const WEIGHTED: [&str; 4] = ["x", "x", "y", "z"];
+    WEIGHTED[b.below(WEIGHTED.len())]
+}
+
+fn selector(b: &mut Bytes, key: &str, values: &[&str]) -> LabelSelector {
+    let value = |b: &mut Bytes| b.pick(values).to_string();
+    let mut sel = LabelSelector::default();
+    match b.below(6) {
+        0 => {}
+        1 | 2 => {
+            sel.match_labels.insert(key.into(), value(b));
+        }
+        _ => {
+            let operator = *b.pick(&[
+                Operator::In,
+                Operator::NotIn,
+                Operator::Exists,
+                Operator::DoesNotExist,
+            ]);
+            let values = match operator {
+                Operator::In | Operator::NotIn => (0..1 + b.below(2)).map(|_| value(b)).collect(),
+                Operator::Exists | Operator::DoesNotExist => Vec::new(),
+            };
+            let key = if b.one_in(3) { "tier" } else { key };
+            sel.match_expressions.push(Requirement {
+                key: key.into(),
+                operator,
+                values,
+            });
+        }
+    }
+    sel
+}
+
+fn namespace_selector(b: &mut Bytes) -> LabelSelector {
+    if b.one_in(3) {
+        let mut sel = LabelSelector::default();
+        sel.match_labels
+            .insert(NAME_LABEL.into(), b.pick(&NAMESPACES).to_string());
+        sel
+    } else {
+        selector(b, "team", &TEAMS)
+    }
+}
+
+fn namespace(b: &mut Bytes, name: &str) -> Namespace {
+    let mut labels = Labels::new();
+    // Kubernetes labels every namespace with its name; a manifest may lack it.
+    if !b.one_in(4) {
+        labels.insert(NAME_LABEL.into(), name.into());
+    }
+    if !b.one_in(3) {
+        labels.insert("team".into(), b.pick(&TEAMS).to_string());
+    }
+    Namespace {
+        name: name.into(),
+        labels,
+    }
+}
+
+/// Pod number `index` in namespace `ns` (its addresses derive from the number, so that they
+/// stay unique per pod on the primary network; secondary networks may reuse addresses, as
+/// separate networks do).
+fn pod(b: &mut Bytes, index: usize, ns: &str) -> Pod {
+    let mut labels = Labels::new();
+    if !b.one_in(4) {
+        labels.insert("app".into(), b.pick(&APPS).to_string());
+    }
+    if b.one_in(2) {
+        labels.insert("tier".into(), "front".into());
+    }
+    let host_network = b.one_in(8);
+    let n = index as u8 + 1;
+    let mut interfaces = Vec::new();
+    if host_network {
+        interfaces.push(PodInterface {
+            name: "eth0".into(),
+            network: NetworkId::Primary,
+            ips: vec![IpAddr::V4(NODE_IP)],
+            prefix_lens: vec![16],
+        });
+    } else {
+        // A pod without a primary interface is rare (DANM-only pods).
+        if !b.one_in(8) {
+            let mut ips = Vec::new();
+            let family = b.below(4);
+            if family != 3 {
+                ips.push(IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)));
+            }
+            if family >= 2 {
+                ips.push(IpAddr::V6(Ipv6Addr::new(
+                    0xfd00,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    n.into(),
+                )));
+            }
+            interfaces.push(PodInterface {
+                name: "eth0".into(),
+                network: NetworkId::Primary,
+                prefix_lens: ips
+                    .iter()
+                    .map(|ip| if ip.is_ipv4() { 24 } else { 64 })
+                    .collect(),
+                ips,
+            });
+        }
+        if b.one_in(2) {
+            let mut network = b.pick(&networks()).clone();
+            if let NetworkId::Named {
+                kind: NetworkType::DanmNet,
+                namespace,
+                ..
+            } = &mut network
+            {
+                *namespace = Some(ns.to_string());
+            }
+            let host = if b.one_in(3) { 1 } else { n };
+            let ip = if b.one_in(4) {
+                IpAddr::V6(Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, host.into()))
+            } else {
+                IpAddr::V4(Ipv4Addr::new(192, 168, 0, host))
+            };
+            interfaces.push(PodInterface {
+                name: "net1".into(),
+                network,
+                ips: vec![ip],
+                prefix_lens: vec![if ip.is_ipv4() { 24 } else { 64 }],
+            });
+        }
+    }
+    let mut container_ports = Vec::new();
+    for _ in 0..b.below(3) {
+        let (name, protocol, port) = *b.pick(&[
+            ("http", Protocol::Tcp, 80),
+            ("http", Protocol::Tcp, 81),
+            ("http", Protocol::Udp, 8080),
+            ("dns", Protocol::Udp, 53),
+            ("dns", Protocol::Tcp, 53),
+        ]);
+        container_ports.push(ContainerPort {
+            name: Some(name.into()),
+            port,
+            protocol,
+        });
+    }
+    Pod {
+        key: PodKey::new(ns, format!("pod{index}")),
+        labels,
+        host_network,
+        container_ports,
+        interfaces,
+        netns: None,
+    }
+}
+
+fn ip_block(b: &mut Bytes) -> IpBlock {
+    let net = |s: &str| s.parse::<IpNet>().expect("fuzzing CIDR");
+    const BLOCKS: &[(&str, &[&str])] = &[
+        ("10.0.0.0/24", &["10.0.0.2/32"]),
+        ("10.0.0.0/31", &[]),
+        ("10.0.0.0/8", &["10.0.0.0/30", "10.96.0.0/16"]),
+        ("192.168.0.0/16", &[]),
+        ("192.168.0.0/24", &["192.168.0.1/32", "fd01::/64"]),
+        ("fd00::/64", &["fd00::1/128"]),
+        ("0.0.0.0/0", &[]),
+        ("::/0", &["fd00::/16"]),
+        ("172.18.0.0/16", &[]),
+        ("10.96.0.0/12", &[]),
+        ("203.0.113.0/24", &["203.0.113.0/25"]),
+    ];
+    let (cidr, except) = *b.pick(BLOCKS);
+    IpBlock {
+        cidr: net(cidr),
+        except: except.iter().map(|e| net(e)).collect(),
+    }
+}
+
+fn peer(b: &mut Bytes, kind: PolicyKind) -> Peer {
+    if b.one_in(3) {
+        return Peer::IpBlock(ip_block(b));
+    }
+    let pod_selector = (!b.one_in(3)).then(|| selector(b, "app", &APPS));
+    let namespace_selector = b.one_in(2).then(|| namespace_selector(b));
+    let network_selector = (kind == PolicyKind::DanmNetworkPolicy && b.one_in(2)).then(|| {
+        (0..1 + b.below(2))
+            .map(|_| {
+                let (kind, namespace, name) = *b.pick(&[
+                    (NetworkType::NetworkAttachmentDefinition, Some("x"), "net1"),
+                    (NetworkType::NetworkAttachmentDefinition, Some("y"), "net2"),
+                    (NetworkType::DanmNet, None, "d1"),
+                    (NetworkType::ClusterNetwork, None, "c1"),
+                    (NetworkType::TenantNetwork, None, "d1"),
+                ]);
+                NetworkSelectorEntry {
+                    kind,
+                    namespace: namespace.map(str::to_string),
+                    name: name.into(),
+                }
+            })
+            .collect()
+    });
+    if pod_selector.is_none() && namespace_selector.is_none() && network_selector.is_none() {
+        // An empty peer is refused at the edge; this one is "every pod of the namespace".
+        return Peer::Pods {
+            pod_selector: Some(LabelSelector::default()),
+            namespace_selector: None,
+            network_selector: None,
+        };
+    }
+    Peer::Pods {
+        pod_selector,
+        namespace_selector,
+        network_selector,
+    }
+}
+
+fn policy_port(b: &mut Bytes) -> PolicyPort {
+    let protocol = *b.pick(&Protocol::ALL);
+    match b.below(5) {
+        0 => PolicyPort {
+            protocol,
+            port: None,
+            end_port: None,
+        },
+        1 => PolicyPort {
+            protocol,
+            port: Some(PortRef::Number(80)),
+            end_port: Some(81),
+        },
+        2 => PolicyPort {
+            protocol,
+            port: Some(PortRef::Named(b.pick(&["http", "dns"]).to_string())),
+            end_port: None,
+        },
+        _ => PolicyPort {
+            protocol,
+            port: Some(PortRef::Number(*b.pick(&[53, 80, 81, 8080]))),
+            end_port: None,
+        },
+    }
+}
+
+fn rules(b: &mut Bytes, kind: PolicyKind) -> Option<Vec<PolicyRule>> {
+    if b.one_in(3) {
+        return None;
+    }
+    Some(
+        (0..b.below(3))
+            .map(|_| PolicyRule {
+                peers: (0..b.below(3)).map(|_| peer(b, kind)).collect(),
+                ports: (0..b.below(3)).map(|_| policy_port(b)).collect(),
+            })
+            .collect(),
+    )
+}
+
+/// Policy number `index`: its name is `p<index mod 3>`, so names repeat across kinds and
+/// `replaces` finds them.
+fn policy(b: &mut Bytes, index: usize) -> Policy {
+    let kind = *b.pick(&[
+        PolicyKind::NetworkPolicy,
+        PolicyKind::DanmNetworkPolicy,
+        PolicyKind::MultiNetworkPolicy,
+    ]);
+    let scope = match kind {
+        PolicyKind::NetworkPolicy => PolicyScope::Primary,
+        PolicyKind::DanmNetworkPolicy => PolicyScope::AllInterfaces,
+        PolicyKind::MultiNetworkPolicy => {
+            let nets = networks();
+            PolicyScope::Networks(
+                (0..b.below(3))
+                    .map(|_| b.pick(&nets[..2]).clone())
+                    .collect(),
+            )
+        }
+    };
+    let mode = if b.one_in(3) {
+        Mode::Monitor
+    } else {
+        Mode::Enforce
+    };
+    Policy {
+        kind,
+        key: ObjectKey::new(namespace_name(b), format!("p{}", index % 3)),
+        pod_selector: selector(b, "app", &APPS),
+        ingress: rules(b, kind),
+        egress: rules(b, kind),
+        scope,
+        mode,
+        replaces: (mode == Mode::Monitor && b.one_in(2)).then(|| format!("p{}", b.below(3))),
+        log_denies: b.one_in(4),
+    }
+}
+
+fn service(b: &mut Bytes, index: usize, pods: &[Pod]) -> Service {
+    let n = index as u8 + 1;
+    let cluster_ips = match b.below(4) {
+        0 => Vec::new(),
+        1 => vec![IpAddr::V6(Ipv6Addr::new(
+            0xfd96,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            n.into(),
+        ))],
+        _ => vec![IpAddr::V4(Ipv4Addr::new(10, 96, 0, n))],
+    };
+    let (selector, endpoint_addrs) = match b.below(3) {
+        0 => {
+            // EndpointSlices: some pod primary addresses, or an address no pod holds.
+            let addrs = (0..1 + b.below(2))
+                .map(|_| {
+                    let candidates: Vec<IpAddr> = pods
+                        .iter()
+                        .filter(|p| !p.host_network)
+                        .filter_map(Pod::primary)
+                        .flat_map(|i| i.ips.iter().copied())
+                        .collect();
+                    if candidates.is_empty() || b.one_in(4) {
+                        IpAddr::V4(Ipv4Addr::new(10, 0, 9, 9))
+                    } else {
+                        *b.pick(&candidates)
+                    }
+                })
+                .collect();
+            (None, addrs)
+        }
+        // A selector with no label selects nothing.
+        1 if b.one_in(2) => (Some(Labels::new()), Vec::new()),
+        _ => {
+            let mut labels = Labels::new();
+            labels.insert("app".into(), b.pick(&APPS).to_string());
+            (Some(labels), Vec::new())
+        }
+    };
+    let ports = (0..1 + b.below(2))
+        .map(|_| {
+            let (protocol, port, target) = b
+                .pick(&[
+                    (Protocol::Tcp, 8080, PortRef::Number(80)),
+                    (Protocol::Tcp, 8080, PortRef::Named("http".into())),
+                    (Protocol::Tcp, 80, PortRef::Number(81)),
+                    (Protocol::Udp, 53, PortRef::Named("dns".into())),
+                    (Protocol::Udp, 53, PortRef::Number(53)),
+                ])
+                .clone();
+            ServicePort {
+                protocol,
+                port,
+                target,
+            }
+        })
+        .collect();
+    Service {
+        key: ObjectKey::new(namespace_name(b), format!("svc{index}")),
+        cluster_ips,
+        selector,
+        endpoint_addrs,
+        ports,
+    }
+}
+
+/// One change to the cluster, as the agent's sources deliver them.
+#[derive(Debug, Clone)]
+pub enum Change {
+    SetNamespace(Namespace),
+    RemoveNamespace(String),
+    SetPod(Pod),
+    RemovePod(PodKey),
+    SetPolicy(Policy),
+    RemovePolicy(PolicyRef),
+    SetService(Service),
+    RemoveService(ObjectKey),
+}
+
+/// A cluster, the changes it goes through, and the engine's switches.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub options: EngineOptions,
+    pub namespaces: Vec<Namespace>,
+    pub pods: Vec<Pod>,
+    pub policies: Vec<Policy>,
+    pub services: Vec<Service>,
+    pub changes: Vec<Change>,
+}
+
+/// The objects after every change, keyed as the engine keys them.
+#[derive(Debug, Clone, Default)]
+struct State {
+    namespaces: BTreeMap<String, Namespace>,
+    pods: BTreeMap<PodKey, Pod>,
+    policies: BTreeMap<PolicyRef, Policy>,
+    services: BTreeMap<ObjectKey, Service>,
+}
+
+impl State {
+    fn apply(&mut self, change: &Change) {
+        match change.clone() {
+            Change::SetNamespace(n) => {
+                self.namespaces.insert(n.name.clone(), n);
+            }
+            Change::RemoveNamespace(name) => {
+                self.namespaces.remove(&name);
+            }
+            Change::SetPod(p) => {
+                self.pods.insert(p.key.clone(), p);
+            }
+            Change::RemovePod(key) => {
+                self.pods.remove(&key);
+            }
+            Change::SetPolicy(p) => {
+                self.policies.insert(p.reference(), p);
+            }
+            Change::RemovePolicy(reference) => {
+                self.policies.remove(&reference);
+            }
+            Change::SetService(s) => {
+                self.services.insert(s.key.clone(), s);
+            }
+            Change::RemoveService(key) => {
+                self.services.remove(&key);
+            }
+        }
+    }
+}
+
+fn feed(engine: &mut Engine, change: &Change) {
+    match change.clone() {
+        Change::SetNamespace(n) => engine.set_namespace(n),
+        Change::RemoveNamespace(name) => engine.remove_namespace(&name),
+        Change::SetPod(p) => engine.set_pod(p),
+        Change::RemovePod(key) => engine.remove_pod(&key),
+        Change::SetPolicy(p) => engine.set_policy(p),
+        Change::RemovePolicy(reference) => engine.remove_policy(&reference),
+        Change::SetService(s) => engine.set_service(s),
+        Change::RemoveService(key) => engine.remove_service(&key),
+    }
+}
+
+impl Scenario {
+    /// Decodes a scenario from arbitrary bytes (every input decodes).
+    pub fn from_bytes(data: &[u8]) -> Scenario {
+        let mut b = Bytes { data, at: 0 };
+        let options = EngineOptions {
+            dns: *b.pick(&[DnsMode::Danm, DnsMode::All, DnsMode::None]),
+            log_all_denies: b.one_in(4),
+        };
+        let mut namespaces = Vec::new();
+        for name in NAMESPACES {
+            if !b.one_in(4) {
+                namespaces.push(namespace(&mut b, name));
+            }
+        }
+        let pods: Vec<Pod> = (0..1 + b.below(MAX_PODS))
+            .map(|i| {
+                let ns = namespace_name(&mut b);
+                pod(&mut b, i, ns)
+            })
+            .collect();
+        let policies = (0..1 + b.below(MAX_POLICIES))
+            .map(|i| policy(&mut b, i))
+            .collect();
+        let services = (0..b.below(3)).map(|i| service(&mut b, i, &pods)).collect();
+        let mut scenario = Scenario {
+            options,
+            namespaces,
+            pods,
+            policies,
+            services,
+            changes: Vec::new(),
+        };
+        let mut state = scenario.initial_state();
+        for _ in 0..b.below(6) {
+            let change = change(&mut b, &state);
+            state.apply(&change);
+            scenario.changes.push(change);
+        }
+        scenario
+    }
+
+    fn initial_state(&self) -> State {
+        let mut state = State::default();
+        for change in self.initial_changes() {
+            state.apply(&change);
+        }
+        state
+    }
+
+    /// The initial objects as changes, in the order an agent's first list delivers them.
+    fn initial_changes(&self) -> Vec<Change> {
+        let mut out: Vec<Change> = self
+            .namespaces
+            .iter()
+            .cloned()
+            .map(Change::SetNamespace)
+            .collect();
+        out.extend(self.pods.iter().cloned().map(Change::SetPod));
+        out.extend(self.policies.iter().cloned().map(Change::SetPolicy));
+        out.extend(self.services.iter().cloned().map(Change::SetService));
+        out
+    }
+
+    fn final_state(&self) -> State {
+        let mut state = self.initial_state();
+        for change in &self.changes {
+            state.apply(change);
+        }
+        state
+    }
+}
+
+/// A change to the current `state`: mostly edits of existing objects (what dirty tracking must
+/// follow), sometimes new or removed ones.
+fn change(b: &mut Bytes, state: &State) -> Change {
+    let nth = |b: &mut Bytes, n: usize| b.below(n.max(1));
+    match b.below(10) {
+        0 => {
+            let name = *b.pick(&NAMESPACES);
+            if b.one_in(3) {
+                Change::RemoveNamespace(name.into())
+            } else {
+                Change::SetNamespace(namespace(b, name))
+            }
+        }
+        1..=3 if !state.pods.is_empty() => {
+            let old = state
+                .pods
+                .values()
+                .nth(nth(b, state.pods.len()))
+                .expect("index below len");
+            let mut pod = old.clone();
+            match b.below(5) {
+                0 => return Change::RemovePod(old.key.clone()),
+                1 => {
+                    pod.labels.insert("app".into(), b.pick(&APPS).to_string());
+                }
+                2 => {
+                    pod.labels.remove("app");
+                    pod.labels.remove("tier");
+                }
+                3 => {
+                    pod.container_ports.clear();
+                    if b.one_in(2) {
+                        pod.container_ports.push(ContainerPort {
+                            name: Some("http".into()),
+                            port: *b.pick(&[80, 81]),
+                            protocol: Protocol::Tcp,
+                        });
+                    }
+                }
+                _ => {
+                    // Same pod number (same addresses), everything else redrawn, namespace kept.
+                    let index: usize = pod.key.name[3..].parse().expect("pod<index>");
+                    let redrawn = self::pod(b, index, &pod.key.namespace);
+                    pod = Pod {
+                        key: pod.key,
+                        ..redrawn
+                    };
+                }
+            }
+            Change::SetPod(pod)
+        }
+        4 => {
+            let ns = namespace_name(b);
+            let index = MAX_PODS + b.below(2);
+            Change::SetPod(pod(b, index, ns))
+        }
+        5..=7 if !state.policies.is_empty() => {
+            let old = state
+                .policies
+                .values()
+                .nth(nth(b, state.policies.len()))
+                .expect("index below len");
+            let mut policy = old.clone();
+            match b.below(4) {
+                0 => return Change::RemovePolicy(old.reference()),
+                1 => {
+                    policy.mode = match policy.mode {
+                        Mode::Enforce => Mode::Monitor,
+                        Mode::Monitor => Mode::Enforce,
+                    };
+                    if policy.mode == Mode::Enforce {
+                        policy.replaces = None;
+                    }
+                }
+                2 => policy.pod_selector = selector(b, "app", &APPS),
+                _ => {
+                    let redrawn = self::policy(b, 0);
+                    policy = Policy {
+                        kind: policy.kind,
+                        key: policy.key,
+                        scope: policy.scope,
+                        replaces: policy.replaces,
+                        mode: policy.mode,
+                        ..redrawn
+                    };
+                }
+            }
+            Change::SetPolicy(policy)
+        }
+        8 => {
+            let index = MAX_POLICIES + b.below(3);
+            Change::SetPolicy(policy(b, index))
+        }
+        _ => {
+            if !state.services.is_empty() && b.one_in(3) {
+                let key = state
+                    .services
+                    .keys()
+                    .nth(nth(b, state.services.len()))
+                    .expect("index below len");
+                Change::RemoveService(key.clone())
+            } else {
+                let pods: Vec<Pod> = state.pods.values().cloned().collect();
+                let index = b.below(3);
+                Change::SetService(service(b, index, &pods))
+            }
+        }
+    }
+}
+
+// ----- the reference evaluation -----------------------------------------------------------
+
+/// Verdicts computed straight from SPEC sections 3 and 4 over the objects: for one side (a pod
+/// interface and a direction) and one view, allowed iff no policy of the view isolates it, or
+/// a rule of one that does allows the peer address and the port. Deliberately naive: it walks
+/// the objects for every question.
+///
+/// Where the SPEC is silent it follows the engine's choices: a pod selector never
+/// picks a hostNetwork pod (its address is the node's); `replaces` names a policy of any kind;
+/// Service virtual IPs are allowed by every egress rule that allows an endpoint, whatever the
+/// interface; a Service selector picks hostNetwork pods too.
+struct Reference<'a> {
+    options: &'a EngineOptions,
+    namespaces: &'a BTreeMap<String, Namespace>,
+    pods: Vec<&'a Pod>,
+    policies: Vec<&'a Policy>,
+    services: Vec<&'a Service>,
+}
+
+/// One side of a flow for the reference: the pod, its interface, the direction, and the view.
+#[derive(Debug, Clone, Copy)]
+struct Side<'a> {
+    pod: &'a Pod,
+    iface: &'a PodInterface,
+    direction: Direction,
+    staged: bool,
+}
+
+impl<'a> Reference<'a> {
+    fn new(options: &'a EngineOptions, state: &'a State) -> Self {
+        Reference {
+            options,
+            namespaces: &state.namespaces,
+            pods: state.pods.values().collect(),
+            policies: state.policies.values().collect(),
+            services: state.services.values().collect(),
+        }
+    }
+
+    fn namespace_labels(&self, name: &str) -> Labels {
+        match self.namespaces.get(name) {
+            Some(ns) => ns.labels.clone(),
+            // A namespace without an object still has its name label (Kubernetes sets it).
+            None => Labels::from([(NAME_LABEL.to_string(), name.to_string())]),
+        }
+    }
+
+    /// The policies isolating `side` in its view.
+    fn isolating(&self, side: Side) -> Vec<&'a Policy> {
+        let replaced = |p: &Policy| {
+            p.mode == Mode::Enforce
+                && self.policies.iter().any(|m| {
+                    m.mode == Mode::Monitor
+                        && m.key.namespace == p.key.namespace
+                        && m.replaces.as_deref() == Some(p.key.name.as_str())
+                })
+        };
+        self.policies
+            .iter()
+            .copied()
+            .filter(|p| {
+                !side.pod.host_network
+                    && p.key.namespace == side.pod.key.namespace
+                    && p.pod_selector.matches(&side.pod.labels)
+                    && p.rules(side.direction).is_some()
+                    && match &p.scope {
+                        PolicyScope::Primary => side.iface.network == NetworkId::Primary,
+                        PolicyScope::AllInterfaces => true,
+                        PolicyScope::Networks(nets) => nets.contains(&side.iface.network),
+                    }
+            })
+            .filter(|p| {
+                if side.staged {
+                    p.mode == Mode::Monitor || !replaced(p)
+                } else {
+                    p.mode == Mode::Enforce
+                }
+            })
+            .collect()
+    }
+
+    /// Whether pod `peer_pod`'s interface `iface` is an address source for `peer` of `policy`.
+    fn peer_selects(
+        &self,
+        policy: &Policy,
+        peer: &Peer,
+        peer_pod: &Pod,
+        iface: &PodInterface,
+    ) -> bool {
+        let Peer::Pods {
+            pod_selector,
+            namespace_selector,
+            network_selector,
+        } = peer
+        else {
+            return false;
+        };
+        // hostNetwork pods have the node's address: no pod selector picks them.
+        if peer_pod.host_network {
+            return false;
+        }
+        let namespace_ok = match namespace_selector {
+            None => peer_pod.key.namespace == policy.key.namespace,
+            Some(sel) => sel.matches(&self.namespace_labels(&peer_pod.key.namespace)),
+        };
+        let pod_ok = pod_selector
+            .as_ref()
+            .is_none_or(|sel| sel.matches(&peer_pod.labels));
+        let iface_ok = match policy.kind {
+            PolicyKind::NetworkPolicy => iface.network == NetworkId::Primary,
+            PolicyKind::DanmNetworkPolicy => network_selector.as_ref().is_none_or(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e.matches(&iface.network, &peer_pod.key.namespace))
+            }),
+            PolicyKind::MultiNetworkPolicy => match &policy.scope {
+                PolicyScope::Networks(nets) => nets.contains(&iface.network),
+                _ => false,
+            },
+        };
+        namespace_ok && pod_ok && iface_ok
+    }
+
+    fn peer_allows(&self, policy: &Policy, rule: &PolicyRule, addr: IpAddr) -> bool {
+        rule.peers.is_empty()
+            || rule.peers.iter().any(|peer| match peer {
+                Peer::IpBlock(block) => {
+                    block.cidr.contains(&addr) && !block.except.iter().any(|e| e.contains(&addr))
+                }
+                Peer::Pods { .. } => self.pods.iter().any(|p| {
+                    p.interfaces
+                        .iter()
+                        .any(|i| i.ips.contains(&addr) && self.peer_selects(policy, peer, p, i))
+                }),
+            })
+    }
+
+    /// Whether `rule` allows `port`: numbers directly; a named port on the destination pod
+    /// (the target itself for ingress; for egress, any pod holding the peer address).
+    fn port_allows(
+        &self,
+        rule: &PolicyRule,
+        side: Side,
+        addr: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> bool {
+        rule.ports.is_empty()
+            || rule.ports.iter().any(|p| {
+                p.protocol == protocol
+                    && match &p.port {
+                        None => true,
+                        Some(PortRef::Number(n)) => (*n..=p.end_port.unwrap_or(*n)).contains(&port),
+                        Some(PortRef::Named(name)) => match side.direction {
+                            Direction::Ingress => side.pod.named_port(name, protocol) == Some(port),
+                            Direction::Egress => self.pods.iter().any(|d| {
+                                !d.host_network
+                                    && d.interfaces.iter().any(|i| i.ips.contains(&addr))
+                                    && d.named_port(name, protocol) == Some(port)
+                            }),
+                        },
+                    }
+            })
+    }
+
+    /// A rule allows a flow to an address and port directly.
+    fn rule_allows(
+        &self,
+        policy: &Policy,
+        rule: &PolicyRule,
+        side: Side,
+        addr: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> bool {
+        self.peer_allows(policy, rule, addr) && self.port_allows(rule, side, addr, protocol, port)
+    }
+
+    /// SPEC 3.2: an egress rule allowing a Service's endpoint on its target port also allows the
+    /// Service's virtual IPs on the Service port.
+    fn rule_allows_vip(
+        &self,
+        policy: &Policy,
+        rule: &PolicyRule,
+        side: Side,
+        addr: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> bool {
+        self.services.iter().any(|s| {
+            s.cluster_ips.contains(&addr)
+                && s.ports.iter().any(|sp| {
+                    sp.protocol == protocol
+                        && sp.port == port
+                        && self.endpoints(s).into_iter().any(|(ep, pod)| {
+                            let target = match &sp.target {
+                                PortRef::Number(n) => Some(*n),
+                                PortRef::Named(name) => {
+                                    pod.and_then(|p| p.named_port(name, protocol))
+                                }
+                            };
+                            target.is_some_and(|t| {
+                                self.rule_allows(policy, rule, side, ep, protocol, t)
+                            })
+                        })
+                })
+        })
+    }
+
+    /// A Service's endpoints: the primary addresses of the pods its selector picks (an empty
+    /// selector picks none), or the EndpointSlice addresses with the pod holding each.
+    fn endpoints(&self, service: &Service) -> Vec<(IpAddr, Option<&'a Pod>)> {
+        match &service.selector {
+            Some(sel) => self
+                .pods
+                .iter()
+                .copied()
+                .filter(|p| {
+                    p.key.namespace == service.key.namespace
+                        && !sel.is_empty()
+                        && sel.iter().all(|(k, v)| p.labels.get(k) == Some(v))
+                })
+                .flat_map(|p| {
+                    p.interfaces
+                        .iter()
+                        .filter(|i| i.network == NetworkId::Primary)
+                        .flat_map(move |i| i.ips.iter().map(move |ip| (*ip, Some(p))))
+                })
+                .collect(),
+            None => service
+                .endpoint_addrs
+                .iter()
+                .map(|ep| {
+                    let pod = self
+                        .pods
+                        .iter()
+                        .copied()
+                        .find(|p| p.interfaces.iter().any(|i| i.ips.contains(ep)));
+                    (*ep, pod)
+                })
+                .collect(),
+        }
+    }
+
+    /// The verdict of one side in one view, for a peer address, protocol and port.
+    fn side_allows(
+        &self,
+        side: Side,
+        addr: IpAddr,
+        protocol: Protocol,
+        port: u16,
+        loopback: bool,
+    ) -> bool {
+        let isolating = self.isolating(side);
+        if isolating.is_empty() || loopback {
+            return true;
+        }
+        let dns = side.direction == Direction::Egress
+            && port == 53
+            && matches!(protocol, Protocol::Tcp | Protocol::Udp)
+            && match self.options.dns {
+                DnsMode::All => true,
+                DnsMode::None => false,
+                DnsMode::Danm => isolating
+                    .iter()
+                    .any(|p| p.kind == PolicyKind::DanmNetworkPolicy),
+            };
+        dns || isolating.iter().any(|policy| {
+            policy
+                .rules(side.direction)
+                .unwrap_or_default()
+                .iter()
+                .any(|rule| {
+                    self.rule_allows(policy, rule, side, addr, protocol, port)
+                        || (side.direction == Direction::Egress
+                            && self.rule_allows_vip(policy, rule, side, addr, protocol, port))
+                })
+        })
+    }
+}
+
+// ----- the checks -------------------------------------------------------------------------
+
+/// Decodes `data` into a scenario and checks every invariant of the module documentation, and
+/// the [`AddrSet`] algebra on the same bytes; panics on a violation.
+pub fn check_engine(data: &[u8]) {
+    check_addr_sets(data);
+    check_scenario(&Scenario::from_bytes(data));
+}
+
+/// Checks the engine invariants on one scenario; panics on a violation.
+pub fn check_scenario(scenario: &Scenario) {
+    // Incremental: initial objects, then each change, recomputing only the dirty pods.
+    let mut engine = Engine::new(scenario.options.clone());
+    for change in scenario.initial_changes() {
+        feed(&mut engine, &change);
+    }
+    let mut rules = engine.all_pod_rules();
+    for change in &scenario.changes {
+        feed(&mut engine, change);
+        for key in engine.take_dirty() {
+            match engine.pod_rules(&key) {
+                Some(r) => rules.insert(key, r),
+                None => rules.remove(&key),
+            };
+        }
+    }
+    // Fresh: the final objects at once, policies and Services before the pods they concern.
+    let state = scenario.final_state();
+    let mut fresh = Engine::new(scenario.options.clone());
+    for p in state.policies.values().rev() {
+        fresh.set_policy(p.clone());
+    }
+    for s in state.services.values() {
+        fresh.set_service(s.clone());
+    }
+    for p in state.pods.values().rev() {
+        fresh.set_pod(p.clone());
+    }
+    for n in state.namespaces.values() {
+        fresh.set_namespace(n.clone());
+    }
+    let fresh_rules = fresh.all_pod_rules();
+    if rules != fresh_rules {
+        let differing: Vec<&PodKey> = fresh_rules
+            .keys()
+            .chain(rules.keys())
+            .filter(|k| rules.get(*k) != fresh_rules.get(*k))
+            .collect();
+        panic!(
+            "incremental rules differ from fresh ones for {differing:?}\nscenario: {scenario:#?}"
+        );
+    }
+    // Idempotent: the same objects again change nothing.
+    for n in state.namespaces.values() {
+        engine.set_namespace(n.clone());
+    }
+    for p in state.pods.values() {
+        engine.set_pod(p.clone());
+    }
+    for p in state.policies.values() {
+        engine.set_policy(p.clone());
+    }
+    for s in state.services.values() {
+        engine.set_service(s.clone());
+    }
+    let dirty = engine.take_dirty();
+    assert!(
+        dirty.is_empty(),
+        "unchanged objects marked {dirty:?} dirty\nscenario: {scenario:#?}"
+    );
+    for pod_rules in fresh_rules.values() {
+        check_well_formed(pod_rules, &state);
+    }
+    check_verdicts(&scenario.options, &state, &fresh_rules);
+}
+
+fn check_well_formed(rules: &PodRules, state: &State) {
+    let pod = &state.pods[&rules.pod];
+    assert_eq!(
+        rules.interfaces.len(),
+        pod.interfaces.len(),
+        "{:?}",
+        rules.pod
+    );
+    for (iface, pi) in rules.interfaces.iter().zip(&pod.interfaces) {
+        assert_eq!(
+            (&iface.name, &iface.network, &iface.ips),
+            (&pi.name, &pi.network, &pi.ips)
+        );
+        for direction in [Direction::Ingress, Direction::Egress] {
+            let d: &DirectionRules = iface.direction(direction);
+            let at = format!("{} {} {direction}", rules.pod, iface.name);
+            assert_eq!(
+                d.enforced.is_isolated(),
+                !d.enforced_policies.is_empty(),
+                "{at}: enforced isolation and policies disagree"
+            );
+            if !d.has_monitor() {
+                assert_eq!(
+                    d.staged, d.enforced,
+                    "{at}: staged differs without monitoring"
+                );
+            }
+            for p in &d.replaced_policies {
+                assert!(
+                    d.enforced_policies.contains(p),
+                    "{at}: replaced {p} not enforced"
+                );
+            }
+            if pod.host_network {
+                assert!(
+                    !d.enforced.is_isolated() && !d.staged.is_isolated(),
+                    "{at}: hostNetwork pod isolated"
+                );
+            }
+            if direction == Direction::Ingress {
+                assert_eq!(
+                    d.implicit_dns,
+                    Default::default(),
+                    "{at}: implicit DNS on ingress"
+                );
+            }
+            assert!(
+                (!d.implicit_dns.enforced || d.enforced.is_isolated())
+                    && (!d.implicit_dns.staged || d.staged.is_isolated()),
+                "{at}: implicit DNS in an open view"
+            );
+            for rule in d.enforced.rules().iter().chain(d.staged.rules()) {
+                assert_eq!(
+                    rule.origin.direction, direction,
+                    "{at}: rule of the other direction"
+                );
+            }
+            if let Isolation::Isolated(r) = &d.enforced {
+                assert!(
+                    r.iter().all(|r| r.origin.mode == Mode::Enforce),
+                    "{at}: monitored rule enforced"
+                );
+            }
+        }
+    }
+}
+
+/// The protocols and ports every side is asked about: each port a policy, a container or a
+/// Service of the universe names, and one nobody names.
+const PROBES: [(Protocol, u16); 8] = [
+    (Protocol::Tcp, 80),
+    (Protocol::Tcp, 81),
+    (Protocol::Tcp, 8080),
+    (Protocol::Tcp, 53),
+    (Protocol::Udp, 53),
+    (Protocol::Udp, 8080),
+    (Protocol::Sctp, 80),
+    (Protocol::Tcp, 9),
+];
+
+/// Addresses outside the pods: the Service VIPs, and addresses in and out of the ipBlocks.
+fn outside_addresses(state: &State) -> Vec<IpAddr> {
+    let mut out: BTreeSet<IpAddr> = [
+        "203.0.113.200",
+        "203.0.113.1",
+        "10.0.9.9",
+        "2001:db8::1",
+        "fd00::99",
+    ]
+    .iter()
+    .map(|a| a.parse().expect("fuzzing address"))
+    .collect();
+    for s in state.services.values() {
+        out.extend(s.cluster_ips.iter().copied());
+    }
+    out.into_iter().collect()
+}
+
+/// An end of a flow outside every pod (its `pod` is no pod's key, so never loopback).
+struct Outside {
+    key: PodKey,
+}
+
+fn check_verdicts(options: &EngineOptions, state: &State, rules: &BTreeMap<PodKey, PodRules>) {
+    let reference = Reference::new(options, state);
+    // Every (pod, interface, address) of the cluster, with its rules.
+    let mut ends = Vec::new();
+    for (key, pod_rules) in rules {
+        let pod = &state.pods[key];
+        for (iface, pi) in pod_rules.interfaces.iter().zip(&pod.interfaces) {
+            for ip in &iface.ips {
+                ends.push((pod, pi, iface, *ip));
+            }
+        }
+    }
+    let outside = Outside {
+        key: PodKey::new("§outside", "§outside"),
+    };
+    let side = |pod, iface, direction, staged| Side {
+        pod,
+        iface,
+        direction,
+        staged,
+    };
+    for &(pod, pi, iface, ip) in &ends {
+        for &(protocol, port) in &PROBES {
+            // Pod to pod: both sides, and the flow as a whole.
+            for &(dpod, dpi, diface, dip) in &ends {
+                if ip.is_ipv4() != dip.is_ipv4() {
+                    continue;
+                }
+                let v = flow_verdict(
+                    FlowEnd {
+                        pod: &pod.key,
+                        interface: iface,
+                        ip,
+                    },
+                    FlowEnd {
+                        pod: &dpod.key,
+                        interface: diface,
+                        ip: dip,
+                    },
+                    protocol,
+                    port,
+                );
+                let loopback = pod.key == dpod.key;
+                for staged in [false, true] {
+                    let egress = reference.side_allows(
+                        side(pod, pi, Direction::Egress, staged),
+                        dip,
+                        protocol,
+                        port,
+                        loopback,
+                    );
+                    let ingress = reference.side_allows(
+                        side(dpod, dpi, Direction::Ingress, staged),
+                        ip,
+                        protocol,
+                        port,
+                        loopback,
+                    );
+                    let (got_egress, got_ingress, got) = if staged {
+                        (
+                            v.egress.staged.allowed,
+                            v.ingress.staged.allowed,
+                            v.staged_allowed,
+                        )
+                    } else {
+                        (
+                            v.egress.enforced.allowed,
+                            v.ingress.enforced.allowed,
+                            v.allowed,
+                        )
+                    };
+                    let view = if staged { "staged" } else { "enforced" };
+                    assert!(
+                        got_egress == egress && got_ingress == ingress && got == (egress && ingress),
+                        "{view} verdict {} {} {ip} -> {} {} {dip} {protocol}/{port}: engine egress {got_egress} ingress {got_ingress}, reference egress {egress} ingress {ingress}\nobjects: {state:#?}",
+                        pod.key, iface.name, dpod.key, diface.name
+                    );
+                }
+                assert_eq!(
+                    v.cause.is_some(),
+                    v.allowed && !v.staged_allowed,
+                    "a cause without a would-deny, or the reverse"
+                );
+            }
+            // To and from addresses outside the pods (Service VIPs among them).
+            for addr in outside_addresses(state) {
+                if ip.is_ipv4() != addr.is_ipv4() {
+                    continue;
+                }
+                let there = FlowEnd {
+                    pod: &outside.key,
+                    interface: iface,
+                    ip: addr,
+                };
+                let here = FlowEnd {
+                    pod: &pod.key,
+                    interface: iface,
+                    ip,
+                };
+                let out = flow_verdict(here, there, protocol, port);
+                let into = flow_verdict(there, here, protocol, port);
+                for staged in [false, true] {
+                    let egress = reference.side_allows(
+                        side(pod, pi, Direction::Egress, staged),
+                        addr,
+                        protocol,
+                        port,
+                        false,
+                    );
+                    let ingress = reference.side_allows(
+                        side(pod, pi, Direction::Ingress, staged),
+                        addr,
+                        protocol,
+                        port,
+                        false,
+                    );
+                    let (got_egress, got_ingress) = if staged {
+                        (out.egress.staged.allowed, into.ingress.staged.allowed)
+                    } else {
+                        (out.egress.enforced.allowed, into.ingress.enforced.allowed)
+                    };
+                    assert!(
+                        got_egress == egress && got_ingress == ingress,
+                        "{} {} {ip} with outside {addr} {protocol}/{port} (staged: {staged}): engine egress {got_egress} ingress {got_ingress}, reference egress {egress} ingress {ingress}\nobjects: {state:#?}",
+                        pod.key, iface.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+// ----- AddrSet algebra --------------------------------------------------------------------
+
+/// A block of addresses from the bytes: near 10.0.0.0 or fd00:: (so blocks overlap and touch),
+/// sometimes a whole family or the last addresses (where ranges saturate).
+fn block(b: &mut Bytes) -> IpNet {
+    let net = match b.below(8) {
+        0 => IpNet::new(
+            IpAddr::V4(Ipv4Addr::from(u32::MAX - u32::from(b.u8()))),
+            24 + b.below(9) as u8,
+        ),
+        1 => IpNet::new(
+            IpAddr::V6(Ipv6Addr::from(u128::MAX - u128::from(b.u8()))),
+            120 + b.below(9) as u8,
+        ),
+        2 if b.one_in(4) => IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        3 => IpNet::new(
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, u16::from(b.u8()))),
+            120 + b.below(9) as u8,
+        ),
+        _ => IpNet::new(
+            IpAddr::V4(Ipv4Addr::new(10, 0, b.u8() % 4, b.u8())),
+            22 + b.below(11) as u8,
+        ),
+    };
+    net.expect("prefix in range").trunc()
+}
+
+fn first_last(net: &IpNet) -> (IpAddr, IpAddr) {
+    (net.network(), net.broadcast())
+}
+
+fn neighbours(addr: IpAddr) -> [IpAddr; 3] {
+    match addr {
+        IpAddr::V4(a) => {
+            let n = u32::from(a);
+            [n.wrapping_sub(1), n, n.wrapping_add(1)].map(|x| IpAddr::V4(Ipv4Addr::from(x)))
+        }
+        IpAddr::V6(a) => {
+            let n = u128::from(a);
+            [n.wrapping_sub(1), n, n.wrapping_add(1)].map(|x| IpAddr::V6(Ipv6Addr::from(x)))
+        }
+    }
+}
+
+/// Checks the [`AddrSet`] algebra on sets built from `data`; panics on a violation.
+pub fn check_addr_sets(data: &[u8]) {
+    let mut b = Bytes { data, at: 0 };
+    let lists: Vec<Vec<IpNet>> = (0..3)
+        .map(|_| (0..b.below(5)).map(|_| block(&mut b)).collect())
+        .collect();
+    let sets: Vec<AddrSet> = lists
+        .iter()
+        .map(|nets| AddrSet::union_of(nets.iter().map(AddrSet::from_net)))
+        .collect();
+    // Every address where membership can change, and its neighbours.
+    let mut probes: BTreeSet<IpAddr> = BTreeSet::new();
+    for net in lists.iter().flatten() {
+        let (first, last) = first_last(net);
+        probes.extend(neighbours(first));
+        probes.extend(neighbours(last));
+    }
+    probes.extend([
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    ]);
+    let naive = |nets: &[IpNet], addr: IpAddr| nets.iter().any(|n| n.contains(&addr));
+    let [a, b, c] = [&sets[0], &sets[1], &sets[2]];
+    let union = |x: &AddrSet, y: &AddrSet| {
+        let mut u = x.clone();
+        u.union_with(y);
+        u
+    };
+    for (set, nets) in sets.iter().zip(&lists) {
+        for &addr in &probes {
+            assert_eq!(set.contains(addr), naive(nets, addr), "{addr} in {nets:?}");
+        }
+        // Built one block at a time, the same set.
+        let mut folded = AddrSet::new();
+        for n in nets {
+            folded.union_with(&AddrSet::from_net(n));
+        }
+        assert_eq!(&folded, set, "union_of and union_with disagree on {nets:?}");
+        // The CIDR decomposition covers exactly the set, with disjoint blocks.
+        let cidrs: Vec<IpNet> = set
+            .v4_cidrs()
+            .into_iter()
+            .map(IpNet::V4)
+            .chain(set.v6_cidrs().into_iter().map(IpNet::V6))
+            .collect();
+        assert_eq!(
+            &AddrSet::union_of(cidrs.iter().map(AddrSet::from_net)),
+            set,
+            "CIDRs {cidrs:?} of {nets:?}"
+        );
+        assert!(cidrs.len() >= set.range_count());
+        for (i, x) in cidrs.iter().enumerate() {
+            for y in &cidrs[i + 1..] {
+                assert!(
+                    !x.contains(y) && !y.contains(x),
+                    "overlapping CIDRs {x} {y}"
+                );
+            }
+        }
+    }
+    let empty = AddrSet::new();
+    assert_eq!(&union(a, a), a, "union not idempotent");
+    assert_eq!(union(a, b), union(b, a), "union not commutative");
+    assert_eq!(
+        union(&union(a, b), c),
+        union(a, &union(b, c)),
+        "union not associative"
+    );
+    assert_eq!(
+        AddrSet::union_of([a.clone(), b.clone(), c.clone()]),
+        union(&union(a, b), c)
+    );
+    assert_eq!(&a.intersection(a), a, "intersection not idempotent");
+    assert_eq!(
+        a.intersection(b),
+        b.intersection(a),
+        "intersection not commutative"
+    );
+    assert!(a.difference(a).is_empty(), "A - A not empty");
+    assert_eq!(&a.difference(&empty), a);
+    assert_eq!(
+        union(&a.difference(b), &a.intersection(b)),
+        *a,
+        "(A-B) + (A&B) != A"
+    );
+    assert!(
+        a.difference(b).intersection(b).is_empty(),
+        "(A-B) & B not empty"
+    );
+    for &addr in &probes {
+        let (ia, ib) = (naive(&lists[0], addr), naive(&lists[1], addr));
+        assert_eq!(a.difference(b).contains(addr), ia && !ib, "{addr} in A-B");
+        assert_eq!(a.intersection(b).contains(addr), ia && ib, "{addr} in A&B");
+    }
+    // An ipBlock: its CIDR minus its excepts (those of the other family ignored).
+    if let Some(&cidr) = lists[0].first() {
+        let except = lists[1].clone();
+        let block = AddrSet::from_ip_block(&IpBlock {
+            cidr,
+            except: except.clone(),
+        });
+        for &addr in &probes {
+            assert_eq!(
+                block.contains(addr),
+                cidr.contains(&addr) && !naive(&except, addr),
+                "{addr} in {cidr} except {except:?}"
+            );
+        }
+    }
+}

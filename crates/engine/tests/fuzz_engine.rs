@@ -1,0 +1,44 @@
+//! The CI run of the `engine` fuzz target: [`check_engine`] (verdicts equal the reference
+//! evaluation of the specification, incremental equals fresh, idempotent feeding, well-formed
+//! rules, `AddrSet` algebra) over the committed seed corpus (`fuzz/seeds/engine`, reproducers of
+//! past findings included) and over random inputs. `PROPTEST_CASES` raises the count for a
+//! longer run.
+
+use std::path::Path;
+
+use netwarden_engine::fuzzing::check_engine;
+use proptest::prelude::*;
+
+fn check(label: &str, data: &[u8]) {
+    if let Err(panic) = std::panic::catch_unwind(|| check_engine(data)) {
+        eprintln!("input that broke an invariant ({label}): {data:?}");
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn seed_corpus_keeps_every_invariant() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/engine");
+    let mut seeds: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    seeds.sort();
+    assert!(
+        seeds.len() >= 10,
+        "seed corpus missing under {}",
+        dir.display()
+    );
+    for path in seeds {
+        check(&path.display().to_string(), &std::fs::read(&path).unwrap());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn random_clusters_keep_every_invariant(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+        check("random", &data);
+    }
+}
