@@ -1,0 +1,213 @@
+//! The CRI client and the resolver against a real containerd (Debian's 1.6), started by
+//! `netwarden_testing::Containerd` with real pod sandboxes on a CNI bridge. Root and the
+//! packages are needed (`scripts/install-cri.sh`); with `CI=true` their absence fails.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use netwarden_cri::{CriClient, NetnsResolver, PodKey, PodNetns, SandboxState};
+use netwarden_testing::{assert_connects, heavy_lock, listen, Containerd, SandboxSpec};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn netns_of(found: &HashMap<PodKey, PodNetns>, pod: &PodKey) -> (String, PathBuf) {
+    match found.get(pod) {
+        Some(PodNetns::Netns { sandbox, path }) => (sandbox.clone(), path.clone()),
+        other => panic!("{pod}: expected a netns, got {other:?}"),
+    }
+}
+
+/// (device, inode) of a file: the identity of a network namespace.
+fn identity(path: &Path) -> (u64, u64) {
+    let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (m.dev(), m.ino())
+}
+
+#[test]
+fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
+    let _heavy = heavy_lock();
+    let Some(containerd) = Containerd::start() else {
+        return;
+    };
+    let rt = runtime();
+    let (id_a, ip_a) = containerd.run_pod_sandbox("shop", "a", "uid-a", &[("app", "a")]);
+    let (id_b, ip_b) = containerd.run_pod_sandbox("shop", "b", "uid-b", &[("app", "b")]);
+    let client = rt
+        .block_on(CriClient::connect(&containerd.endpoint()))
+        .expect("connect");
+
+    // The client's view of one sandbox.
+    let a = rt.block_on(client.sandbox(&id_a)).expect("PodSandboxStatus a");
+    assert_eq!(
+        (a.namespace.as_str(), a.name.as_str(), a.uid.as_str(), a.state),
+        ("shop", "a", "uid-a", SandboxState::Ready)
+    );
+    assert_eq!(a.ips, [ip_a.clone()]);
+    let listed = rt.block_on(client.list_sandboxes()).expect("list");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+
+    let pod_a = PodKey::new("shop", "a", Some("uid-a"));
+    let pod_b = PodKey::new("shop", "b", Some("uid-b"));
+    let not_there = PodKey::new("shop", "c", None);
+    let wrong_uid = PodKey::new("shop", "a", Some("uid-old"));
+    let wanted = [pod_a.clone(), pod_b.clone(), not_there.clone(), wrong_uid.clone()];
+    let mut resolver = NetnsResolver::new(client.clone());
+    let found = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
+    let (sandbox_a, netns_a) = netns_of(&found, &pod_a);
+    let (sandbox_b, netns_b) = netns_of(&found, &pod_b);
+    assert_eq!((sandbox_a.as_str(), sandbox_b.as_str()), (id_a.as_str(), id_b.as_str()));
+    assert_eq!(found[&not_there], PodNetns::NotYetKnown);
+    assert_eq!(found[&wrong_uid], PodNetns::NotYetKnown);
+    assert_ne!(identity(&netns_a), identity(&netns_b));
+
+    // The file is the sandbox's netns: the same namespace as its pause process's.
+    for (id, netns, ip) in [(&id_a, &netns_a, &ip_a), (&id_b, &netns_b, &ip_b)] {
+        let pid = containerd.sandbox_pid(id);
+        assert_eq!(
+            identity(netns),
+            identity(Path::new(&format!("/proc/{pid}/ns/net"))),
+            "sandbox {id}: netns file vs /proc/{pid}/ns/net"
+        );
+        let interfaces = netwarden_dataplane::interfaces(netns).expect("interfaces");
+        let eth0 = interfaces
+            .iter()
+            .find(|i| i.name == "eth0")
+            .unwrap_or_else(|| panic!("sandbox {id}: no eth0 in {interfaces:?}"));
+        assert!(
+            eth0.ips().any(|a| a.to_string() == *ip),
+            "sandbox {id}: eth0 {eth0:?} lacks {ip}"
+        );
+    }
+
+    // A real connection between the two sandboxes over the bridge.
+    let _listener = listen(&netns_b, &format!("{ip_b}:8080"));
+    assert_connects(&netns_a, &format!("{ip_b}:8080"), "a → b over the CNI bridge");
+
+    // Cached: a second refresh asks nothing but the list.
+    assert_eq!(resolver.status_calls(), 2);
+    let again = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
+    assert_eq!(again, found);
+    assert_eq!(resolver.status_calls(), 2);
+
+    // The sandbox of a goes away: a is not yet known, its cache entry is dropped.
+    let old_identity = identity(&netns_a);
+    containerd.stop_and_remove(&id_a);
+    let found = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
+    assert_eq!(found[&pod_a], PodNetns::NotYetKnown);
+    assert_eq!(resolver.cached(), 1);
+    // Recreated with the same metadata: the new sandbox and its new netns.
+    let (id_a2, ip_a2) = containerd.run_pod_sandbox("shop", "a", "uid-a", &[("app", "a")]);
+    assert_ne!(id_a2, id_a);
+    let found = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
+    let (sandbox_a2, netns_a2) = netns_of(&found, &pod_a);
+    assert_eq!(sandbox_a2, id_a2);
+    assert_ne!(identity(&netns_a2), old_identity, "a recreated sandbox has a new netns");
+    assert_eq!(resolver.status_calls(), 3);
+    let _listener_a = listen(&netns_a2, &format!("{ip_a2}:8080"));
+    assert_connects(&netns_b, &format!("{ip_a2}:8080"), "b → new a");
+
+    // Cleanup leaves nothing of this instance behind.
+    let socket = containerd.socket();
+    let dir = socket.parent().expect("dir").to_path_buf();
+    let bridge = containerd.bridge().to_string();
+    let network = containerd.network().to_string();
+    drop(containerd);
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    assert!(!Path::new("/sys/class/net").join(&bridge).exists(), "bridge {bridge} left");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(!mountinfo.contains(&dir.display().to_string()), "mounts left under {}", dir.display());
+    let results: Vec<_> = std::fs::read_dir("/var/lib/cni/results")
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().to_string()).collect())
+        .unwrap_or_default();
+    assert!(!results.iter().any(|r| r.starts_with(&format!("{network}-"))), "CNI results left: {results:?}");
+}
+
+#[test]
+fn a_host_network_sandbox_has_no_netns() {
+    let _heavy = heavy_lock();
+    let Some(containerd) = Containerd::start() else {
+        return;
+    };
+    let rt = runtime();
+    let mut spec = SandboxSpec::pod("kube-system", "proxy", "uid-p");
+    spec.host_network = true;
+    let id = containerd.run(&spec);
+    let client = rt.block_on(CriClient::connect(&containerd.endpoint())).expect("connect");
+    let sandbox = rt.block_on(client.sandbox(&id)).expect("status");
+    assert_eq!(sandbox.netns, None);
+    let pod = PodKey::new("kube-system", "proxy", Some("uid-p"));
+    let mut resolver = NetnsResolver::new(client);
+    let found = rt.block_on(resolver.refresh([&pod])).expect("refresh");
+    assert_eq!(found[&pod], PodNetns::HostNetwork { sandbox: id });
+}
+
+#[test]
+fn wrong_endpoints_fail_with_the_endpoint_named() {
+    let rt = runtime();
+    let err = rt
+        .block_on(CriClient::connect("unix:///nonexistent/netwarden-cri.sock"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unix:///nonexistent/netwarden-cri.sock"), "{err}");
+}
+
+/// RunPodSandbox and Stop+Remove per sandbox, and the resolver's refresh, for 20 sandboxes.
+#[test]
+fn twenty_sandboxes_timed() {
+    let _heavy = heavy_lock();
+    let Some(containerd) = Containerd::start() else {
+        return;
+    };
+    let rt = runtime();
+    let mut runs = Vec::new();
+    let mut ids = Vec::new();
+    let pods: Vec<PodKey> = (0..20)
+        .map(|i| PodKey::new("bench", &format!("p{i}"), Some(&format!("uid-{i}"))))
+        .collect();
+    for pod in &pods {
+        let start = Instant::now();
+        let (id, _) = containerd.run_pod_sandbox(&pod.namespace, &pod.name, pod.uid.as_deref().unwrap(), &[]);
+        runs.push(start.elapsed());
+        ids.push(id);
+    }
+    let client = rt.block_on(CriClient::connect(&containerd.endpoint())).expect("connect");
+    let mut resolver = NetnsResolver::new(client);
+    let start = Instant::now();
+    let found = rt.block_on(resolver.refresh(&pods)).expect("refresh");
+    let cold = start.elapsed();
+    assert!(found.values().all(|f| matches!(f, PodNetns::Netns { .. })), "{found:?}");
+    let start = Instant::now();
+    let again = rt.block_on(resolver.refresh(&pods)).expect("refresh");
+    let warm = start.elapsed();
+    assert_eq!(again, found);
+    assert_eq!(resolver.status_calls(), 20);
+    let mut removes = Vec::new();
+    for id in &ids {
+        let start = Instant::now();
+        containerd.stop_and_remove(id);
+        removes.push(start.elapsed());
+    }
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let summary = |v: &mut Vec<Duration>| {
+        v.sort();
+        format!(
+            "median {:.1} ms, max {:.1} ms",
+            ms(&v[v.len() / 2]),
+            ms(v.last().expect("samples"))
+        )
+    };
+    eprintln!(
+        "20 sandboxes: RunPodSandbox {}; Stop+Remove {}; resolver refresh cold (1 list + 20 status) {:.1} ms, warm (1 list) {:.1} ms",
+        summary(&mut runs),
+        summary(&mut removes),
+        ms(&cold),
+        ms(&warm)
+    );
+}
