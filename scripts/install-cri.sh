@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the CRI tests need (scripts/deps.sh, hence .ci/run, calls this) to start a real containerd (Debian): containerd (with ctr),
+# Installs what the CRI tests need to start a real containerd (Debian): containerd (with ctr),
 # runc, the CNI plugins (/usr/lib/cni) and a static C toolchain for the pause image.
+# scripts/deps.sh (hence .ci/run and scripts/test.sh) calls this.
 # Only what is missing is installed; run as root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

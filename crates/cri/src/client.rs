@@ -250,22 +250,24 @@ impl CriClient {
         })?;
         let (namespace, name, uid, attempt) = metadata("PodSandboxStatus", id, status.metadata)?;
         let pod = format!("{namespace}/{name} uid {uid}");
-        let from_info = netns_from_verbose_info(&response.info).map_err(|source| CriError::Info {
-            sandbox: id.to_string(),
-            pod: pod.clone(),
-            source,
-        })?;
+        let from_info =
+            netns_from_verbose_info(&response.info).map_err(|source| CriError::Info {
+                sandbox: id.to_string(),
+                pod: pod.clone(),
+                source,
+            })?;
         let mode = status
             .linux
             .and_then(|l| l.namespaces)
             .and_then(|n| n.options)
             .map(|o| o.network);
-        let netns = check_mode(mode, from_info).map_err(|(mode, netns)| CriError::ModeMismatch {
-            sandbox: id.to_string(),
-            pod,
-            mode,
-            netns,
-        })?;
+        let netns =
+            check_mode(mode, from_info).map_err(|(mode, netns)| CriError::ModeMismatch {
+                sandbox: id.to_string(),
+                pod,
+                mode,
+                netns,
+            })?;
         let ips = status
             .network
             .map(|n| {
@@ -300,7 +302,10 @@ fn check_mode(
         Some(p) => format!("netns {}", p.display()),
         None => "host network (no netns path)".to_string(),
     };
-    match (mode.and_then(|m| NamespaceMode::try_from(m).ok()), &from_info) {
+    match (
+        mode.and_then(|m| NamespaceMode::try_from(m).ok()),
+        &from_info,
+    ) {
         (Some(NamespaceMode::Node), Some(_)) => Err(("NODE", said(&from_info))),
         (Some(NamespaceMode::Pod), None) => Err(("POD", said(&from_info))),
         _ => Ok(from_info),
@@ -381,8 +386,14 @@ mod tests {
 
     #[test]
     fn unknown_states_are_not_ready() {
-        assert_eq!(state_of(PodSandboxState::SandboxReady as i32), SandboxState::Ready);
-        assert_eq!(state_of(PodSandboxState::SandboxNotready as i32), SandboxState::NotReady);
+        assert_eq!(
+            state_of(PodSandboxState::SandboxReady as i32),
+            SandboxState::Ready
+        );
+        assert_eq!(
+            state_of(PodSandboxState::SandboxNotready as i32),
+            SandboxState::NotReady
+        );
         assert_eq!(state_of(17), SandboxState::NotReady);
     }
 }

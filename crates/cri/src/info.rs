@@ -94,10 +94,12 @@ fn netns_in_spec(spec: &Value) -> Result<Option<PathBuf>, InfoError> {
     };
     let mut found = None;
     for (i, ns) in namespaces.iter().enumerate() {
-        let kind = ns
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| field(format!("runtimeSpec.linux.namespaces[{i}].type"), "missing or not a string"))?;
+        let kind = ns.get("type").and_then(Value::as_str).ok_or_else(|| {
+            field(
+                format!("runtimeSpec.linux.namespaces[{i}].type"),
+                "missing or not a string",
+            )
+        })?;
         if kind != "network" {
             continue;
         }
@@ -116,7 +118,10 @@ fn netns_in_spec(spec: &Value) -> Result<Option<PathBuf>, InfoError> {
                 ))
             }
         };
-        found = Some(absolute(format!("runtimeSpec.linux.namespaces[{i}].path"), path)?);
+        found = Some(absolute(
+            format!("runtimeSpec.linux.namespaces[{i}].path"),
+            path,
+        )?);
     }
     Ok(found)
 }
@@ -170,7 +175,7 @@ mod tests {
         let got = netns_from_verbose_info(&info(include_str!("../fixtures/containerd-1.6.json")));
         assert_eq!(
             got,
-            Ok(path("/tmp/nwcri-fixture/state/io.containerd.grpc.v1.cri/netns/cni-5e0b1a57-7f8c-2b1d-9d43-8e0d3c2a1b6f"))
+            Ok(path("/tmp/nwcri4242x1/state/io.containerd.grpc.v1.cri/netns/cni-f194ce91-cc03-98c5-2dbc-2fc0e0087b79"))
         );
     }
 
@@ -185,15 +190,26 @@ mod tests {
     #[test]
     fn containerd_2_pod_network_from_both_sources() {
         let got = netns_from_verbose_info(&info(include_str!("../fixtures/containerd-2.0.json")));
-        assert_eq!(got, Ok(path("/var/run/netns/cni-0d2c6f61-4a4e-6b3f-1c7e-93f4b0d0a2e1")));
+        assert_eq!(
+            got,
+            Ok(path(
+                "/var/run/netns/cni-0d2c6f61-4a4e-6b3f-1c7e-93f4b0d0a2e1"
+            ))
+        );
     }
 
     #[test]
     fn containerd_2_without_runtime_spec_uses_the_metadata() {
-        let mut v: Value = serde_json::from_str(include_str!("../fixtures/containerd-2.0.json")).unwrap();
+        let mut v: Value =
+            serde_json::from_str(include_str!("../fixtures/containerd-2.0.json")).unwrap();
         v.as_object_mut().unwrap().remove("runtimeSpec");
         let got = netns_from_verbose_info(&info(&v.to_string()));
-        assert_eq!(got, Ok(path("/var/run/netns/cni-0d2c6f61-4a4e-6b3f-1c7e-93f4b0d0a2e1")));
+        assert_eq!(
+            got,
+            Ok(path(
+                "/var/run/netns/cni-0d2c6f61-4a4e-6b3f-1c7e-93f4b0d0a2e1"
+            ))
+        );
     }
 
     #[test]
@@ -207,17 +223,25 @@ mod tests {
     #[test]
     fn crio_pod_network_and_spoofed_infra() {
         let got = netns_from_verbose_info(&info(include_str!("../fixtures/crio-1.36.json")));
-        assert_eq!(got, Ok(path("/var/run/netns/7b3f8f8e-2f55-4d0a-9b3c-4c1f0e6a9d21")));
+        assert_eq!(
+            got,
+            Ok(path("/var/run/netns/7b3f8f8e-2f55-4d0a-9b3c-4c1f0e6a9d21"))
+        );
         // A dropped ("spoofed") infra container: only runtimeSpec, same answer.
         let spoofed = r#"{"runtimeSpec":{"ociVersion":"1.0.2","linux":{"namespaces":[
             {"type":"ipc","path":"/var/run/ipcns/7b3f8f8e"},
             {"type":"network","path":"/var/run/netns/7b3f8f8e"}]}}}"#;
-        assert_eq!(netns_from_verbose_info(&info(spoofed)), Ok(path("/var/run/netns/7b3f8f8e")));
+        assert_eq!(
+            netns_from_verbose_info(&info(spoofed)),
+            Ok(path("/var/run/netns/7b3f8f8e"))
+        );
     }
 
     #[test]
     fn crio_host_network() {
-        let got = netns_from_verbose_info(&info(include_str!("../fixtures/crio-1.36-hostnetwork.json")));
+        let got = netns_from_verbose_info(&info(include_str!(
+            "../fixtures/crio-1.36-hostnetwork.json"
+        )));
         assert_eq!(got, Ok(None));
     }
 
@@ -231,20 +255,44 @@ mod tests {
             netns_from_verbose_info(&info("{\"runtimeSpec\": {")),
             Err(InfoError::Json { .. })
         ));
-        assert!(matches!(netns_from_verbose_info(&info("[]")), Err(InfoError::Field { .. })));
+        assert!(matches!(
+            netns_from_verbose_info(&info("[]")),
+            Err(InfoError::Field { .. })
+        ));
         assert_eq!(
             netns_from_verbose_info(&info(r#"{"pid": 42}"#)),
             Err(InfoError::NoNamespaceSource)
         );
         let cases = [
             (r#"{"runtimeSpec":{}}"#, "runtimeSpec.linux"),
-            (r#"{"runtimeSpec":{"linux":{"namespaces":{}}}}"#, "runtimeSpec.linux.namespaces"),
-            (r#"{"runtimeSpec":{"linux":{"namespaces":[{"path":"/x"}]}}}"#, "runtimeSpec.linux.namespaces[0].type"),
-            (r#"{"runtimeSpec":{"linux":{"namespaces":[{"type":"network"}]}}}"#, "runtimeSpec.linux.namespaces[0].path"),
-            (r#"{"runtimeSpec":{"linux":{"namespaces":[{"type":"network","path":"rel/ns"}]}}}"#, "runtimeSpec.linux.namespaces[0].path"),
-            (r#"{"runtimeSpec":{"linux":{"namespaces":[{"type":"network","path":"/a"},{"type":"network","path":"/a"}]}}}"#, "runtimeSpec.linux.namespaces[1]"),
-            (r#"{"sandboxMetadata":{"Version":"v1"}}"#, "sandboxMetadata.Metadata"),
-            (r#"{"sandboxMetadata":{"Metadata":{"NetNSPath":7}}}"#, "sandboxMetadata.Metadata.NetNSPath"),
+            (
+                r#"{"runtimeSpec":{"linux":{"namespaces":{}}}}"#,
+                "runtimeSpec.linux.namespaces",
+            ),
+            (
+                r#"{"runtimeSpec":{"linux":{"namespaces":[{"path":"/x"}]}}}"#,
+                "runtimeSpec.linux.namespaces[0].type",
+            ),
+            (
+                r#"{"runtimeSpec":{"linux":{"namespaces":[{"type":"network"}]}}}"#,
+                "runtimeSpec.linux.namespaces[0].path",
+            ),
+            (
+                r#"{"runtimeSpec":{"linux":{"namespaces":[{"type":"network","path":"rel/ns"}]}}}"#,
+                "runtimeSpec.linux.namespaces[0].path",
+            ),
+            (
+                r#"{"runtimeSpec":{"linux":{"namespaces":[{"type":"network","path":"/a"},{"type":"network","path":"/a"}]}}}"#,
+                "runtimeSpec.linux.namespaces[1]",
+            ),
+            (
+                r#"{"sandboxMetadata":{"Version":"v1"}}"#,
+                "sandboxMetadata.Metadata",
+            ),
+            (
+                r#"{"sandboxMetadata":{"Metadata":{"NetNSPath":7}}}"#,
+                "sandboxMetadata.Metadata.NetNSPath",
+            ),
         ];
         for (json, want) in cases {
             match netns_from_verbose_info(&info(json)) {
@@ -260,11 +308,17 @@ mod tests {
             "sandboxMetadata":{"Version":"v1","Metadata":{"NetNSPath":"/b"}}}"#;
         assert_eq!(
             netns_from_verbose_info(&info(json)),
-            Err(InfoError::Disagree { spec: path("/a"), metadata: path("/b") })
+            Err(InfoError::Disagree {
+                spec: path("/a"),
+                metadata: path("/b")
+            })
         );
         // Host network in the spec but a path in the metadata: also a disagreement.
         let json = r#"{"runtimeSpec":{"linux":{"namespaces":[]}},
             "sandboxMetadata":{"Version":"v1","Metadata":{"NetNSPath":"/b"}}}"#;
-        assert!(matches!(netns_from_verbose_info(&info(json)), Err(InfoError::Disagree { .. })));
+        assert!(matches!(
+            netns_from_verbose_info(&info(json)),
+            Err(InfoError::Disagree { .. })
+        ));
     }
 }

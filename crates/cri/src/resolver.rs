@@ -76,9 +76,7 @@ pub fn choose_sandbox<'a>(
     sandboxes
         .iter()
         .filter(|s| s.state == SandboxState::Ready && pod.matches(s))
-        .max_by(|a, b| {
-            (a.created_at, a.attempt, &a.id).cmp(&(b.created_at, b.attempt, &b.id))
-        })
+        .max_by(|a, b| (a.created_at, a.attempt, &a.id).cmp(&(b.created_at, b.attempt, &b.id)))
 }
 
 /// What is cached about a sandbox: its netns (`None` for host network).
@@ -176,14 +174,25 @@ impl NetnsResolver {
 mod tests {
     use super::*;
 
-    fn sandbox(id: &str, name: &str, uid: &str, attempt: u32, ready: bool, at: i64) -> SandboxSummary {
+    fn sandbox(
+        id: &str,
+        name: &str,
+        uid: &str,
+        attempt: u32,
+        ready: bool,
+        at: i64,
+    ) -> SandboxSummary {
         SandboxSummary {
             id: id.to_string(),
             namespace: "shop".to_string(),
             name: name.to_string(),
             uid: uid.to_string(),
             attempt,
-            state: if ready { SandboxState::Ready } else { SandboxState::NotReady },
+            state: if ready {
+                SandboxState::Ready
+            } else {
+                SandboxState::NotReady
+            },
             created_at: at,
         }
     }
@@ -196,16 +205,25 @@ mod tests {
     fn a_recreated_sandbox_wins() {
         let pod = PodKey::new("shop", "web", Some("u1"));
         // The old sandbox died (NOTREADY) and kubelet made attempt 1.
-        let listed = [sandbox("old", "web", "u1", 0, false, 100), sandbox("new", "web", "u1", 1, true, 200)];
+        let listed = [
+            sandbox("old", "web", "u1", 0, false, 100),
+            sandbox("new", "web", "u1", 1, true, 200),
+        ];
         assert_eq!(chosen(&pod, &listed), Some("new".into()));
         // Both ready for a moment (the old one not yet stopped): still the newer one, in
         // either list order.
-        let mut listed = [sandbox("old", "web", "u1", 0, true, 100), sandbox("new", "web", "u1", 1, true, 200)];
+        let mut listed = [
+            sandbox("old", "web", "u1", 0, true, 100),
+            sandbox("new", "web", "u1", 1, true, 200),
+        ];
         assert_eq!(chosen(&pod, &listed), Some("new".into()));
         listed.reverse();
         assert_eq!(chosen(&pod, &listed), Some("new".into()));
         // Same creation time: the higher attempt, then the id, decide.
-        let listed = [sandbox("b", "web", "u1", 1, true, 5), sandbox("a", "web", "u1", 2, true, 5)];
+        let listed = [
+            sandbox("b", "web", "u1", 1, true, 5),
+            sandbox("a", "web", "u1", 2, true, 5),
+        ];
         assert_eq!(chosen(&pod, &listed), Some("a".into()));
     }
 
@@ -213,7 +231,10 @@ mod tests {
     fn only_ready_sandboxes_of_the_same_pod_count() {
         let pod = PodKey::new("shop", "web", Some("u1"));
         assert_eq!(chosen(&pod, &[]), None);
-        assert_eq!(chosen(&pod, &[sandbox("s", "web", "u1", 0, false, 1)]), None);
+        assert_eq!(
+            chosen(&pod, &[sandbox("s", "web", "u1", 0, false, 1)]),
+            None
+        );
         // Same name, other uid: an older pod of that name (a StatefulSet's previous pod).
         assert_eq!(chosen(&pod, &[sandbox("s", "web", "u0", 3, true, 9)]), None);
         assert_eq!(chosen(&pod, &[sandbox("s", "api", "u1", 0, true, 1)]), None);
@@ -222,7 +243,10 @@ mod tests {
         assert_eq!(chosen(&pod, &[other_ns]), None);
         // Without a uid, any uid matches: the newest ready one.
         let any = PodKey::new("shop", "web", None);
-        let listed = [sandbox("s0", "web", "u0", 0, true, 1), sandbox("s1", "web", "u1", 0, true, 2)];
+        let listed = [
+            sandbox("s0", "web", "u0", 0, true, 1),
+            sandbox("s1", "web", "u1", 0, true, 2),
+        ];
         assert_eq!(chosen(&any, &listed), Some("s1".into()));
     }
 

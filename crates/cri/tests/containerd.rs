@@ -30,6 +30,19 @@ fn identity(path: &Path) -> (u64, u64) {
     (m.dev(), m.ino())
 }
 
+/// With `NETWARDEN_CRI_FIXTURES=DIR`, writes the runtime's verbose info of sandbox `id` to
+/// `DIR/name`: how `fixtures/containerd-1.6*.json` were captured (then trimmed).
+fn dump_verbose_info(rt: &tokio::runtime::Runtime, client: &CriClient, id: &str, name: &str) {
+    let Ok(dir) = std::env::var("NETWARDEN_CRI_FIXTURES") else {
+        return;
+    };
+    let info = rt.block_on(client.verbose_info(id)).expect("verbose info");
+    let json: serde_json::Value =
+        serde_json::from_str(&info[netwarden_cri::INFO_KEY]).expect("info JSON");
+    let text = serde_json::to_string_pretty(&json).expect("JSON");
+    std::fs::write(Path::new(&dir).join(name), text).expect("write fixture");
+}
+
 #[test]
 fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
     let _heavy = heavy_lock();
@@ -44,12 +57,20 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
         .expect("connect");
 
     // The client's view of one sandbox.
-    let a = rt.block_on(client.sandbox(&id_a)).expect("PodSandboxStatus a");
+    let a = rt
+        .block_on(client.sandbox(&id_a))
+        .expect("PodSandboxStatus a");
     assert_eq!(
-        (a.namespace.as_str(), a.name.as_str(), a.uid.as_str(), a.state),
+        (
+            a.namespace.as_str(),
+            a.name.as_str(),
+            a.uid.as_str(),
+            a.state
+        ),
         ("shop", "a", "uid-a", SandboxState::Ready)
     );
     assert_eq!(a.ips, [ip_a.clone()]);
+    dump_verbose_info(&rt, &client, &id_a, "containerd-1.6.json");
     let listed = rt.block_on(client.list_sandboxes()).expect("list");
     assert_eq!(listed.len(), 2, "{listed:?}");
 
@@ -57,12 +78,20 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
     let pod_b = PodKey::new("shop", "b", Some("uid-b"));
     let not_there = PodKey::new("shop", "c", None);
     let wrong_uid = PodKey::new("shop", "a", Some("uid-old"));
-    let wanted = [pod_a.clone(), pod_b.clone(), not_there.clone(), wrong_uid.clone()];
+    let wanted = [
+        pod_a.clone(),
+        pod_b.clone(),
+        not_there.clone(),
+        wrong_uid.clone(),
+    ];
     let mut resolver = NetnsResolver::new(client.clone());
     let found = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
     let (sandbox_a, netns_a) = netns_of(&found, &pod_a);
     let (sandbox_b, netns_b) = netns_of(&found, &pod_b);
-    assert_eq!((sandbox_a.as_str(), sandbox_b.as_str()), (id_a.as_str(), id_b.as_str()));
+    assert_eq!(
+        (sandbox_a.as_str(), sandbox_b.as_str()),
+        (id_a.as_str(), id_b.as_str())
+    );
     assert_eq!(found[&not_there], PodNetns::NotYetKnown);
     assert_eq!(found[&wrong_uid], PodNetns::NotYetKnown);
     assert_ne!(identity(&netns_a), identity(&netns_b));
@@ -88,7 +117,11 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
 
     // A real connection between the two sandboxes over the bridge.
     let _listener = listen(&netns_b, &format!("{ip_b}:8080"));
-    assert_connects(&netns_a, &format!("{ip_b}:8080"), "a → b over the CNI bridge");
+    assert_connects(
+        &netns_a,
+        &format!("{ip_b}:8080"),
+        "a → b over the CNI bridge",
+    );
 
     // Cached: a second refresh asks nothing but the list.
     assert_eq!(resolver.status_calls(), 2);
@@ -97,7 +130,6 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
     assert_eq!(resolver.status_calls(), 2);
 
     // The sandbox of a goes away: a is not yet known, its cache entry is dropped.
-    let old_identity = identity(&netns_a);
     containerd.stop_and_remove(&id_a);
     let found = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
     assert_eq!(found[&pod_a], PodNetns::NotYetKnown);
@@ -108,7 +140,17 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
     let found = rt.block_on(resolver.refresh(&wanted)).expect("refresh");
     let (sandbox_a2, netns_a2) = netns_of(&found, &pod_a);
     assert_eq!(sandbox_a2, id_a2);
-    assert_ne!(identity(&netns_a2), old_identity, "a recreated sandbox has a new netns");
+    // A new netns, at a new path. (Not "a new inode": the kernel reuses a freed namespace's
+    // inode number, so an agent must key a pod's netns on the sandbox id, never the inode.)
+    assert_ne!(
+        netns_a2, netns_a,
+        "a recreated sandbox has a new netns path"
+    );
+    let pid = containerd.sandbox_pid(&id_a2);
+    assert_eq!(
+        identity(&netns_a2),
+        identity(Path::new(&format!("/proc/{pid}/ns/net")))
+    );
     assert_eq!(resolver.status_calls(), 3);
     let _listener_a = listen(&netns_a2, &format!("{ip_a2}:8080"));
     assert_connects(&netns_b, &format!("{ip_a2}:8080"), "b → new a");
@@ -120,13 +162,29 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
     let network = containerd.network().to_string();
     drop(containerd);
     assert!(!dir.exists(), "{} left behind", dir.display());
-    assert!(!Path::new("/sys/class/net").join(&bridge).exists(), "bridge {bridge} left");
+    assert!(
+        !Path::new("/sys/class/net").join(&bridge).exists(),
+        "bridge {bridge} left"
+    );
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(!mountinfo.contains(&dir.display().to_string()), "mounts left under {}", dir.display());
+    assert!(
+        !mountinfo.contains(&dir.display().to_string()),
+        "mounts left under {}",
+        dir.display()
+    );
     let results: Vec<_> = std::fs::read_dir("/var/lib/cni/results")
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().to_string()).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
         .unwrap_or_default();
-    assert!(!results.iter().any(|r| r.starts_with(&format!("{network}-"))), "CNI results left: {results:?}");
+    assert!(
+        !results
+            .iter()
+            .any(|r| r.starts_with(&format!("{network}-"))),
+        "CNI results left: {results:?}"
+    );
 }
 
 #[test]
@@ -139,7 +197,10 @@ fn a_host_network_sandbox_has_no_netns() {
     let mut spec = SandboxSpec::pod("kube-system", "proxy", "uid-p");
     spec.host_network = true;
     let id = containerd.run(&spec);
-    let client = rt.block_on(CriClient::connect(&containerd.endpoint())).expect("connect");
+    let client = rt
+        .block_on(CriClient::connect(&containerd.endpoint()))
+        .expect("connect");
+    dump_verbose_info(&rt, &client, &id, "containerd-1.6-hostnetwork.json");
     let sandbox = rt.block_on(client.sandbox(&id)).expect("status");
     assert_eq!(sandbox.netns, None);
     let pod = PodKey::new("kube-system", "proxy", Some("uid-p"));
@@ -155,7 +216,10 @@ fn wrong_endpoints_fail_with_the_endpoint_named() {
         .block_on(CriClient::connect("unix:///nonexistent/netwarden-cri.sock"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("unix:///nonexistent/netwarden-cri.sock"), "{err}");
+    assert!(
+        err.contains("unix:///nonexistent/netwarden-cri.sock"),
+        "{err}"
+    );
 }
 
 /// RunPodSandbox and Stop+Remove per sandbox, and the resolver's refresh, for 20 sandboxes.
@@ -173,16 +237,22 @@ fn twenty_sandboxes_timed() {
         .collect();
     for pod in &pods {
         let start = Instant::now();
-        let (id, _) = containerd.run_pod_sandbox(&pod.namespace, &pod.name, pod.uid.as_deref().unwrap(), &[]);
+        let (id, _) =
+            containerd.run_pod_sandbox(&pod.namespace, &pod.name, pod.uid.as_deref().unwrap(), &[]);
         runs.push(start.elapsed());
         ids.push(id);
     }
-    let client = rt.block_on(CriClient::connect(&containerd.endpoint())).expect("connect");
+    let client = rt
+        .block_on(CriClient::connect(&containerd.endpoint()))
+        .expect("connect");
     let mut resolver = NetnsResolver::new(client);
     let start = Instant::now();
     let found = rt.block_on(resolver.refresh(&pods)).expect("refresh");
     let cold = start.elapsed();
-    assert!(found.values().all(|f| matches!(f, PodNetns::Netns { .. })), "{found:?}");
+    assert!(
+        found.values().all(|f| matches!(f, PodNetns::Netns { .. })),
+        "{found:?}"
+    );
     let start = Instant::now();
     let again = rt.block_on(resolver.refresh(&pods)).expect("refresh");
     let warm = start.elapsed();

@@ -81,7 +81,9 @@ pub fn containerd_or_skip() -> bool {
     }
     for (path, package) in NEEDED {
         if !Path::new(path).exists() {
-            missing.push(format!("{path} (Debian package {package}; scripts/install-cri.sh)"));
+            missing.push(format!(
+                "{path} (Debian package {package}; scripts/install-cri.sh)"
+            ));
         }
     }
     if missing.is_empty() {
@@ -184,8 +186,17 @@ impl Containerd {
                 let mut child = child;
                 let _ = child.kill();
                 let _ = child.wait();
-                Leftovers { dir, network, bridge, cgroup_parent }.remove();
-                panic!("containerd did not start: {e}\n--- containerd.log (tail)\n{}", tail(&log, 30));
+                Leftovers {
+                    dir,
+                    network,
+                    bridge,
+                    cgroup_parent,
+                }
+                .remove();
+                panic!(
+                    "containerd did not start: {e}\n--- containerd.log (tail)\n{}",
+                    tail(&log, 30)
+                );
             }
         };
         // From here on, a failure (a panic) still cleans up: the value owns everything.
@@ -261,7 +272,13 @@ impl Containerd {
                 namespace: spec.namespace.clone(),
                 attempt: 0,
             }),
-            hostname: spec.name.clone(),
+            // runc cannot set a hostname without a UTS namespace of its own, which a
+            // host-network sandbox does not get (kubelet leaves it empty too).
+            hostname: if spec.host_network {
+                String::new()
+            } else {
+                spec.name.clone()
+            },
             log_directory: self
                 .dir
                 .join("logs")
@@ -313,7 +330,8 @@ impl Containerd {
         let status = self.status(id);
         status["pid"]
             .as_u64()
-            .unwrap_or_else(|| panic!("sandbox {id}: no pid in verbose info: {status}")) as u32
+            .unwrap_or_else(|| panic!("sandbox {id}: no pid in verbose info: {status}"))
+            as u32
     }
 
     /// `{ip, pid}` of a sandbox (PodSandboxStatus, verbose).
@@ -372,7 +390,8 @@ impl Containerd {
     }
 
     fn import_pause_image(&self) {
-        let tar = pause_image_tar();
+        // Built per instance, in its directory: nothing outlives the instance (about 0.3 s).
+        let tar = build_pause_image(&self.dir.join("pause"));
         let out = Command::new("ctr")
             .arg("--address")
             .arg(self.socket())
@@ -395,7 +414,10 @@ impl Containerd {
         let mut last = String::new();
         while Instant::now() < deadline {
             let mut cri = self.cri.clone();
-            match self.runtime.block_on(cri.status(StatusRequest { verbose: false })) {
+            match self
+                .runtime
+                .block_on(cri.status(StatusRequest { verbose: false }))
+            {
                 Ok(r) => {
                     let conditions = r
                         .into_inner()
@@ -527,17 +549,6 @@ fn cni_conflist(network: &str, bridge: &str, subnet: &str, ipam_dir: &Path) -> S
     .to_string()
 }
 
-/// The pause image as an OCI image layout tar, built once per test process.
-fn pause_image_tar() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!("nwpause{}", std::process::id()));
-            build_pause_image(&dir)
-        })
-        .clone()
-}
-
 fn build_pause_image(dir: &Path) -> PathBuf {
     let _ = std::fs::remove_dir_all(dir);
     let rootfs = dir.join("rootfs");
@@ -611,8 +622,11 @@ fn build_pause_image(dir: &Path) -> PathBuf {
     })
     .to_string();
     std::fs::write(layout.join("index.json"), index).expect("write index.json");
-    std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)
-        .expect("write oci-layout");
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .expect("write oci-layout");
     let tar = dir.join("pause-image.tar");
     must(
         Command::new("tar")
@@ -702,7 +716,11 @@ impl Leftovers {
         let runc_root = self.dir.join("state").join("runc");
         for ns_dir in read_dir_paths(&runc_root) {
             for container in read_dir_paths(&ns_dir) {
-                let id = container.file_name().unwrap_or_default().to_string_lossy().to_string();
+                let id = container
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .to_string();
                 let _ = Command::new("runc")
                     .arg("--root")
                     .arg(&ns_dir)
@@ -725,11 +743,15 @@ impl Leftovers {
             let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
         }
         if Path::new("/sys/class/net").join(&self.bridge).exists() {
-            let _ = Command::new("ip").args(["link", "del", &self.bridge]).output();
+            let _ = Command::new("ip")
+                .args(["link", "del", &self.bridge])
+                .output();
         }
         let prefix = format!("{}-", self.network);
         for f in read_dir_paths(Path::new(CNI_RESULTS)) {
-            if f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)) {
+            if f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            {
                 let _ = std::fs::remove_file(f);
             }
         }
