@@ -69,7 +69,7 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
         ),
         ("shop", "a", "uid-a", SandboxState::Ready)
     );
-    assert_eq!(a.ips, [ip_a.clone()]);
+    assert_eq!(a.ips, vec![ip_a.clone()]);
     dump_verbose_info(&rt, &client, &id_a, "containerd-1.6.json");
     let listed = rt.block_on(client.list_sandboxes()).expect("list");
     assert_eq!(listed.len(), 2, "{listed:?}");
