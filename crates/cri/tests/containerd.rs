@@ -281,3 +281,85 @@ fn twenty_sandboxes_timed() {
         ms(&warm)
     );
 }
+
+/// Set in the child of [`a_killed_test_process_is_cleaned_up_by_the_next`].
+const KILLED_CHILD: &str = "NETWARDEN_CRI_KILLED_CHILD";
+
+/// Kills the child on drop, so a failing parent does not leave it sleeping.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A test process killed with SIGKILL leaves its containerd, shim, sandbox, netns mount and
+/// bridge behind (no drop runs); the next harness start cleans them up.
+#[test]
+fn a_killed_test_process_is_cleaned_up_by_the_next() {
+    use std::io::{BufRead, Write};
+    if std::env::var(KILLED_CHILD).is_ok() {
+        let containerd = Containerd::start().expect("containerd in the child");
+        let (id, _) = containerd.run_pod_sandbox("shop", "victim", "uid-v", &[]);
+        println!("READY {} {id}", containerd.socket().display());
+        std::io::stdout().flush().expect("flush");
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let _heavy = heavy_lock();
+    if !netwarden_testing::containerd_or_skip() {
+        return;
+    }
+    let mut child = KillOnDrop(
+        netwarden_testing::this_test_in_a_child("a_killed_test_process_is_cleaned_up_by_the_next")
+            .env(KILLED_CHILD, "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the child"),
+    );
+    let stdout = child.0.stdout.take().expect("child stdout");
+    // libtest prints "test <name> ... " before the test's own output, on the same line.
+    let ready = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| Some(l.split_once("READY ")?.1.to_string()))
+        .expect("the child never got a sandbox running");
+    let socket = PathBuf::from(ready.split(' ').next().expect("socket"));
+    let dir = socket.parent().expect("dir").to_path_buf();
+    let _ = child.0.kill();
+    let _ = child.0.wait();
+    // What the killed process left: its directory with a netns mount in it.
+    let mounts_under = |dir: &Path| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .lines()
+            .filter(|l| l.contains(&dir.display().to_string()))
+            .count()
+    };
+    assert!(dir.exists());
+    assert!(mounts_under(&dir) > 0, "expected the killed child's mounts");
+
+    netwarden_testing::reap_stale_instances();
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    assert_eq!(mounts_under(&dir), 0, "mounts left under {}", dir.display());
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let bridge = name.replace("nwcri", "nwb");
+    assert!(
+        !Path::new("/sys/class/net").join(&bridge).exists(),
+        "bridge {bridge} left"
+    );
+    let socket = socket.display().to_string();
+    let holders: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&socket))
+        .collect();
+    assert!(
+        holders.is_empty(),
+        "processes of the killed instance left: {holders:?}"
+    );
+}

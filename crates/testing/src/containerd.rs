@@ -125,9 +125,7 @@ pub struct Containerd {
     child: Option<Child>,
     runtime: tokio::runtime::Runtime,
     cri: RuntimeServiceClient<Channel>,
-    network: String,
-    bridge: String,
-    cgroup_parent: String,
+    names: Instance,
 }
 
 fn socket_in(dir: &Path) -> PathBuf {
@@ -146,72 +144,72 @@ impl Containerd {
         if !containerd_or_skip() {
             return None;
         }
+        reap_stale_instances();
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let pid = std::process::id();
-        // Short: the gRPC socket path must fit in sun_path (108 bytes).
-        let tag = format!("nwcri{pid}x{n}");
-        let dir = std::env::temp_dir().join(&tag);
-        let _ = std::fs::remove_dir_all(&dir);
+        let names = Instance::of(std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let dir = &names.dir;
+        let _ = std::fs::remove_dir_all(dir);
         for sub in ["root", "state", "cni", "ipam", "logs", "opt"] {
             std::fs::create_dir_all(dir.join(sub)).expect("create containerd test dirs");
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let network = tag.clone();
-        let bridge = format!("nwb{pid}x{n}");
-        assert!(bridge.len() <= 15, "bridge name {bridge} too long");
-        std::fs::write(dir.join("config.toml"), config_toml(&dir)).expect("write config.toml");
+        std::fs::write(dir.join("config.toml"), config_toml(dir)).expect("write config.toml");
         std::fs::write(
             dir.join("cni").join("10-netwarden-test.conflist"),
-            cni_conflist(&network, &bridge, subnet, &dir.join("ipam")),
+            cni_conflist(&names.network, &names.bridge, subnet, &dir.join("ipam")),
         )
         .expect("write CNI conflist");
-        let log = std::fs::File::create(dir.join("containerd.log")).expect("containerd log");
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log)
-            .spawn()
-            .expect("start containerd");
-        let cgroup_parent = format!("/{tag}");
-        let cri = match runtime.block_on(connect_when_ready(&socket_in(&dir))) {
-            Ok(cri) => cri,
-            Err(e) => {
-                let log = std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default();
-                let mut child = child;
-                let _ = child.kill();
-                let _ = child.wait();
-                Leftovers {
-                    dir,
-                    network,
-                    bridge,
-                    cgroup_parent,
-                }
-                .remove();
-                panic!(
-                    "containerd did not start: {e}\n--- containerd.log (tail)\n{}",
-                    tail(&log, 30)
-                );
-            }
-        };
         // From here on, a failure (a panic) still cleans up: the value owns everything.
-        let me = Containerd {
-            dir,
-            child: Some(child),
-            runtime,
-            cri,
-            network,
-            bridge,
-            cgroup_parent,
+        let me = match Containerd::launch(names.clone()) {
+            Ok(me) => me,
+            Err(e) => {
+                names.remove();
+                panic!("{e}");
+            }
         };
         me.import_pause_image();
         me.wait_cri_ready();
         Some(me)
+    }
+
+    /// Starts containerd on the configuration in `names.dir` and connects to its socket; on
+    /// failure containerd is stopped again and the error carries its log.
+    fn launch(names: Instance) -> Result<Containerd, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(names.dir.join("containerd.log"))
+            .map_err(|e| format!("containerd log: {e}"))?;
+        let mut child = Command::new("containerd")
+            .arg("--config")
+            .arg(names.dir.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start containerd: {e}"))?;
+        match runtime.block_on(connect_when_ready(&socket_in(&names.dir))) {
+            Ok(cri) => Ok(Containerd {
+                dir: names.dir.clone(),
+                child: Some(child),
+                runtime,
+                cri,
+                names,
+            }),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log =
+                    std::fs::read_to_string(names.dir.join("containerd.log")).unwrap_or_default();
+                Err(format!(
+                    "containerd did not start: {e}\n--- containerd.log (tail)\n{}",
+                    tail(&log, 30)
+                ))
+            }
+        }
     }
 
     /// `unix:///...` of this containerd's CRI socket, for the client under test.
@@ -225,12 +223,12 @@ impl Containerd {
 
     /// The CNI network's name (libcni names its result files after it).
     pub fn network(&self) -> &str {
-        &self.network
+        &self.names.network
     }
 
     /// The bridge the sandboxes' veths are attached to.
     pub fn bridge(&self) -> &str {
-        &self.bridge
+        &self.names.bridge
     }
 
     /// containerd's own log so far.
@@ -287,7 +285,7 @@ impl Containerd {
                 .to_string(),
             labels: spec.labels.clone(),
             linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: self.cgroup_parent.clone(),
+                cgroup_parent: self.names.cgroup_parent.clone(),
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
                         network: network as i32,
@@ -437,6 +435,58 @@ impl Containerd {
             "CRI not ready within 30 s: {last}\n--- containerd.log (tail)\n{}",
             tail(&self.log(), 30)
         );
+    }
+}
+
+/// Cleans up after test processes that were killed before their [`Containerd`] was dropped
+/// (a CI timeout, a SIGKILL): for each `nwcri<pid>x<n>` directory whose process is gone, the
+/// way the containerd note says works — containerd started again on the same state, every
+/// sandbox stopped and removed through CRI (that also ends the shims and frees the netns),
+/// then the rest as on drop. A directory whose pid is alive is left alone (it is running, or
+/// the pid was reused: not provably stale). A lock on the directory keeps two reapers apart.
+pub fn reap_stale_instances() {
+    for dir in read_dir_paths(&std::env::temp_dir()) {
+        let Some((pid, n)) = dir.file_name().and_then(|f| Instance::parse(f.to_str()?)) else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let Ok(lock_file) = std::fs::File::open(&dir) else {
+            continue;
+        };
+        let Ok(_lock) =
+            nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        else {
+            continue;
+        };
+        let names = Instance::of(pid, n);
+        eprintln!(
+            "containerd harness: cleaning up {} (its test process {pid} is gone)",
+            dir.display()
+        );
+        // Its containerd may still run (it outlived the test process): stop it before a new
+        // one opens the same state.
+        let config = names.dir.join("config.toml").display().to_string();
+        for old in processes_with_args(&["--config", &config]) {
+            kill(old);
+        }
+        wait_gone(&config);
+        match Containerd::launch(names.clone()) {
+            Ok(containerd) => drop(containerd),
+            Err(e) => {
+                eprintln!("containerd harness: {e}");
+                names.remove();
+            }
+        }
+    }
+}
+
+/// Waits (up to 5 s) until no process runs containerd on `config`.
+fn wait_gone(config: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !processes_with_args(&["--config", config]).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -692,26 +742,50 @@ impl Drop for Containerd {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let leftovers = Leftovers {
-            dir: self.dir.clone(),
-            network: self.network.clone(),
-            bridge: self.bridge.clone(),
-            cgroup_parent: self.cgroup_parent.clone(),
-        };
-        leftovers.remove();
+        self.names.remove();
     }
 }
 
-/// What an instance may leave behind when CRI could not remove it, each provably its own.
-struct Leftovers {
+/// The names of everything an instance creates outside containerd's own state, all derived
+/// from the pid of the test process and a counter (`nwcri<pid>x<n>`): what makes a leftover
+/// provably an instance's, also after that process was killed.
+#[derive(Debug, Clone)]
+struct Instance {
+    /// `<tmp>/nwcri<pid>x<n>`: config, root, state, sockets, CNI config and IPAM, logs.
     dir: PathBuf,
+    /// The CNI network name (libcni names its result files `<network>-<sandbox>-<ifname>`).
     network: String,
     bridge: String,
     cgroup_parent: String,
 }
 
-impl Leftovers {
+impl Instance {
+    fn of(pid: u32, n: usize) -> Instance {
+        // Short: the gRPC socket path must fit in sun_path (108 bytes), a bridge name in 15.
+        let tag = format!("nwcri{pid}x{n}");
+        let bridge = format!("nwb{pid}x{n}");
+        assert!(bridge.len() <= 15, "bridge name {bridge} too long");
+        Instance {
+            dir: std::env::temp_dir().join(&tag),
+            network: tag.clone(),
+            bridge,
+            cgroup_parent: format!("/{tag}"),
+        }
+    }
+
+    /// The pid and counter of a directory name `nwcri<pid>x<n>`.
+    fn parse(name: &str) -> Option<(u32, usize)> {
+        let (pid, n) = name.strip_prefix("nwcri")?.split_once('x')?;
+        Some((pid.parse().ok()?, n.parse().ok()?))
+    }
+
+    /// What containerd and CRI did not remove, each provably this instance's.
     fn remove(&self) {
+        // A containerd still running on this configuration (its test process was killed).
+        let config = self.dir.join("config.toml").display().to_string();
+        for pid in processes_with_args(&["--config", &config]) {
+            kill(pid);
+        }
         // Containers under this instance's private runc root (their pause processes).
         let runc_root = self.dir.join("state").join("runc");
         for ns_dir in read_dir_paths(&runc_root) {
@@ -730,11 +804,8 @@ impl Leftovers {
         }
         // Shims started for this socket: their command line says `-address <our socket>`.
         let socket = socket_in(&self.dir).display().to_string();
-        for pid in shims_of(&socket) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        for pid in processes_with_args(&["-address", &socket]) {
+            kill(pid);
         }
         // Mounts under the directory (netns bind mounts, overlay rootfs, shm), deepest first.
         let mut mounts = mounts_under(&self.dir);
@@ -766,8 +837,15 @@ fn read_dir_paths(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Pids of processes whose arguments contain `-address <socket>` exactly.
-fn shims_of(socket: &str) -> Vec<i32> {
+fn kill(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// Pids of processes whose arguments contain `pair` (two consecutive arguments) exactly.
+fn processes_with_args(pair: &[&str; 2]) -> Vec<i32> {
     let mut pids = Vec::new();
     for p in read_dir_paths(Path::new("/proc")) {
         let Some(pid) = p.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok()) else {
@@ -779,7 +857,7 @@ fn shims_of(socket: &str) -> Vec<i32> {
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
         if args
             .windows(2)
-            .any(|w| w[0] == b"-address" && w[1] == socket.as_bytes())
+            .any(|w| w[0] == pair[0].as_bytes() && w[1] == pair[1].as_bytes())
         {
             pids.push(pid);
         }
