@@ -496,7 +496,9 @@ async fn connect_when_ready(socket: &Path) -> Result<RuntimeServiceClient<Channe
     loop {
         if socket.exists() {
             let path = socket.to_path_buf();
+            // Every call bounded: a hung containerd fails the test instead of hanging it.
             let channel = Endpoint::from_static("http://containerd.invalid")
+                .timeout(Duration::from_secs(60))
                 .connect_with_connector(tower::service_fn(move |_: Uri| {
                     let path = path.clone();
                     async move {
@@ -916,5 +918,56 @@ fn remove_cgroup(parent: &str) {
         for d in dirs.iter().rev() {
             let _ = std::fs::remove_dir(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_directories_are_recognised_by_name_only() {
+        assert_eq!(Instance::parse("nwcri1234x0"), Some((1234, 0)));
+        assert_eq!(Instance::parse("nwcri99x12"), Some((99, 12)));
+        for other in [
+            "nwcri",
+            "nwcri12",
+            "nwcrix1",
+            "nwcri12x",
+            "nwcri1x2y",
+            "nwpause12",
+            "nwcri-1x0",
+        ] {
+            assert_eq!(Instance::parse(other), None, "{other}");
+        }
+        let i = Instance::of(4242, 3);
+        assert_eq!(i.dir.file_name().unwrap(), "nwcri4242x3");
+        assert_eq!(
+            (
+                i.network.as_str(),
+                i.bridge.as_str(),
+                i.cgroup_parent.as_str()
+            ),
+            ("nwcri4242x3", "nwb4242x3", "/nwcri4242x3")
+        );
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(unescape_mountinfo("/tmp/a\\040b"), "/tmp/a b");
+        assert_eq!(unescape_mountinfo("/plain/path"), "/plain/path");
+        assert_eq!(unescape_mountinfo("/end\\04"), "/end\\04");
+    }
+
+    #[test]
+    fn the_cni_network_never_routes_through_the_node() {
+        let v: serde_json::Value =
+            serde_json::from_str(&cni_conflist("n", "b", DEFAULT_SUBNET, Path::new("/d"))).unwrap();
+        let bridge = &v["plugins"][0];
+        assert_eq!(
+            (bridge["isGateway"].as_bool(), bridge["ipMasq"].as_bool()),
+            (Some(false), Some(false))
+        );
+        assert_eq!(bridge["ipam"]["dataDir"], "/d");
     }
 }
