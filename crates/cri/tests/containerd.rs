@@ -24,6 +24,19 @@ fn netns_of(found: &HashMap<PodKey, PodNetns>, pod: &PodKey) -> (String, PathBuf
     }
 }
 
+/// The files of libcni's result cache that mention `dir` (the instance's netns paths).
+fn cni_results_mentioning(dir: &Path) -> Vec<String> {
+    let needle = dir.display().to_string();
+    std::fs::read_dir("/var/lib/cni/results")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(&needle)))
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// (device, inode) of a file: the identity of a network namespace.
 fn identity(path: &Path) -> (u64, u64) {
     let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -159,7 +172,6 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
     let socket = containerd.socket();
     let dir = socket.parent().expect("dir").to_path_buf();
     let bridge = containerd.bridge().to_string();
-    let network = containerd.network().to_string();
     drop(containerd);
     assert!(!dir.exists(), "{} left behind", dir.display());
     assert!(
@@ -172,18 +184,10 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
         "mounts left under {}",
         dir.display()
     );
-    let results: Vec<_> = std::fs::read_dir("/var/lib/cni/results")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(
-        !results
-            .iter()
-            .any(|r| r.starts_with(&format!("{network}-"))),
-        "CNI results left: {results:?}"
+    assert_eq!(
+        cni_results_mentioning(&dir),
+        Vec::<String>::new(),
+        "CNI results left"
     );
 }
 
@@ -344,6 +348,11 @@ fn a_killed_test_process_is_cleaned_up_by_the_next() {
 
     netwarden_testing::reap_stale_instances();
     assert!(!dir.exists(), "{} left behind", dir.display());
+    assert_eq!(
+        cni_results_mentioning(&dir),
+        Vec::<String>::new(),
+        "CNI results left"
+    );
     assert_eq!(mounts_under(&dir), 0, "mounts left under {}", dir.display());
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let bridge = name.replace("nwcri", "nwb");

@@ -725,6 +725,8 @@ fn tail(text: &str, lines: usize) -> String {
 impl Drop for Containerd {
     fn drop(&mut self) {
         // 1. Through CRI, as kubelet would: every sandbox (all of them are this instance's).
+        let mut ids = self.sandbox_ids();
+        ids.extend(self.names.sandbox_ids());
         for id in self.sandbox_ids() {
             if let Err(e) = self.try_stop_and_remove(&id) {
                 eprintln!("containerd harness: stop/remove sandbox {id}: {e}");
@@ -744,7 +746,7 @@ impl Drop for Containerd {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.names.remove();
+        self.names.remove_with(&ids);
     }
 }
 
@@ -775,6 +777,24 @@ impl Instance {
         }
     }
 
+    /// The ids of the sandboxes this instance's containerd ever recorded (its CRI plugin's
+    /// sandbox directories and its task bundles), read from its own root and state.
+    fn sandbox_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = [
+            self.dir.join("root/io.containerd.grpc.v1.cri/sandboxes"),
+            self.dir.join("state/io.containerd.grpc.v1.cri/sandboxes"),
+            self.dir.join("state/io.containerd.runtime.v2.task/k8s.io"),
+        ]
+        .iter()
+        .flat_map(|d| read_dir_paths(d))
+        .filter_map(|p| Some(p.file_name()?.to_str()?.to_string()))
+        .filter(|id| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
     /// The pid and counter of a directory name `nwcri<pid>x<n>`.
     fn parse(name: &str) -> Option<(u32, usize)> {
         let (pid, n) = name.strip_prefix("nwcri")?.split_once('x')?;
@@ -783,6 +803,12 @@ impl Instance {
 
     /// What containerd and CRI did not remove, each provably this instance's.
     fn remove(&self) {
+        self.remove_with(&[]);
+    }
+
+    /// [`Instance::remove`], knowing also the sandbox ids in `known` (listed before CRI
+    /// removed them, which also removed their records from the state directory).
+    fn remove_with(&self, known: &[String]) {
         // A containerd still running on this configuration (its test process was killed).
         let config = self.dir.join("config.toml").display().to_string();
         for pid in processes_with_args(&["--config", &config]) {
@@ -820,10 +846,21 @@ impl Instance {
                 .args(["link", "del", &self.bridge])
                 .output();
         }
+        // libcni's cache: `<network>-<sandbox>-<ifname>` for the bridge network, and
+        // `cni-loopback-<sandbox>-lo` for the loopback network containerd adds itself (a
+        // sandbox removed after a restart of containerd can leave that one behind). Ours are
+        // the files naming our network or one of our sandbox ids (random, 64 hex digits).
         let prefix = format!("{}-", self.network);
+        let mut sandboxes = self.sandbox_ids();
+        sandboxes.extend_from_slice(known);
         for f in read_dir_paths(Path::new(CNI_RESULTS)) {
-            if f.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            let name = f
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .to_string();
+            if name.starts_with(&prefix)
+                || sandboxes.iter().any(|id| name.contains(&format!("-{id}-")))
             {
                 let _ = std::fs::remove_file(f);
             }
