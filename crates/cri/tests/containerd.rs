@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use netwarden_cri::{CriClient, NetnsResolver, PodKey, PodNetns, SandboxState};
-use netwarden_testing::{assert_connects, heavy_lock, listen, Containerd, SandboxSpec};
+use netwarden_testing::{
+    assert_connects, heavy_lock, listen, CniNetwork, Containerd, SandboxSpec, SharedBridge,
+};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -189,6 +191,44 @@ fn resolver_finds_real_sandboxes_and_follows_a_recreated_one() {
         Vec::<String>::new(),
         "CNI results left"
     );
+}
+
+/// Two containerds on one bridge with disjoint address ranges: the nodes of one cluster, a
+/// connection from a pod on one to a pod on the other (what multi-node agent tests build on).
+#[test]
+fn two_nodes_share_a_bridge() {
+    let _heavy = heavy_lock();
+    if !netwarden_testing::containerd_or_skip() {
+        return;
+    }
+    let bridge = SharedBridge::new();
+    let node = |first: u8| CniNetwork {
+        range: Some((
+            format!("198.51.100.{first}"),
+            format!("198.51.100.{}", first + 49),
+        )),
+        bridge: Some(bridge.name().to_string()),
+        ..CniNetwork::default()
+    };
+    let one = Containerd::start_with(&node(10)).expect("node one");
+    let two = Containerd::start_with(&node(60)).expect("node two");
+    let (id1, ip1) = one.run_pod_sandbox("shop", "client", "uid-c", &[]);
+    let (id2, ip2) = two.run_pod_sandbox("shop", "server", "uid-s", &[]);
+    assert!(ip1.starts_with("198.51.100.") && ip2.starts_with("198.51.100."));
+    assert_ne!(ip1, ip2);
+    let (ns1, ns2) = (one.sandbox_netns(&id1), two.sandbox_netns(&id2));
+    let _listener = listen(&ns2, &format!("{ip2}:9090"));
+    assert_connects(
+        &ns1,
+        &format!("{ip2}:9090"),
+        "node one's pod → node two's pod",
+    );
+    drop((one, two));
+    // The shared bridge outlives the instances; it goes with its guard.
+    assert!(Path::new("/sys/class/net").join(bridge.name()).exists());
+    let name = bridge.name().to_string();
+    drop(bridge);
+    assert!(!Path::new("/sys/class/net").join(name).exists());
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //!
 //! The CNI network is a bridge of its own (`isGateway: false`, `ipMasq: false`: nothing in the
 //! root namespace's routes, forwarding or firewall changes) with host-local IPAM on a TEST-NET
-//! range and its own data dir. Sandboxes on it reach each other over the bridge.
+//! range and its own data dir. Sandboxes on it reach each other over the bridge. Several
+//! instances on one [`SharedBridge`] with disjoint address ranges are the nodes of one
+//! cluster: their pods share an L2 segment.
 //!
 //! Cleanup on drop, also when the test panicked: every sandbox stopped and removed through CRI,
 //! containerd stopped, then whatever is provably this instance's — runc containers under its
@@ -96,6 +98,69 @@ pub fn containerd_or_skip() -> bool {
     false
 }
 
+/// The addresses and bridge of an instance's sandboxes.
+#[derive(Debug, Clone)]
+pub struct CniNetwork {
+    /// A TEST-NET range (RFC 5737).
+    pub subnet: String,
+    /// `(rangeStart, rangeEnd)` within `subnet`: disjoint ranges for instances sharing a bridge.
+    pub range: Option<(String, String)>,
+    /// A bridge shared with other instances (a [`SharedBridge`]'s name, which it removes);
+    /// `None`: a bridge of the instance's own, removed with it.
+    pub bridge: Option<String>,
+}
+
+impl Default for CniNetwork {
+    fn default() -> CniNetwork {
+        CniNetwork {
+            subnet: DEFAULT_SUBNET.to_string(),
+            range: None,
+            bridge: None,
+        }
+    }
+}
+
+/// A bridge in the root namespace for several [`Containerd`]s (the nodes of one cluster),
+/// named `nwbs<pid>x<n>`, deleted on drop (and by [`reap_stale_instances`] when its test
+/// process was killed). It has no address: nothing is routed through the node.
+pub struct SharedBridge {
+    name: String,
+}
+
+impl SharedBridge {
+    pub fn new() -> SharedBridge {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("nwbs{}x{n}", std::process::id());
+        assert!(name.len() <= 15, "bridge name {name} too long");
+        for args in [
+            vec!["link", "add", name.as_str(), "type", "bridge"],
+            vec!["link", "set", name.as_str(), "up"],
+        ] {
+            must(Command::new("ip").args(&args), "ip link (shared bridge)");
+        }
+        SharedBridge { name }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Default for SharedBridge {
+    fn default() -> SharedBridge {
+        SharedBridge::new()
+    }
+}
+
+impl Drop for SharedBridge {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.name])
+            .output();
+    }
+}
+
 /// What a sandbox is made from.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
@@ -136,17 +201,31 @@ impl Containerd {
     /// Starts a containerd with sandboxes on [`DEFAULT_SUBNET`]; `None` when the test must
     /// skip (see [`containerd_or_skip`]).
     pub fn start() -> Option<Containerd> {
-        Containerd::start_on(DEFAULT_SUBNET)
+        Containerd::start_with(&CniNetwork::default())
     }
 
     /// Starts a containerd whose sandboxes take addresses from `subnet` (a TEST-NET range).
     pub fn start_on(subnet: &str) -> Option<Containerd> {
+        Containerd::start_with(&CniNetwork {
+            subnet: subnet.to_string(),
+            ..CniNetwork::default()
+        })
+    }
+
+    /// Starts a containerd whose sandboxes join `network`: several instances on one
+    /// [`SharedBridge`] with disjoint ranges are the nodes of one cluster, their pods on one
+    /// L2 segment.
+    pub fn start_with(network: &CniNetwork) -> Option<Containerd> {
         if !containerd_or_skip() {
             return None;
         }
         reap_stale_instances();
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let names = Instance::of(std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let mut names = Instance::of(std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        if let Some(shared) = &network.bridge {
+            names.bridge = shared.clone();
+            names.own_bridge = false;
+        }
         let dir = &names.dir;
         let _ = std::fs::remove_dir_all(dir);
         for sub in ["root", "state", "cni", "ipam", "logs", "opt"] {
@@ -155,7 +234,7 @@ impl Containerd {
         std::fs::write(dir.join("config.toml"), config_toml(dir)).expect("write config.toml");
         std::fs::write(
             dir.join("cni").join("10-netwarden-test.conflist"),
-            cni_conflist(&names.network, &names.bridge, subnet, &dir.join("ipam")),
+            cni_conflist(&names.network, &names.bridge, network, &dir.join("ipam")),
         )
         .expect("write CNI conflist");
         // From here on, a failure (a panic) still cleans up: the value owns everything.
@@ -332,7 +411,17 @@ impl Containerd {
             as u32
     }
 
-    /// `{ip, pid}` of a sandbox (PodSandboxStatus, verbose).
+    /// The netns file of a sandbox, as the CNI result for its eth0 names it (not the field the
+    /// code under test reads): for tests that enter a pod's netns to probe traffic.
+    pub fn sandbox_netns(&self, id: &str) -> PathBuf {
+        let status = self.status(id);
+        let path = status["netns"]
+            .as_str()
+            .unwrap_or_else(|| panic!("sandbox {id}: no cniResult eth0 netns: {status}"));
+        PathBuf::from(path)
+    }
+
+    /// `{ip, pid, netns}` of a sandbox (PodSandboxStatus, verbose).
     fn status(&self, id: &str) -> serde_json::Value {
         let mut cri = self.cri.clone();
         let response = self
@@ -353,7 +442,8 @@ impl Containerd {
             .get("info")
             .and_then(|i| serde_json::from_str(i).ok())
             .unwrap_or_default();
-        serde_json::json!({"ip": ip, "pid": info["pid"]})
+        let netns = &info["cniResult"]["Interfaces"]["eth0"]["Sandbox"];
+        serde_json::json!({"ip": ip, "pid": info["pid"], "netns": netns})
     }
 
     /// Stops and removes a sandbox (its netns, veth and IP go with it).
@@ -445,6 +535,17 @@ impl Containerd {
 /// then the rest as on drop. A directory whose pid is alive is left alone (it is running, or
 /// the pid was reused: not provably stale). A lock on the directory keeps two reapers apart.
 pub fn reap_stale_instances() {
+    for link in read_dir_paths(Path::new("/sys/class/net")) {
+        let Some(name) = link.file_name().and_then(|f| f.to_str()) else {
+            continue;
+        };
+        let Some((pid, _)) = name.strip_prefix("nwbs").and_then(|r| r.split_once('x')) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = Command::new("ip").args(["link", "del", name]).output();
+        }
+    }
     for dir in read_dir_paths(&std::env::temp_dir()) {
         let Some((pid, n)) = dir.file_name().and_then(|f| Instance::parse(f.to_str()?)) else {
             continue;
@@ -581,7 +682,12 @@ disabled_plugins = [
 /// The CNI network: a private bridge, no gateway and no masquerade (nothing in the root
 /// namespace changes but the bridge and the veths' host ends), host-local IPAM with its own
 /// data dir.
-fn cni_conflist(network: &str, bridge: &str, subnet: &str, ipam_dir: &Path) -> String {
+fn cni_conflist(network: &str, bridge: &str, addresses: &CniNetwork, ipam_dir: &Path) -> String {
+    let mut range = serde_json::json!({"subnet": addresses.subnet});
+    if let Some((start, end)) = &addresses.range {
+        range["rangeStart"] = start.as_str().into();
+        range["rangeEnd"] = end.as_str().into();
+    }
     serde_json::json!({
         "cniVersion": "0.4.0",
         "name": network,
@@ -593,7 +699,7 @@ fn cni_conflist(network: &str, bridge: &str, subnet: &str, ipam_dir: &Path) -> S
             "hairpinMode": false,
             "ipam": {
                 "type": "host-local",
-                "ranges": [[{"subnet": subnet}]],
+                "ranges": [[range]],
                 "dataDir": ipam_dir.display().to_string(),
             },
         }],
@@ -760,6 +866,8 @@ struct Instance {
     /// The CNI network name (libcni names its result files `<network>-<sandbox>-<ifname>`).
     network: String,
     bridge: String,
+    /// Whether the bridge is this instance's (else a [`SharedBridge`]'s, not removed here).
+    own_bridge: bool,
     cgroup_parent: String,
 }
 
@@ -773,6 +881,7 @@ impl Instance {
             dir: std::env::temp_dir().join(&tag),
             network: tag.clone(),
             bridge,
+            own_bridge: true,
             cgroup_parent: format!("/{tag}"),
         }
     }
@@ -841,7 +950,7 @@ impl Instance {
         for m in mounts {
             let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
         }
-        if Path::new("/sys/class/net").join(&self.bridge).exists() {
+        if self.own_bridge && Path::new("/sys/class/net").join(&self.bridge).exists() {
             let _ = Command::new("ip")
                 .args(["link", "del", &self.bridge])
                 .output();
@@ -998,13 +1107,33 @@ mod tests {
 
     #[test]
     fn the_cni_network_never_routes_through_the_node() {
-        let v: serde_json::Value =
-            serde_json::from_str(&cni_conflist("n", "b", DEFAULT_SUBNET, Path::new("/d"))).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&cni_conflist(
+            "n",
+            "b",
+            &CniNetwork::default(),
+            Path::new("/d"),
+        ))
+        .unwrap();
         let bridge = &v["plugins"][0];
         assert_eq!(
             (bridge["isGateway"].as_bool(), bridge["ipMasq"].as_bool()),
             (Some(false), Some(false))
         );
         assert_eq!(bridge["ipam"]["dataDir"], "/d");
+        assert_eq!(
+            bridge["ipam"]["ranges"],
+            serde_json::json!([[{"subnet": DEFAULT_SUBNET}]])
+        );
+        let shared = CniNetwork {
+            range: Some(("198.51.100.10".into(), "198.51.100.59".into())),
+            bridge: Some("nwbs1x0".into()),
+            ..CniNetwork::default()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&cni_conflist("n", "nwbs1x0", &shared, Path::new("/d"))).unwrap();
+        assert_eq!(
+            v["plugins"][0]["ipam"]["ranges"][0][0],
+            serde_json::json!({"subnet": DEFAULT_SUBNET, "rangeStart": "198.51.100.10", "rangeEnd": "198.51.100.59"})
+        );
     }
 }

@@ -30,7 +30,9 @@ pub mod records;
 pub mod root;
 pub mod tcp;
 
-pub use containerd::{containerd_or_skip, reap_stale_instances, Containerd, SandboxSpec};
+pub use containerd::{
+    containerd_or_skip, reap_stale_instances, CniNetwork, Containerd, SandboxSpec, SharedBridge,
+};
 pub use files::{docs_text, TempDir};
 pub use installed::{netwarden_leftovers, rules_snapshot};
 pub use netns::{
