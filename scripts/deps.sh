@@ -10,3 +10,5 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}"
 fi
+# A real containerd, runc and the CNI plugins for the CRI tests (crates/cri, the node agent's).
+"$(dirname "$0")/install-cri.sh"

@@ -11,13 +11,16 @@
 //!   drop, with its log), what a process holds (for leak checks), polling;
 //! - [`records`]: what netwarden prints, read back (`lab check --json` probes, `sync:` lines);
 //! - [`installed`]: what netwarden left in a namespace, as the system tools show it;
-//! - [`random`]: a deterministic random source.
+//! - [`random`]: a deterministic random source;
+//! - [`containerd`]: a real containerd with a private root and CNI bridge, pod sandboxes
+//!   through CRI (as kubelet makes them), everything removed on drop.
 //!
 //! It depends on no netwarden crate: it drives the system (`ip`, `nft`, ...) and the binary
 //! under test, so the tests check netwarden from the outside. (Builders of the engine's types
 //! — pods, policies, rules — live with those types, in `netwarden_engine::testing`.) Traffic
 //! only flows between namespaces a test created.
 
+pub mod containerd;
 pub mod files;
 pub mod installed;
 pub mod netns;
@@ -27,6 +30,9 @@ pub mod records;
 pub mod root;
 pub mod tcp;
 
+pub use containerd::{
+    containerd_or_skip, reap_stale_instances, CniNetwork, Containerd, SandboxSpec, SharedBridge,
+};
 pub use files::{docs_text, TempDir};
 pub use installed::{netwarden_leftovers, rules_snapshot};
 pub use netns::{
