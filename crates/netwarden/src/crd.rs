@@ -218,7 +218,7 @@ pub struct DanmNetworkPolicyStatus {
 /// stored object pruned to v1beta1's schema, and a v1beta1 schema without `endPort` would turn a
 /// port range into its first port.
 macro_rules! multi_network_policy {
-    ($module:ident, $version:tt, storage = $storage:tt) => {
+    ($module:ident, $version:tt) => {
         #[doc = concat!("MultiNetworkPolicy ", $version, ".")]
         pub mod $module {
             use super::*;
@@ -232,8 +232,6 @@ macro_rules! multi_network_policy {
                     singular = "multi-networkpolicy",
                     shortname = "multi-policy",
                     namespaced,
-                    storage = $storage,
-                    served = true,
                     doc = "A NetworkPolicy for the secondary networks (NetworkAttachmentDefinitions) \
                            that annotation k8s.v1.cni.cncf.io/policy-for names. Annotation \
                            netwarden.io/mode: monitor logs what it would deny instead of \
@@ -270,11 +268,12 @@ macro_rules! multi_network_policy {
     };
 }
 
-multi_network_policy!(v1beta1, "v1beta1", storage = false);
-multi_network_policy!(v1beta2, "v1beta2", storage = true);
+multi_network_policy!(v1beta1, "v1beta1");
+multi_network_policy!(v1beta2, "v1beta2");
 
 /// The CRDs `netwarden crd` prints, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
+    // Both versions are served; merging marks MULTI_STORAGE_VERSION alone as stored.
     let multi = merge_crds(
         vec![
             v1beta1::MultiNetworkPolicy::crd(),
