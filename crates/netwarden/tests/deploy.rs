@@ -294,6 +294,38 @@ fn crd_schemas_are_structural() {
     }
 }
 
+#[test]
+fn the_structural_checker_finds_what_the_api_server_refuses() {
+    let schema: JSONSchemaProps = serde_json::from_value(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "untyped": {"description": "no type"},
+                    "referenced": {"$ref": "#/definitions/Other", "type": "object"},
+                    "port": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+                    "choice": {"type": "object", "anyOf": [{"properties": {"hidden": {"type": "string"}}}]},
+                    "count": {"type": "integer", "default": "three"},
+                },
+            },
+        },
+    }))
+    .unwrap();
+    assert_eq!(
+        schema::structural_problems(&schema),
+        [
+            "metadata: only name and generateName may be restricted",
+            "spec.choice: hidden is only specified inside a junctor",
+            "spec.choice.hidden: type inside anyOf/allOf/oneOf/not",
+            "spec.count: default is invalid: spec.count: expected integer",
+            "spec.referenced: $ref is not allowed",
+            "spec.untyped: no type",
+        ]
+    );
+}
+
 /// Every DanmNetworkPolicy and MultiNetworkPolicy netwarden's own files hold: the examples, the
 /// multi-network conformance cases, and the upstream NetworkPolicy cases moved to both kinds the
 /// way the conformance runner moves them. `(where, object)`.
