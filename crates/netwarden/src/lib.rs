@@ -1,12 +1,16 @@
 //! The `netwarden` command's library part: the analyses behind `reach`, `explain` and
-//! `validate`, kept out of `main.rs` so tests and benchmarks call them directly.
+//! `validate`, the CRDs behind `crd` and the kinds the agent watches, kept out of `main.rs` so
+//! tests and benchmarks call them directly.
 #![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod cli_args;
+pub mod crd;
 pub mod demo;
 pub mod explain;
 pub mod inventory;
+pub mod kinds;
 pub mod lab;
+pub mod node_paths;
 pub mod reach;
 pub mod sync;

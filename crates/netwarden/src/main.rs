@@ -1,4 +1,4 @@
-//! The `netwarden` command line: analysis (`reach`, `explain`, `validate`), and the commands
+//! The `netwarden` command line: analysis (`reach`, `explain`, `validate`), `crd`, and the commands
 //! that touch the kernel (`render`, `apply`, `run`, `lab`, `demo`), each a thin edge over the
 //! library crates.
 
@@ -51,6 +51,9 @@ enum Command {
     /// Aggregate events (JSON lines) per policy, source and destination workload and port,
     /// and say which monitored policies have been clean long enough to promote.
     Report(ReportArgs),
+    /// Print the CustomResourceDefinitions netwarden serves (DanmNetworkPolicy,
+    /// MultiNetworkPolicy) as YAML, for `kubectl apply -f -` (deploy/crds.yaml is this output).
+    Crd,
 }
 
 #[derive(Args)]
@@ -639,6 +642,12 @@ fn report_command(args: ReportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `crd`: the CRDs, generated from netwarden's types.
+fn crd_command() -> Result<ExitCode> {
+    print!("{}", netwarden::crd::render_yaml()?);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn validate_command(args: ValidateArgs) -> Result<ExitCode> {
     let inventory = netwarden_manifest::load_paths(&args.input.paths, &args.input.load_options());
     let fatal = inventory
@@ -678,6 +687,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => agent_command(args, false),
         Command::Lab(command) => lab_command(command),
         Command::Report(args) => report_command(args),
+        Command::Crd => crd_command(),
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;
             netwarden::demo::run(&args.paths, args.backend.backend())
