@@ -9,4 +9,5 @@ pub mod explain;
 pub mod inventory;
 pub mod lab;
 pub mod reach;
+pub mod source;
 pub mod sync;
