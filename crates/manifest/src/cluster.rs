@@ -313,17 +313,19 @@ mod tests {
                 error.object.as_str(),
                 error.field.as_str()
             ),
-            (CLUSTER_SOURCE, "DanmNetworkPolicy", "ns/p", "spec.podSelector"),
+            (
+                CLUSTER_SOURCE,
+                "DanmNetworkPolicy",
+                "ns/p",
+                "spec.podSelector"
+            ),
             "{error}"
         );
         // The same problems as the loader finds for that object alone.
         let alone = as_file(std::slice::from_ref(&bad));
         assert!(alone.problems.contains(error), "{:?}", alone.problems);
-        assert!(inv
-            .problems
-            .iter()
-            .any(|p| p.severity == Severity::Warning
-                && p.reason.contains("keeping its last good version")));
+        assert!(inv.problems.iter().any(|p| p.severity == Severity::Warning
+            && p.reason.contains("keeping its last good version")));
         // A policy never seen good is not loaded.
         let mut fresh = bad.clone();
         fresh["metadata"]["name"] = json!("q");

@@ -89,8 +89,8 @@ use netwarden_engine::{Namespace, Pod, Policy, Service};
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
-use crate::read::FileRead;
 pub use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
+use crate::read::FileRead;
 pub use crate::set::{Change, FileChange, ManifestSet};
 
 /// Annotation and label keys the loader reads.

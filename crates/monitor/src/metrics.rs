@@ -110,7 +110,9 @@ impl Health {
 
     pub fn since_tick(&self) -> Duration {
         let now = self.started.elapsed();
-        now.saturating_sub(Duration::from_millis(self.last_tick_ms.load(Ordering::Relaxed)))
+        now.saturating_sub(Duration::from_millis(
+            self.last_tick_ms.load(Ordering::Relaxed),
+        ))
     }
 
     pub fn set_ready(&self, ready: Result<(), String>) {
@@ -379,7 +381,12 @@ impl Metrics {
             let name = "netwarden_objects";
             let _ = writeln!(out, "# HELP {name} Objects held (reduced) per kind.");
             let _ = writeln!(out, "# TYPE {name} gauge");
-            for (kind, n) in self.objects.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            for (kind, n) in self
+                .objects
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
                 let _ = writeln!(out, "{name}{{kind=\"{}\"}} {n}", escape_label(kind));
             }
             self.event_to_apply
@@ -651,7 +658,10 @@ mod tests {
         m.health()
             .set_ready(Err("API not reachable: Pod: connection refused".into()));
         let resp = get(addr, "/readyz");
-        assert!(resp.contains("503") && resp.contains("connection refused"), "{resp}");
+        assert!(
+            resp.contains("503") && resp.contains("connection refused"),
+            "{resp}"
+        );
     }
 
     #[test]
@@ -662,7 +672,10 @@ mod tests {
         m.set_objects(BTreeMap::from([("Pod".to_string(), 7)]));
         m.observe_event_to_apply(Duration::from_millis(3));
         let text = m.render();
-        assert!(text.contains("netwarden_watch_restarts_total{kind=\"Pod\"} 2\n"), "{text}");
+        assert!(
+            text.contains("netwarden_watch_restarts_total{kind=\"Pod\"} 2\n"),
+            "{text}"
+        );
         assert!(text.contains("netwarden_watch_errors_total{kind=\"Pod\"} 5\n"));
         assert!(text.contains("netwarden_objects{kind=\"Pod\"} 7\n"));
         assert!(text.contains("netwarden_event_to_apply_seconds_bucket{le=\"0.005\"} 1\n"));

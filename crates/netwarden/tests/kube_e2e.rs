@@ -22,7 +22,7 @@ use std::time::Duration;
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
     assert_connects, assert_refused, listen, netwarden_bin, netwarden_leftovers, root_or_skip,
-    veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
+    rules_snapshot, veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -77,17 +77,30 @@ fn free_port() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-/// Waits until connecting from `client` to `addr` does what `allowed` says (the agent applies
-/// asynchronously); fails with the agent's log otherwise.
-fn converge(agent: &mut AgentProcess, client: &Path, addr: &str, allowed: bool, why: &str) {
-    agent.wait_for(why, Duration::from_secs(20), || {
-        let connected = netwarden_testing::connect(client, addr).is_ok();
-        connected == allowed
+/// The pod `web` and the client that connects to it.
+struct Pair<'a> {
+    web: &'a Path,
+    client: &'a Path,
+}
+
+/// Waits until connecting from the client to `addr` does what `allowed` says (the agent
+/// applies asynchronously); fails with the agent's log and the pod's rules otherwise.
+fn converge(agent: &mut AgentProcess, pair: &Pair<'_>, addr: &str, allowed: bool, why: &str) {
+    let done = wait_until(Duration::from_secs(20), || {
+        agent.assert_running();
+        netwarden_testing::connect(pair.client, addr).is_ok() == allowed
     });
+    assert!(
+        done,
+        "{why}: {addr} still {}; rules of web:\n{}\nagent log:\n{}",
+        if allowed { "refused" } else { "connects" },
+        rules_snapshot("nft", pair.web),
+        agent.log()
+    );
     if allowed {
-        assert_connects(client, addr, why);
+        assert_connects(pair.client, addr, why);
     } else {
-        assert_refused(client, addr, why);
+        assert_refused(pair.client, addr, why);
     }
 }
 
@@ -99,12 +112,23 @@ fn kube_agent_end_to_end() {
     let mut nss = Namespaces::new("nwk");
     let web = nss.create("web");
     let client = nss.create("client");
-    veth(&web, "eth0", &[&format!("{WEB}/24")], &client, "eth0", &[&format!("{CLIENT}/24")]);
+    veth(
+        &web,
+        "eth0",
+        &[&format!("{WEB}/24")],
+        &client,
+        "eth0",
+        &[&format!("{CLIENT}/24")],
+    );
     let _listeners = [
         listen(&web, &format!("{WEB}:8080")),
         listen(&web, &format!("{WEB}:8081")),
     ];
     let (open, closed) = (format!("{WEB}:8080"), format!("{WEB}:8081"));
+    let pair = Pair {
+        web: &web,
+        client: &client,
+    };
     wait_reachable(&client, &closed);
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -115,9 +139,16 @@ fn kube_agent_end_to_end() {
     let kubeconfig = dir.path.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
     api.create(namespace(json!({"team": "a"}))).unwrap();
-    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web)).unwrap();
-    api.create(pod("client", "n2", CLIENT, json!({"app": "client"}), &client))
+    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
         .unwrap();
+    api.create(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "client"}),
+        &client,
+    ))
+    .unwrap();
 
     let metrics = free_port();
     let log = dir.path.join("agent.log");
@@ -143,9 +174,18 @@ fn kube_agent_end_to_end() {
     assert!(netwarden_leftovers("nft", &web).is_empty());
 
     // Policy added: 8080 from app=client only.
-    api.create(policy(json!([{"podSelector": {"matchLabels": {"app": "client"}}}]), None))
-        .unwrap();
-    converge(&mut agent, &client, &closed, false, "policy added: 8081 denied");
+    api.create(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    ))
+    .unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        false,
+        "policy added: 8081 denied",
+    );
     assert_connects(&client, &open, "policy added: 8080 from app=client");
     assert!(
         netwarden_leftovers("nft", &client).is_empty(),
@@ -153,12 +193,24 @@ fn kube_agent_end_to_end() {
     );
 
     // The remote peer relabelled: it no longer matches.
-    api.update(pod("client", "n2", CLIENT, json!({"app": "other"}), &client))
-        .unwrap();
-    converge(&mut agent, &client, &open, false, "peer relabelled away");
-    api.update(pod("client", "n2", CLIENT, json!({"app": "client"}), &client))
-        .unwrap();
-    converge(&mut agent, &client, &open, true, "peer relabelled back");
+    api.update(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "other"}),
+        &client,
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &open, false, "peer relabelled away");
+    api.update(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "client"}),
+        &client,
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &open, true, "peer relabelled back");
 
     // Policy changed to a namespaceSelector; then the namespace relabelled.
     api.update(policy(
@@ -166,11 +218,17 @@ fn kube_agent_end_to_end() {
         None,
     ))
     .unwrap();
-    converge(&mut agent, &client, &open, true, "namespace team=a allowed");
+    converge(&mut agent, &pair, &open, true, "namespace team=a allowed");
     api.update(namespace(json!({"team": "b"}))).unwrap();
-    converge(&mut agent, &client, &open, false, "namespace relabelled to team=b");
+    converge(
+        &mut agent,
+        &pair,
+        &open,
+        false,
+        "namespace relabelled to team=b",
+    );
     api.update(namespace(json!({"team": "a"}))).unwrap();
-    converge(&mut agent, &client, &open, true, "namespace relabelled back");
+    converge(&mut agent, &pair, &open, true, "namespace relabelled back");
 
     // Monitor, then enforce.
     api.update(policy(
@@ -178,53 +236,64 @@ fn kube_agent_end_to_end() {
         Some("monitor"),
     ))
     .unwrap();
-    converge(&mut agent, &client, &closed, true, "monitor: 8081 passes");
+    converge(&mut agent, &pair, &closed, true, "monitor: 8081 passes");
     api.update(policy(
         json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
         Some("enforce"),
     ))
     .unwrap();
-    converge(&mut agent, &client, &closed, false, "enforce: 8081 denied");
+    converge(&mut agent, &pair, &closed, false, "enforce: 8081 denied");
 
     // API outage: rules stay, not ready; meanwhile the policy changes and history is compacted
     // (the watchers' resume is 410 Gone: they relist).
     runtime.block_on(api.stop());
-    agent.wait_for("not ready while the API is down", Duration::from_secs(30), || {
-        !ready(metrics)
-    });
+    agent.wait_for(
+        "not ready while the API is down",
+        Duration::from_secs(30),
+        || !ready(metrics),
+    );
     assert_refused(&client, &closed, "API down: the rules stay");
     assert_connects(&client, &open, "API down: the rules stay");
-    api.update(policy(json!([{"podSelector": {"matchLabels": {"app": "nobody"}}}]), None))
-        .unwrap();
+    api.update(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "nobody"}}}]),
+        None,
+    ))
+    .unwrap();
     api.compact();
     runtime.block_on(api.restart()).unwrap();
-    converge(&mut agent, &client, &open, false, "caught up after the outage");
+    converge(
+        &mut agent,
+        &pair,
+        &open,
+        false,
+        "caught up after the outage",
+    );
     agent.wait_for("ready again", Duration::from_secs(30), || ready(metrics));
     let text = http_get(metrics, "/metrics").unwrap();
-    assert!(
-        text.contains("netwarden_objects{kind=\"Pod\"} 2"),
-        "{text}"
-    );
+    assert!(text.contains("netwarden_objects{kind=\"Pod\"} 2"), "{text}");
     assert!(text.contains("netwarden_event_to_apply_seconds_count"));
 
     // SIGKILL mid-stream; the rules stay while no agent runs; the restarted agent converges
     // on what changed meanwhile, and never removes the rules in place first.
     agent.kill();
-    api.update(policy(json!([{"podSelector": {"matchLabels": {"app": "client"}}}]), None))
-        .unwrap();
+    api.update(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    ))
+    .unwrap();
     assert_refused(&client, &closed, "no agent: the rules stay");
     let mut agent = start(&log);
     for _ in 0..10 {
         assert_refused(&client, &closed, "restarting agent: no window");
         std::thread::sleep(Duration::from_millis(50));
     }
-    converge(&mut agent, &client, &open, true, "restarted agent converged");
+    converge(&mut agent, &pair, &open, true, "restarted agent converged");
     assert_refused(&client, &closed, "restarted agent converged");
 
     // Policy deleted: open again, nothing left in the pod's netns.
     api.delete("networking.k8s.io/v1", "NetworkPolicy", NS, "web-in")
         .unwrap();
-    converge(&mut agent, &client, &closed, true, "policy deleted");
+    converge(&mut agent, &pair, &closed, true, "policy deleted");
     assert!(wait_until(Duration::from_secs(10), || netwarden_leftovers(
         "nft", &web
     )
@@ -232,9 +301,15 @@ fn kube_agent_end_to_end() {
 
     // Pod deleted (with a policy that selects it): its rules go.
     api.create(policy(json!([]), None)).unwrap();
-    converge(&mut agent, &client, &closed, false, "deny again");
+    converge(&mut agent, &pair, &closed, false, "deny again");
     api.delete("v1", "Pod", NS, "web").unwrap();
-    converge(&mut agent, &client, &closed, true, "pod deleted: its rules removed");
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        true,
+        "pod deleted: its rules removed",
+    );
     assert!(netwarden_leftovers("nft", &client).is_empty());
 
     // One watch per kind at a time, and relists only after the outage and the restart.
