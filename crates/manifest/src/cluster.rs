@@ -97,8 +97,10 @@ impl ClusterSet {
     /// netwarden reads changed, and no work should follow.
     pub fn upsert(&mut self, object: &Value) -> bool {
         let key = ClusterKey::of(object);
-        let mut seen = FileRead::default();
-        seen.documents = 1;
+        let mut seen = FileRead {
+            documents: 1,
+            ..FileRead::default()
+        };
         seen.add_value(CLUSTER_SOURCE, &key.to_string(), object);
         let previous = self.objects.get(&key);
         let next = merge(CLUSTER_SOURCE, previous.cloned(), seen);
