@@ -514,7 +514,8 @@ mod tests {
         assert_eq!(group["versions"].as_array().unwrap().len(), 2);
         let list = c.resource_list("k8s.cni.cncf.io", "v1beta2").unwrap();
         assert_eq!(list["resources"][0]["name"], "multi-networkpolicies");
+        let key = b.storage_key();
         c.uninstall("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
-        assert!(c.serves_storage(&b.storage_key()));
+        assert!(c.serves_storage(&key));
     }
 }

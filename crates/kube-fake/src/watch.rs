@@ -276,7 +276,8 @@ mod tests {
         assert_eq!(t, ChangeType::Modified);
         let (t, _) = event_for(&modified("db", "web"), None, &web).unwrap();
         assert_eq!(t, ChangeType::Added);
-        let (t, obj) = event_for(&modified("web", "db"), None, &web).unwrap();
+        let out = modified("web", "db");
+        let (t, obj) = event_for(&out, None, &web).unwrap();
         // The previous content, at the change's version.
         assert_eq!(
             (t, obj["metadata"]["labels"]["app"].as_str()),
