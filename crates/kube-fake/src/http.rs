@@ -186,7 +186,7 @@ pub fn encode_continue(rv: u64, last: &ObjectKey) -> String {
 
 pub fn decode_continue(token: &str) -> Result<(u64, ObjectKey), ApiError> {
     let bad = || ApiError::bad_request(format!("continue key is not valid: {token:?}"));
-    if token.len() % 2 != 0 || !token.is_ascii() {
+    if !token.len().is_multiple_of(2) || !token.is_ascii() {
         return Err(bad());
     }
     let bytes: Vec<u8> = (0..token.len())
