@@ -169,11 +169,11 @@ struct RunArgs {
     kube: bool,
     /// The kubeconfig to use with --kube (default: KUBECONFIG, ~/.kube/config, then the
     /// in-cluster service account, as kubectl).
-    #[arg(long, requires = "kube")]
+    #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// This node's name with --kube (default: $NODE_NAME): pods with this spec.nodeName are
     /// programmed.
-    #[arg(long, requires = "kube")]
+    #[arg(long)]
     node_name: Option<String>,
     #[command(flatten)]
     dataplane: DataplaneArgs,
@@ -446,6 +446,10 @@ impl RunArgs {
 
     fn source(&self, once: bool) -> Result<SourceConfig> {
         if !self.kube {
+            // (clap's `requires` cannot say this: a flag is always "present" as false.)
+            if self.kubeconfig.is_some() || self.node_name.is_some() {
+                bail!("--kubeconfig and --node-name go with --kube");
+            }
             return Ok(SourceConfig::Files(self.paths.clone()));
         }
         if once {

@@ -299,9 +299,33 @@ fn kube_agent_end_to_end() {
     )
     .is_empty()));
 
-    // Pod deleted (with a policy that selects it): its rules go.
+    // Pod deleted (with a policy that selects it): its rules go. Before that, SIGTERM: the
+    // agent stops cleanly and leaves the rules in place.
     api.create(policy(json!([]), None)).unwrap();
     converge(&mut agent, &pair, &closed, false, "deny again");
+    let text = http_get(metrics, "/metrics").unwrap();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("netwarden_event_to_apply_seconds_"))
+    {
+        eprintln!("{line}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = wait_until(Duration::from_secs(10), || {
+        agent.child.try_wait().unwrap().is_some()
+    });
+    assert!(stopped, "SIGTERM: the agent stops; log:\n{}", agent.log());
+    assert!(agent.child.wait().unwrap().success(), "{}", agent.log());
+    assert!(agent.log().contains("stopping; the rules in place stay"));
+    assert_refused(&client, &closed, "stopped agent: the rules stay");
+    let mut agent = start(&log);
+    agent.wait_for("ready after SIGTERM", Duration::from_secs(30), || {
+        ready(metrics)
+    });
     api.delete("v1", "Pod", NS, "web").unwrap();
     converge(
         &mut agent,
