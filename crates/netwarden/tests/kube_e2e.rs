@@ -192,6 +192,26 @@ fn kube_agent_end_to_end() {
         "the pod on node n2 is never programmed by n1's agent"
     );
 
+    // The local pod relabelled: the policy no longer selects it, then again.
+    api.update(pod("web", "n1", WEB, json!({"app": "webx"}), &web))
+        .unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        true,
+        "local pod relabelled away",
+    );
+    api.update(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+        .unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        false,
+        "local pod relabelled back",
+    );
+
     // The remote peer relabelled: it no longer matches.
     api.update(pod(
         "client",
@@ -335,6 +355,16 @@ fn kube_agent_end_to_end() {
         "pod deleted: its rules removed",
     );
     assert!(netwarden_leftovers("nft", &client).is_empty());
+    assert!(wait_until(Duration::from_secs(10), || netwarden_leftovers(
+        "nft", &web
+    )
+    .is_empty()));
+
+    // Pod created while the agent runs: programmed at once.
+    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+        .unwrap();
+    converge(&mut agent, &pair, &closed, false, "pod created: isolated");
+    assert_connects(&client, &open, "pod created: 8080 allowed");
 
     // One watch per kind at a time, and relists only after the outage and the restart.
     let requests = api.requests();
