@@ -419,7 +419,11 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         if let Some(at) = poll.oldest {
             oldest = Some(oldest.map_or(at, |o| o.min(at)));
         }
-        let reason = source.not_ready_reason();
+        // Before the first full list the reason changes with every kind listed: say it once.
+        let reason = match source.synced_once() {
+            true => source.not_ready_reason(),
+            false => Some("waiting for the first full list of every kind".to_string()),
+        };
         if reason != last_reason {
             match &reason {
                 Some(why) => warn!("not ready: {why}"),
