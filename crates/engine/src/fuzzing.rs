@@ -247,6 +247,7 @@ fn pod(b: &mut Bytes, index: usize, ns: &str) -> Pod {
         container_ports,
         interfaces,
         netns: None,
+        node_name: None,
     }
 }
 

@@ -246,6 +246,9 @@ pub struct Pod {
     pub interfaces: Vec<PodInterface>,
     /// Where the pod's network namespace is (standalone mode: annotation `netwarden.io/netns`).
     pub netns: Option<String>,
+    /// The node the pod is scheduled on (`spec.nodeName`; `None` while unscheduled): a node
+    /// agent programs only its own node's pods, while every pod is a peer.
+    pub node_name: Option<String>,
 }
 
 impl Pod {

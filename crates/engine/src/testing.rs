@@ -76,6 +76,7 @@ pub fn pod_with_interfaces(
         container_ports: Vec::new(),
         interfaces,
         netns: None,
+        node_name: None,
     }
 }
 

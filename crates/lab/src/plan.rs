@@ -359,6 +359,7 @@ mod tests {
                 })
                 .collect(),
             netns: None,
+            node_name: None,
         }
     }
 

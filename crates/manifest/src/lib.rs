@@ -8,7 +8,7 @@
 //! | kind (apiVersion) | fields |
 //! | --- | --- |
 //! | `Namespace` (v1) | name, labels (`kubernetes.io/metadata.name` is always added) |
-//! | `Pod` (v1) | namespace, name, labels, `spec.hostNetwork`, `spec.{initC,c}ontainers[].ports[]`, `status.podIPs` / `status.podIP`, annotations `k8s.v1.cni.cncf.io/network-status` (or `networks-status`) and `netwarden.io/netns` |
+//! | `Pod` (v1) | namespace, name, labels, `spec.hostNetwork`, `spec.nodeName`, `spec.{initC,c}ontainers[].ports[]`, `status.podIPs` / `status.podIP`, annotations `k8s.v1.cni.cncf.io/network-status` (or `networks-status`) and `netwarden.io/netns` |
 //! | `DanmEp` (danm.k8s.io/v1) | `spec.Pod`, `spec.NetworkName` (or `NetworkID`), `spec.apiType`, `spec.Interface.{Name,Address,AddressIPv6}`, `spec.netns`: adds an interface to its pod |
 //! | `NetworkPolicy` (networking.k8s.io/v1) | the whole spec; scope = primary interface |
 //! | `DanmNetworkPolicy` (danm.k8s.io/v1) | the spec plus `networkSelector` in peers; scope = all interfaces |
@@ -60,11 +60,13 @@
 //! Services, adds the namespaces that objects refer to but the input does not declare, and
 //! reports shared addresses. [`load_paths`] and [`parse_str`] do both at once; [`ManifestSet`]
 //! keeps each file's first pass and re-reads only changed files, keeping the last good version
-//! of a file while it is broken (for the agent). [`fuzzing`] states the loader's invariants
+//! of a file while it is broken (for the agent); [`ClusterSet`] keeps each watched object's
+//! first pass the same way and assembles them alike (for `run --kube`). [`fuzzing`] states the loader's invariants
 //! for fuzzers and property tests.
 #![forbid(unsafe_code)]
 
 mod assemble;
+pub mod cluster;
 mod ctx;
 mod files;
 pub mod fuzzing;
@@ -87,6 +89,7 @@ use netwarden_engine::{Namespace, Pod, Policy, Service};
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
+pub use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
 use crate::read::FileRead;
 pub use crate::set::{Change, FileChange, ManifestSet};
 

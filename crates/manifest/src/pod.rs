@@ -50,6 +50,12 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
     }
 
     let container_ports = read_container_ports(cx, spec);
+    // Which node programs the pod (the kube agent's `--node-name`); a wrong type rejects the
+    // pod rather than leaving it unprogrammed by every node.
+    let node_name = cx
+        .str(spec, "spec", "nodeName")
+        .filter(|n| !n.is_empty())
+        .map(str::to_string);
     let pod_ips = read_pod_ips(cx, status);
 
     let status_key = if meta.annotations.contains_key(NETWORK_STATUS) {
@@ -92,6 +98,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
             container_ports,
             interfaces,
             netns,
+            node_name,
         },
         pod_ips,
         from_danmep,

@@ -3,17 +3,20 @@
 //! The format is a few lines per metric; a client library would add more code than it saves.
 //! Counters are atomics, per-policy counters sit in a mutex-protected ordered map (updated once
 //! per event, which is rate-limited in the kernel), and `render` produces deterministic output.
-//! [`serve_metrics`] answers `GET /metrics` with a minimal HTTP/1.1 responder on std's
-//! `TcpListener`: scraping needs nothing more.
+//! [`serve_metrics`] answers `GET /metrics`, `/healthz` (the agent loop ticked recently) and
+//! `/readyz` (its view of the objects is complete, current and applied) with a minimal HTTP/1.1
+//! responder on std's `TcpListener`: probes and scraping need nothing more. Each connection is
+//! answered on its own thread (at most [`MAX_CLIENTS`] at once), so a slow client never
+//! stalls a probe.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::event::{Event, EventAction};
 
@@ -30,6 +33,33 @@ struct Histogram {
     count: u64,
 }
 
+impl Histogram {
+    fn observe(&mut self, duration: Duration) {
+        let secs = duration.as_secs_f64();
+        let slot = SYNC_BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(SYNC_BUCKETS.len());
+        self.counts[slot] += 1;
+        self.sum += secs;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bound) in SYNC_BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i];
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.counts[SYNC_BUCKETS.len()];
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
 /// Every metric the agent exports. Shared as `Arc<Metrics>`.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -44,7 +74,65 @@ pub struct Metrics {
     sync_duration: Mutex<Histogram>,
     managed_pods: AtomicI64,
     listeners: AtomicI64,
+    /// Per watched kind: (relists after the first, errors).
+    watch: Mutex<BTreeMap<String, (u64, u64)>>,
+    objects: Mutex<BTreeMap<String, usize>>,
+    event_to_apply: Mutex<Histogram>,
+    health: Health,
 }
+
+/// Liveness and readiness, as the agent loop reports them.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds after `started` of the last loop tick.
+    last_tick_ms: AtomicU64,
+    /// `None`: ready; `Some(why)`: not ready.
+    not_ready: Mutex<Option<String>>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            started: Instant::now(),
+            last_tick_ms: AtomicU64::new(0),
+            not_ready: Mutex::new(Some("starting".into())),
+        }
+    }
+}
+
+impl Health {
+    /// The agent loop is alive.
+    pub fn tick(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_tick_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn since_tick(&self) -> Duration {
+        let now = self.started.elapsed();
+        now.saturating_sub(Duration::from_millis(
+            self.last_tick_ms.load(Ordering::Relaxed),
+        ))
+    }
+
+    pub fn set_ready(&self, ready: Result<(), String>) {
+        *self.not_ready.lock().unwrap_or_else(|p| p.into_inner()) = ready.err();
+    }
+
+    pub fn ready(&self) -> Result<(), String> {
+        match &*self.not_ready.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => Ok(()),
+            Some(why) => Err(why.clone()),
+        }
+    }
+}
+
+/// How long without a loop tick before `/healthz` fails: far beyond any `--interval` a
+/// sync could take, short enough for a kubelet to restart a stuck agent.
+pub const STALE_AFTER: Duration = Duration::from_secs(120);
+
+/// At most this many connections are answered at once; more wait in the listen backlog.
+pub const MAX_CLIENTS: usize = 32;
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str, n: u64) {
     let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
@@ -103,15 +191,35 @@ impl Metrics {
         if !ok {
             self.sync_errors.fetch_add(1, Ordering::Relaxed);
         }
-        let secs = duration.as_secs_f64();
-        let mut h = self.sync_duration.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = SYNC_BUCKETS
-            .iter()
-            .position(|&b| secs <= b)
-            .unwrap_or(SYNC_BUCKETS.len());
-        h.counts[slot] += 1;
-        h.sum += secs;
-        h.count += 1;
+        self.sync_duration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(duration);
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// A watched kind's counters (totals: relists after the first list, errors).
+    pub fn set_watch_counters(&self, kind: &str, restarts: u64, errors: u64) {
+        self.watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(kind.to_owned(), (restarts, errors));
+    }
+
+    /// The objects held per kind.
+    pub fn set_objects(&self, counts: BTreeMap<String, usize>) {
+        *self.objects.lock().unwrap_or_else(|p| p.into_inner()) = counts;
+    }
+
+    /// Time from receiving a watch event to the end of the sync that applied it.
+    pub fn observe_event_to_apply(&self, latency: Duration) {
+        self.event_to_apply
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(latency);
     }
 
     pub fn set_managed_pods(&self, n: usize) {
@@ -227,21 +335,14 @@ impl Metrics {
             "Reconcile passes that failed.",
             load(&self.sync_errors).to_string(),
         );
-        {
-            let h = self.sync_duration.lock().unwrap_or_else(|p| p.into_inner());
-            let name = "netwarden_sync_duration_seconds";
-            let _ = writeln!(out, "# HELP {name} Duration of reconcile passes.");
-            let _ = writeln!(out, "# TYPE {name} histogram");
-            let mut cumulative = 0;
-            for (i, bound) in SYNC_BUCKETS.iter().enumerate() {
-                cumulative += h.counts[i];
-                let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-            }
-            cumulative += h.counts[SYNC_BUCKETS.len()];
-            let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-            let _ = writeln!(out, "{name}_sum {}", h.sum);
-            let _ = writeln!(out, "{name}_count {}", h.count);
-        }
+        self.sync_duration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .render(
+                &mut out,
+                "netwarden_sync_duration_seconds",
+                "Duration of reconcile passes.",
+            );
         simple(
             &mut out,
             "netwarden_managed_pods",
@@ -256,6 +357,47 @@ impl Metrics {
             "Open NFLOG listeners (one per managed netns).",
             self.listeners.load(Ordering::Relaxed).to_string(),
         );
+        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        if !watch.is_empty() {
+            for (name, help, pick) in [
+                (
+                    "netwarden_watch_restarts_total",
+                    "Full relists of a watched kind after its first list (410 Gone, lost watch).",
+                    0,
+                ),
+                (
+                    "netwarden_watch_errors_total",
+                    "Errors a watcher met (each retried with backoff).",
+                    1,
+                ),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} counter");
+                for (kind, counts) in watch.iter() {
+                    let n = if pick == 0 { counts.0 } else { counts.1 };
+                    let _ = writeln!(out, "{name}{{kind=\"{}\"}} {n}", escape_label(kind));
+                }
+            }
+            let name = "netwarden_objects";
+            let _ = writeln!(out, "# HELP {name} Objects held (reduced) per kind.");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for (kind, n) in self
+                .objects
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                let _ = writeln!(out, "{name}{{kind=\"{}\"}} {n}", escape_label(kind));
+            }
+            self.event_to_apply
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .render(
+                    &mut out,
+                    "netwarden_event_to_apply_seconds",
+                    "From receiving a watch event to the end of the sync that applied it.",
+                );
+        }
         out
     }
 }
@@ -285,21 +427,37 @@ pub fn serve_metrics_on(
     listener: TcpListener,
     metrics: Arc<Metrics>,
 ) -> io::Result<JoinHandle<()>> {
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics-http".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                match conn {
-                    Ok(stream) => {
-                        // One scrape at a time is plenty; a slow client is cut off by the timeouts.
-                        if let Err(e) = answer(stream, &metrics) {
-                            tracing::debug!("metrics request failed: {e}");
-                        }
-                    }
+                let stream = match conn {
+                    Ok(stream) => stream,
                     Err(e) => {
                         tracing::warn!("metrics listener accept failed: {e}");
                         std::thread::sleep(Duration::from_millis(100));
+                        continue;
                     }
+                };
+                // Each client on its own thread: a slow one (cut off by the timeouts) never
+                // stalls a probe. Past MAX_CLIENTS, wait for one to finish.
+                while busy.load(Ordering::Acquire) >= MAX_CLIENTS {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                busy.fetch_add(1, Ordering::AcqRel);
+                let (metrics, done) = (metrics.clone(), busy.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-client".into())
+                    .spawn(move || {
+                        if let Err(e) = answer(stream, &metrics) {
+                            tracing::debug!("metrics request failed: {e}");
+                        }
+                        done.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if let Err(e) = spawned {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!("cannot answer a metrics client: {e}");
                 }
             }
         })
@@ -327,6 +485,19 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
         ),
+        ("GET" | "HEAD", "/healthz") => {
+            let quiet = metrics.health().since_tick();
+            if quiet <= STALE_AFTER {
+                ("200 OK", "text/plain", "ok\n".to_owned())
+            } else {
+                let why = format!("the agent loop has not ticked for {}s\n", quiet.as_secs());
+                ("503 Service Unavailable", "text/plain", why)
+            }
+        }
+        ("GET" | "HEAD", "/readyz") => match metrics.health().ready() {
+            Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
+            Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
+        },
         ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".to_owned()),
         _ => (
             "405 Method Not Allowed",
@@ -455,5 +626,78 @@ mod tests {
         assert!(resp.contains("\r\n\r\n# HELP"));
         assert!(resp.contains("netwarden_managed_pods 3\n"));
         assert!(get("/other").starts_with("HTTP/1.1 404"));
+    }
+
+    fn serve() -> (SocketAddr, Arc<Metrics>) {
+        let m = Arc::new(Metrics::new());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve_metrics_on(listener, m.clone()).unwrap();
+        (addr, m)
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        resp
+    }
+
+    #[test]
+    fn health_and_readiness() {
+        let (addr, m) = serve();
+        m.health().tick();
+        assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200"));
+        let resp = get(addr, "/readyz");
+        assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+        assert!(resp.ends_with("starting\n"), "{resp}");
+        m.health().set_ready(Ok(()));
+        assert!(get(addr, "/readyz").starts_with("HTTP/1.1 200"));
+        m.health()
+            .set_ready(Err("API not reachable: Pod: connection refused".into()));
+        let resp = get(addr, "/readyz");
+        assert!(
+            resp.contains("503") && resp.contains("connection refused"),
+            "{resp}"
+        );
+    }
+
+    #[test]
+    fn watch_metrics_appear_once_recorded() {
+        let m = Metrics::new();
+        assert!(!m.render().contains("netwarden_watch_restarts_total"));
+        m.set_watch_counters("Pod", 2, 5);
+        m.set_objects(BTreeMap::from([("Pod".to_string(), 7)]));
+        m.observe_event_to_apply(Duration::from_millis(3));
+        let text = m.render();
+        assert!(
+            text.contains("netwarden_watch_restarts_total{kind=\"Pod\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("netwarden_watch_errors_total{kind=\"Pod\"} 5\n"));
+        assert!(text.contains("netwarden_objects{kind=\"Pod\"} 7\n"));
+        assert!(text.contains("netwarden_event_to_apply_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("netwarden_event_to_apply_seconds_count 1\n"));
+    }
+
+    /// Defect: one client at a time; a client that connects and sends nothing held the only
+    /// thread until its 5 s read timeout, and every probe behind it waited.
+    #[test]
+    fn a_slow_client_does_not_stall_the_others() {
+        let (addr, m) = serve();
+        m.health().tick();
+        let slow: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let start = Instant::now();
+        for _ in 0..5 {
+            assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200"));
+        }
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "5 probes behind 3 silent clients took {took:?}"
+        );
+        drop(slow);
     }
 }

@@ -1,4 +1,10 @@
-//! `netwarden run -f DIR` (the standalone agent) and `netwarden apply` (one pass).
+//! `netwarden run -f DIR` (the standalone agent), `netwarden run --kube` (the node agent) and
+//! `netwarden apply` (one pass).
+//!
+//! Both agents are one loop over an [`ObjectSource`] (files or a cluster's watchers, see
+//! [`crate::source`]). With a cluster, only the pods scheduled on `--node-name` are programmed
+//! and every pod is a peer; nothing is applied before every kind was listed once, and while
+//! the API is unreachable the last enforced state stays (not ready) until the watchers catch up.
 //!
 //! The agent loads the manifests, feeds the engine (which ignores objects that did not change),
 //! and syncs only the pods the engine names dirty. The files are watched through a
@@ -20,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -28,7 +35,7 @@ use netwarden_dataplane::{Backend, DiscoveredInterface, NetnsId};
 use netwarden_engine::{
     Engine, EngineOptions, NetworkId, NetworkType, ObjectKey, Pod, PodInterface, PodKey, PolicyRef,
 };
-use netwarden_manifest::{Inventory, LoadOptions, ManifestSet};
+use netwarden_manifest::{Inventory, LoadOptions};
 use netwarden_monitor::{
     serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
     PodContext,
@@ -36,11 +43,13 @@ use netwarden_monitor::{
 use netwarden_render::RenderOptions;
 use tracing::{info, warn};
 
+use crate::source::{place_pods, DeclaredNetns, Locality, ObjectSource, SourceConfig};
 use crate::sync::{for_backend, Reconciler};
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    pub paths: Vec<PathBuf>,
+    /// Manifest files, or a cluster.
+    pub source: SourceConfig,
     pub load: LoadOptions,
     pub engine: EngineOptions,
     pub render: RenderOptions,
@@ -139,6 +148,15 @@ impl Monitor {
         let map = engine.pods_by_address();
         *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
         self.metrics.set_managed_pods(syncer.programmed().len());
+    }
+
+    /// The watchers' counters and the objects held, for `/metrics`.
+    fn record_watch(&self, kube: &netwarden_kube::KubeSource) {
+        let status = kube.status();
+        for (kind, k) in &status.kinds {
+            self.metrics.set_watch_counters(kind, k.restarts, k.errors);
+        }
+        self.metrics.set_objects(kube.counts());
     }
 }
 
@@ -331,10 +349,34 @@ pub fn apply_inventory(
     }
 }
 
+/// Of the pods the engine names dirty, those this agent syncs: its local pods, and the pods it
+/// programmed that are gone or no longer local (their rules are removed). A remote pod is a
+/// peer only: its own rules are its node's job, and its changes cost no kernel work here
+/// unless a local pod's rules change.
+pub fn to_sync(
+    dirty: BTreeSet<PodKey>,
+    engine: &Engine,
+    locality: &Locality,
+    programmed: &BTreeMap<PodKey, PathBuf>,
+) -> BTreeSet<PodKey> {
+    dirty
+        .into_iter()
+        .filter(|key| {
+            engine.pod(key).is_some_and(|p| locality.is_local(p)) || programmed.contains_key(key)
+        })
+        .collect()
+}
+
 /// The longest wait before retrying a pod whose sync failed.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 
 /// Runs the agent (`once`: a single pass, exit status says whether every pod was applied).
+///
+/// One loop for every source: wait for the source (files: `--interval`; a cluster: until a
+/// watch event changes something, at most `--interval`, so retries and the kernel's interface
+/// rediscovery still happen), feed the engine what changed, sync the dirty local pods. With a
+/// cluster nothing is applied before every kind was listed once, and an API outage changes
+/// nothing: the last view (and so the last enforced state) stays until the watchers catch up.
 pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut engine = Engine::new(config.engine.clone());
     let mut syncer = for_backend(config.backend, config.render);
@@ -344,7 +386,15 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         Some(Monitor::start(&config)?)
     };
     syncer.set_converge_removals(true);
-    let mut manifests = ManifestSet::new(config.paths.clone(), config.load.clone());
+    let mut source = ObjectSource::start(&config.source, &config.load)?;
+    let locality = Locality::of(&config.source);
+    let netns_source = DeclaredNetns;
+    let stop = Arc::new(AtomicBool::new(false));
+    if !once {
+        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(signal, stop.clone())?;
+        }
+    }
     // What the engine was last fed, to remove what disappears.
     let mut fed: Option<Inventory> = None;
     // What was last reported: a line is logged when it appears, not at every tick, and
@@ -355,25 +405,65 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     // Pods refused by the last discovery (their netns cannot be read safely).
     let mut refused_now;
+    // The oldest change received and not applied yet (cluster only).
+    let mut oldest: Option<Instant> = None;
+    let mut wait = Duration::ZERO;
+    let mut last_reason: Option<String> = None;
     loop {
-        let changes = manifests.refresh();
-        for change in &changes {
-            info!("{}: {:?}", change.path.display(), change.change);
+        if stop.load(Ordering::Relaxed) {
+            info!("stopping; the rules in place stay");
+            return Ok(ExitCode::SUCCESS);
         }
-        if !changes.is_empty() || fed.is_none() {
-            let inventory = manifests.inventory();
+        let poll = source.poll(wait);
+        wait = config.interval;
+        if let Some(at) = poll.oldest {
+            oldest = Some(oldest.map_or(at, |o| o.min(at)));
+        }
+        // Before the first full list the reason changes with every kind listed: say it once.
+        let reason = match source.synced_once() {
+            true => source.not_ready_reason(),
+            false => Some("waiting for the first full list of every kind".to_string()),
+        };
+        if reason != last_reason {
+            match &reason {
+                Some(why) => warn!("not ready: {why}"),
+                None => info!("the cluster view is current"),
+            }
+            last_reason = reason.clone();
+        }
+        if let Some(monitor) = monitor.as_ref() {
+            monitor.metrics.health().tick();
+            if let Some(kube) = source.kube() {
+                monitor.record_watch(kube);
+            }
+        }
+        if !source.synced_once() {
+            // A partial view (some kinds not listed yet) is never applied.
+            continue;
+        }
+        let fresh = poll.changed || fed.is_none();
+        if fresh {
+            let inventory = source.inventory();
             let problems = inventory.problems.iter().map(ToString::to_string);
             warn_new(problems.collect(), &mut problems_shown);
-            let found = discover(&inventory.pods);
+            let placed = place_pods(&inventory.pods, &locality, &netns_source);
+            let found = discover(&placed);
             let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
-            apply_inventory(&mut engine, fed.as_ref(), inventory, &found.pods, &keep);
+            apply_inventory(&mut engine, fed.as_ref(), &inventory, &found.pods, &keep);
             warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
-            fed = Some(inventory.clone());
+            fed = Some(inventory);
         } else if let Some(inventory) = &fed {
-            // The kernel's side of the pods may change without the manifests: interfaces
+            // The kernel's side of the pods may change without the objects: interfaces
             // appear, are renamed, change address.
-            let found = discover(&inventory.pods);
+            // Only local pods have a netns to read (remote pods are not even copied).
+            let local: Vec<Pod> = inventory
+                .pods
+                .iter()
+                .filter(|p| locality.is_local(p))
+                .cloned()
+                .collect();
+            let found = discover(&place_pods(&local, &locality, &netns_source));
             for pod in found.pods {
                 engine.set_pod(pod);
             }
@@ -383,6 +473,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             refused_now = 0;
         }
         let mut dirty = engine.take_dirty();
+        // Remote pods are peers only: their own rules are another node's job. A pod that was
+        // programmed here and is now gone (or elsewhere) stays, so its rules are removed.
+        dirty = to_sync(dirty, &engine, &locality, syncer.programmed());
         // A netns deleted and created again at the same path holds none of our rules.
         let changed = syncer.netns_changed();
         for key in &changed {
@@ -400,9 +493,12 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             let report = syncer.sync(&mut engine, dirty.clone());
             syncer.set_converge_removals(false);
             // Nothing marks a failed pod dirty again (its netns may not exist yet, or the
-            // failure may pass): retry it, backing off, until a sync of it succeeds.
-            retry.retain(|key, _| !dirty.contains(key) || report.failed.contains(key));
-            for key in &report.failed {
+            // failure may pass), nor a local pod whose netns is not known yet: retry them,
+            // backing off, until a sync of them succeeds.
+            let again: BTreeSet<&PodKey> =
+                report.failed.iter().chain(&report.without_netns).collect();
+            retry.retain(|key, _| !dirty.contains(key) || again.contains(key));
+            for key in again {
                 let delay = retry
                     .get(key)
                     .map_or(config.interval, |(_, d)| (*d * 2).min(MAX_RETRY_DELAY));
@@ -429,7 +525,16 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 });
             }
         }
-        std::thread::sleep(config.interval);
+        if let Some(monitor) = monitor.as_ref() {
+            if let Some(at) = oldest.take().filter(|_| fresh) {
+                monitor.metrics.observe_event_to_apply(at.elapsed());
+            }
+            // Ready: the view was complete once, is current now, and has been applied.
+            monitor.metrics.health().set_ready(match &reason {
+                None => Ok(()),
+                Some(why) => Err(why.clone()),
+            });
+        }
     }
 }
 
@@ -520,6 +625,32 @@ mod tests {
         );
         assert_eq!(p.interfaces.len(), 2);
         assert_eq!(p.interfaces[1].name, "a\"b;+");
+    }
+
+    #[test]
+    fn only_local_and_previously_programmed_pods_are_synced() {
+        let mut engine = Engine::new(EngineOptions::default());
+        for (name, node) in [("a", "n1"), ("b", "n2"), ("c", "n1")] {
+            let mut p = pod("ns", name, &[], &["10.0.0.1"]);
+            p.node_name = Some(node.into());
+            engine.set_pod(p);
+        }
+        let dirty = engine.take_dirty();
+        let key = |n: &str| PodKey::new("ns", n);
+        // `c` was programmed here and is gone now; `d` was programmed and is gone too.
+        engine.remove_pod(&key("c"));
+        let programmed = BTreeMap::from([(key("d"), PathBuf::from("/run/netns/d"))]);
+        let node = Locality::Node("n1".into());
+        let mut all = dirty.clone();
+        all.insert(key("d"));
+        assert_eq!(
+            to_sync(all, &engine, &node, &programmed),
+            BTreeSet::from([key("a"), key("d")])
+        );
+        assert_eq!(
+            to_sync(dirty, &engine, &Locality::All, &programmed),
+            BTreeSet::from([key("a"), key("b")])
+        );
     }
 
     #[test]

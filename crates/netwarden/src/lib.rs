@@ -9,8 +9,10 @@ pub mod crd;
 pub mod demo;
 pub mod explain;
 pub mod inventory;
-pub mod kinds;
+/// The kinds the agent watches and the permissions that follows (owned by the watchers' crate).
+pub use netwarden_kube::kinds;
 pub mod lab;
 pub mod node_paths;
 pub mod reach;
+pub mod source;
 pub mod sync;

@@ -5,11 +5,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
 use netwarden::inventory::{load_engine, report_problems};
 use netwarden::reach::{Family, ReachQuery};
+use netwarden::source::SourceConfig;
 use netwarden::{explain, reach};
 use netwarden_dataplane::Backend;
 use netwarden_engine::{DnsMode, EngineOptions, PodKey};
@@ -153,8 +154,30 @@ struct RenderArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    #[command(flatten)]
-    input: Input,
+    /// Manifest files or directories (YAML, multi-document, `kind: List`, or JSON).
+    #[arg(short = 'f', long = "filename", num_args = 1.., required_unless_present = "kube", conflicts_with = "kube")]
+    paths: Vec<PathBuf>,
+    /// Accepted as by the other commands; `run` and `apply` report every problem and go on.
+    #[arg(long)]
+    strict: bool,
+    /// Ignore `networking.k8s.io/v1` NetworkPolicy objects (not even watched with --kube).
+    #[arg(long)]
+    no_network_policy: bool,
+    /// Where outgoing DNS (TCP/UDP 53) is allowed without a rule (see `reach --help`).
+    #[arg(long, value_enum, default_value_t = DnsArg::Danm)]
+    dns: DnsArg,
+    /// Watch a Kubernetes cluster instead of reading files (`run` only): every pod is a peer,
+    /// only the pods of --node-name are programmed.
+    #[arg(long)]
+    kube: bool,
+    /// The kubeconfig to use with --kube (default: KUBECONFIG, ~/.kube/config, then the
+    /// in-cluster service account, as kubectl).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// This node's name with --kube (default: $NODE_NAME): pods with this spec.nodeName are
+    /// programmed.
+    #[arg(long)]
+    node_name: Option<String>,
     #[command(flatten)]
     dataplane: DataplaneArgs,
     /// How often to look for changed manifests and interfaces (run only): 10ms to 1h, e.g.
@@ -413,19 +436,66 @@ fn lab_options(
     })
 }
 
-fn agent_config(args: &RunArgs) -> Result<netwarden::agent::AgentConfig> {
+impl RunArgs {
+    /// The input options as the analyses take them.
+    fn input(&self) -> Input {
+        Input {
+            paths: self.paths.clone(),
+            strict: self.strict,
+            no_network_policy: self.no_network_policy,
+            dns: self.dns,
+        }
+    }
+
+    fn source(&self, once: bool) -> Result<SourceConfig> {
+        if !self.kube {
+            // (clap's `requires` cannot say this: a flag is always "present" as false.)
+            if self.kubeconfig.is_some() || self.node_name.is_some() {
+                bail!("--kubeconfig and --node-name go with --kube");
+            }
+            return Ok(SourceConfig::Files(self.paths.clone()));
+        }
+        if once {
+            bail!("--kube is for `run` (the node agent), not `apply`");
+        }
+        let node_name = match &self.node_name {
+            Some(name) => name.clone(),
+            None => std::env::var("NODE_NAME").map_err(|_| {
+                anyhow!("--kube needs this node's name: --node-name NAME or NODE_NAME")
+            })?,
+        };
+        if node_name.is_empty() {
+            bail!("--node-name (or NODE_NAME) is empty");
+        }
+        Ok(SourceConfig::Kube {
+            kubeconfig: self.kubeconfig.clone(),
+            node_name,
+            discovery_interval: KUBE_DISCOVERY_INTERVAL,
+        })
+    }
+}
+
+/// How often `run --kube` asks whether a CRD it does not see yet was installed.
+const KUBE_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentConfig> {
+    let input = args.input();
+    let source = args.source(once)?;
+    let node = match (&args.node, &source) {
+        (Some(node), _) => node.clone(),
+        (None, SourceConfig::Kube { node_name, .. }) => node_name.clone(),
+        (None, SourceConfig::Files(_)) => std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into()),
+    };
     Ok(netwarden::agent::AgentConfig {
-        paths: args.input.paths.clone(),
-        load: args.input.load_options(),
-        engine: args.input.engine_options(args.dataplane.log_denies),
+        source,
+        load: input.load_options(),
+        engine: input.engine_options(args.dataplane.log_denies),
         render: args.dataplane.render_options()?,
         backend: args.dataplane.backend.backend(),
         interval: args.interval,
-        node: args.node.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "localhost".into())
-        }),
+        node,
         events_stdout: !args.no_events_stdout,
         events_file: args.events_file.clone(),
         metrics_addr: args.metrics_addr,
@@ -444,7 +514,7 @@ fn fix_netns_access(args: &RunArgs) -> Result<()> {
 /// `apply` (one pass) and `run` (the agent).
 fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
     fix_netns_access(&args)?;
-    netwarden::agent::run(agent_config(&args)?, once)
+    netwarden::agent::run(agent_config(&args, once)?, once)
 }
 
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {

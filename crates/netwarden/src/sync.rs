@@ -29,6 +29,9 @@ pub struct SyncReport {
     pub unchanged: usize,
     pub removed: usize,
     pub skipped_no_netns: usize,
+    /// The isolated pods behind `skipped_no_netns`: their netns may become known later (the
+    /// caller retries them, backing off).
+    pub without_netns: BTreeSet<PodKey>,
     pub errors: Vec<String>,
     /// The pods behind `errors`: nothing marks them dirty again, so the caller retries them
     /// (their netns may appear later, or the failure may pass).
@@ -160,6 +163,7 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             }
             let Some(netns) = netns else {
                 report.skipped_no_netns += 1;
+                report.without_netns.insert(key);
                 continue;
             };
             match self.dataplane.render(&rules) {

@@ -433,3 +433,52 @@ fn durations_out_of_range_are_refused() {
         );
     }
 }
+
+/// `run --kube` refuses to start without a node name (it would program no pod, or every pod),
+/// with a bad kubeconfig (naming it), or mixed with `-f`; `run` needs one source.
+#[test]
+fn run_kube_refuses_incomplete_configurations() {
+    let dir = TempDir::new("kube-cli");
+    let missing = dir.path.join("no-such-kubeconfig");
+    let missing = missing.to_str().unwrap();
+    let without_node = output_within(
+        Command::new(netwarden_bin!())
+            .args(["run", "--kube", "--kubeconfig", missing])
+            .env_remove("NODE_NAME"),
+        Duration::from_secs(20),
+        "run --kube without a node name",
+    );
+    let stderr = String::from_utf8_lossy(&without_node.stderr);
+    assert_eq!(without_node.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--node-name NAME or NODE_NAME"), "{stderr}");
+
+    let bad_config = output_within(
+        Command::new(netwarden_bin!())
+            .args(["run", "--kube", "--kubeconfig", missing])
+            .env("NODE_NAME", "n1"),
+        Duration::from_secs(20),
+        "run --kube with a missing kubeconfig",
+    );
+    let stderr = String::from_utf8_lossy(&bad_config.stderr);
+    assert_eq!(bad_config.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no-such-kubeconfig"), "{stderr}");
+
+    let d = dir.path.display().to_string();
+    // Usage errors (clap), also exit status 2.
+    for args in [
+        vec!["run"],
+        vec!["run", "--kube", "-f", &d, "--node-name", "n1"],
+    ] {
+        let out = netwarden_exits(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    }
+    let without_kube = netwarden_exits(&["apply", "--node-name", "n1", "-f", &d]);
+    let stderr = String::from_utf8_lossy(&without_kube.stderr);
+    assert_eq!(without_kube.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("go with --kube"), "{stderr}");
+    let apply = netwarden_exits(&["apply", "--kube", "--node-name", "n1"]);
+    let stderr = String::from_utf8_lossy(&apply.stderr);
+    assert_eq!(apply.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not `apply`"), "{stderr}");
+}

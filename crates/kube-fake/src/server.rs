@@ -1,0 +1,387 @@
+//! [`FakeApiServer`]: the listener, the connections, and the control surface tests use — write
+//! objects, install CRDs, forget history, cut watches, stop and restart, fail every request,
+//! read the request log and the state back.
+//!
+//! The accept loop owns every connection task, so stopping it closes the listener (new
+//! connections are refused) and drops every open connection at once, as a crashed or
+//! restarted kube-apiserver would.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::log::RequestLog;
+use crate::resources::{known_crds, Catalogue, ResourceType};
+use crate::status::ApiError;
+use crate::store::{Stamp, Store};
+
+/// How the server behaves; `Default` suits tests.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Where to listen; port 0 takes an ephemeral port (kept across `stop`/`restart`).
+    pub listen: SocketAddr,
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK (the real server sends
+    /// one about every minute; tests want it sooner).
+    pub bookmark_interval: Duration,
+    /// How many changes the history retains (the real server's watch cache window): a watch or
+    /// consistent page from before the oldest retained change is 410 Expired.
+    pub history_limit: usize,
+    /// The duration of a watch that sends no `timeoutSeconds` (the real server picks 30 to 60
+    /// minutes at random; kube-rs always sends one).
+    pub default_watch_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            bookmark_interval: Duration::from_secs(1),
+            history_limit: 200_000,
+            default_watch_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// What the request handlers share with the control surface.
+pub struct Shared {
+    pub store: Mutex<Store>,
+    /// Locked before `store` when both are needed, never after.
+    pub catalogue: Mutex<Catalogue>,
+    pub log: Mutex<Vec<crate::log::RequestRecord>>,
+    pub unavailable: AtomicBool,
+    /// Bumped by `drop_watches`: every open watch aborts its response.
+    pub cut: tokio::sync::watch::Sender<u64>,
+    pub options: ServerOptions,
+}
+
+/// A fake kube-apiserver on 127.0.0.1. See the crate documentation for what is faithful.
+pub struct FakeApiServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // The port is reused by `restart` while closed connections may still be in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    // Dropped with this future when the server stops: every connection task is aborted.
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let shared = shared.clone();
+                connections.spawn(async move {
+                    let service = service_fn(move |req| crate::http::handle(shared.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+impl FakeApiServer {
+    /// Starts serving (on `options.listen`), with no objects and no CRD installed.
+    pub async fn start(options: ServerOptions) -> io::Result<FakeApiServer> {
+        let listener = bind(options.listen)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new(options.history_limit)),
+            catalogue: Mutex::new(Catalogue::default()),
+            log: Mutex::new(Vec::new()),
+            unavailable: AtomicBool::new(false),
+            cut: tokio::sync::watch::channel(0).0,
+            options,
+        });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(FakeApiServer {
+            shared,
+            addr,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig naming this server over plain HTTP, with no credentials (the fake does not
+    /// authenticate), context `netwarden-kube-fake`, namespace `default`.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig_for(&self.url())
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    fn stamp() -> Stamp {
+        Stamp {
+            now: crate::http::now_rfc3339(),
+        }
+    }
+
+    /// The served type of an object's `apiVersion` + `kind`; a CRD that is not installed is
+    /// the real server's 404.
+    fn resource_of(&self, obj: &Value) -> Result<ResourceType, ApiError> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or("");
+        let kind = obj["kind"].as_str().unwrap_or("");
+        self.resource(api_version, kind)
+    }
+
+    fn resource(&self, api_version: &str, kind: &str) -> Result<ResourceType, ApiError> {
+        self.shared
+            .catalogue
+            .lock()
+            .expect("catalogue lock")
+            .by_kind(api_version, kind)
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("no kind {kind:?} is served in {api_version:?}"))
+            })
+    }
+
+    /// Creates an object (its `apiVersion`, `kind`, `metadata.name` and, for a namespaced
+    /// kind, `metadata.namespace` say what and where), as a POST would. Returns it as stored.
+    pub fn create(&self, obj: Value) -> Result<Value, ApiError> {
+        let resource = self.resource_of(&obj)?;
+        let created =
+            self.shared
+                .store
+                .lock()
+                .expect("store lock")
+                .create(&resource, obj, &Self::stamp())?;
+        Ok((*created).clone())
+    }
+
+    /// Replaces an object whole — status included, whatever resourceVersion it carries (the
+    /// test is the controller here). An unchanged object causes no event.
+    pub fn update(&self, obj: Value) -> Result<Value, ApiError> {
+        let resource = self.resource_of(&obj)?;
+        let ns = if resource.namespaced {
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        } else {
+            String::new()
+        };
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let updated = self
+            .shared
+            .store
+            .lock()
+            .expect("store lock")
+            .replace(&resource, &ns, &name, obj, None, false, false)?;
+        Ok((*updated).clone())
+    }
+
+    /// Creates the object, or replaces it when it exists.
+    pub fn apply(&self, obj: Value) -> Result<Value, ApiError> {
+        match self.create(obj.clone()) {
+            Err(e) if e.reason == "AlreadyExists" => self.update(obj),
+            other => other,
+        }
+    }
+
+    /// Deletes an object (`namespace` is ignored for a cluster-scoped kind). A Namespace
+    /// takes its objects along.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let resource = self.resource(api_version, kind)?;
+        let ns = if resource.namespaced { namespace } else { "" };
+        let gone = self
+            .shared
+            .store
+            .lock()
+            .expect("store lock")
+            .delete(&resource, ns, name)?;
+        Ok((*gone).clone())
+    }
+
+    /// Serves one version of a CRD. The node agent's CRDs (DanmNetworkPolicy, DanmEp,
+    /// MultiNetworkPolicy v1beta1/v1beta2) are known by group, version and kind; any other
+    /// kind is served under its lower-cased plural (`Widget` → `widgets`).
+    pub fn install_crd(&self, group: &str, version: &str, kind: &str) {
+        let resource = known_crds()
+            .into_iter()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+            .unwrap_or_else(|| ResourceType {
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+                plural: format!("{}s", kind.to_ascii_lowercase()),
+                namespaced: true,
+                short_names: Vec::new(),
+            });
+        self.shared
+            .catalogue
+            .lock()
+            .expect("catalogue lock")
+            .install(resource);
+    }
+
+    /// Stops serving one version of a CRD: its paths answer 404 and it leaves discovery. When
+    /// no version is left, its objects are deleted and its watches end (as the real server
+    /// does when a CRD is deleted).
+    pub fn uninstall_crd(&self, group: &str, version: &str, kind: &str) {
+        let mut catalogue = self.shared.catalogue.lock().expect("catalogue lock");
+        if let Some(removed) = catalogue.uninstall(group, version, kind) {
+            let key = removed.storage_key();
+            if !catalogue.serves_storage(&key) {
+                self.shared
+                    .store
+                    .lock()
+                    .expect("store lock")
+                    .drop_storage(&key);
+            }
+        }
+    }
+
+    /// Forgets the history: a watch or LIST from any older resourceVersion is now 410 Expired
+    /// (open watches go on; cut them with [`FakeApiServer::drop_watches`]).
+    pub fn compact(&self) {
+        self.shared.store.lock().expect("store lock").compact();
+    }
+
+    /// Cuts every open watch connection mid-stream (no final chunk): the client sees a broken
+    /// connection, not a clean end.
+    pub fn drop_watches(&self) {
+        self.shared.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Stops listening and drops every connection: new connections are refused until
+    /// [`FakeApiServer::restart`]. The state is kept.
+    pub async fn stop(&self) {
+        let accept = self.accept.lock().expect("accept lock").take();
+        if let Some(accept) = accept {
+            accept.abort();
+            // Returns once the loop is dropped: the listener is closed and the connections
+            // are aborted.
+            let _ = accept.await;
+        }
+    }
+
+    /// Serves again on the same address with the same state.
+    pub async fn restart(&self) -> io::Result<()> {
+        self.stop().await;
+        let listener = bind(self.addr)?;
+        let accept = tokio::spawn(accept_loop(listener, self.shared.clone()));
+        *self.accept.lock().expect("accept lock") = Some(accept);
+        Ok(())
+    }
+
+    /// While set, every request is answered 503 ServiceUnavailable (open watches go on).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.shared.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> RequestLog {
+        RequestLog(self.shared.log.lock().expect("log lock").clone())
+    }
+
+    pub fn clear_requests(&self) {
+        self.shared.log.lock().expect("log lock").clear();
+    }
+
+    /// Every stored object of a kind name (`Pod`; all groups that serve that name, e.g. both
+    /// Event APIs), sorted by namespace and name within each storage.
+    pub fn objects(&self, kind: &str) -> Vec<Value> {
+        let keys: Vec<_> = {
+            let catalogue = self.shared.catalogue.lock().expect("catalogue lock");
+            let mut keys: Vec<_> = catalogue
+                .by_kind_name(kind)
+                .map(|r| r.storage_key())
+                .collect();
+            keys.dedup();
+            keys
+        };
+        let store = self.shared.store.lock().expect("store lock");
+        keys.iter()
+            .flat_map(|k| store.all(k))
+            .map(|o| (*o).clone())
+            .collect()
+    }
+
+    /// One stored object, if it exists.
+    pub fn object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let resource = self.resource(api_version, kind).ok()?;
+        let ns = if resource.namespaced { namespace } else { "" };
+        let obj =
+            self.shared
+                .store
+                .lock()
+                .expect("store lock")
+                .get(&resource.storage_key(), ns, name)?;
+        Some((*obj).clone())
+    }
+
+    /// The current (latest) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.lock().expect("store lock").current_rv()
+    }
+}
+
+/// A kubeconfig for a server URL, no credentials.
+pub fn kubeconfig_for(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: netwarden-kube-fake
+  cluster:
+    server: {url}
+users:
+- name: netwarden-kube-fake
+  user: {{}}
+contexts:
+- name: netwarden-kube-fake
+  context:
+    cluster: netwarden-kube-fake
+    user: netwarden-kube-fake
+    namespace: default
+current-context: netwarden-kube-fake
+"
+    )
+}

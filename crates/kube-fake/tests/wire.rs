@@ -1,0 +1,290 @@
+//! The exact wire format, read over a raw TCP connection: a 410 inside a watch stream, a
+//! BOOKMARK, the clean end of a timed-out watch, the abrupt end of a cut one, and a 410 LIST.
+
+use std::time::Duration;
+
+use netwarden_kube_fake::{FakeApiServer, ServerOptions};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A raw HTTP/1.1 response: status, headers (lower-cased names), the raw body bytes, and the
+/// body with chunked encoding removed.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// Whether the body ended with the last (zero-length) chunk.
+    complete: bool,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        std::str::from_utf8(&self.body)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("line {l:?}: {e}")))
+            .collect()
+    }
+}
+
+fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return (out, false);
+        };
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&raw[..eol]).unwrap().trim(), 16).unwrap();
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            return (out, true);
+        }
+        if raw.len() < size + 2 {
+            out.extend_from_slice(&raw[..raw.len().min(size)]);
+            return (out, false);
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
+}
+
+/// Sends a GET with `Connection: close` and reads until the server closes the connection.
+async fn get(server: &FakeApiServer, path_and_query: &str) -> Raw {
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    let request = format!("GET {path_and_query} HTTP/1.1\r\nHost: fake\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        // A cut connection may end with a reset: keep what was read.
+        let mut chunk = [0u8; 8192];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the response ends within the wait");
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header block");
+    let head = std::str::from_utf8(&buf[..split]).unwrap();
+    let mut head_lines = head.split("\r\n");
+    let status = head_lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = head_lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let rest = &buf[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v == "chunked");
+    let (body, complete) = if chunked {
+        dechunk(rest)
+    } else {
+        (rest.to_vec(), true)
+    };
+    Raw {
+        status,
+        headers,
+        body,
+        complete,
+    }
+}
+
+async fn server_with_pods() -> FakeApiServer {
+    let options = ServerOptions {
+        bookmark_interval: Duration::from_millis(300),
+        ..ServerOptions::default()
+    };
+    let server = FakeApiServer::start(options).await.unwrap();
+    server
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}))
+        .unwrap();
+    for name in ["p1", "p2"] {
+        server
+            .create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "a"}}))
+            .unwrap();
+    }
+    server
+}
+
+#[tokio::test]
+async fn a_watch_from_a_forgotten_version_gets_a_410_error_event() {
+    let server = server_with_pods().await;
+    let old = server.resource_version() - 1;
+    server.compact();
+    let current = server.resource_version();
+    let raw = get(
+        &server,
+        &format!("/api/v1/namespaces/a/pods?watch=true&resourceVersion={old}&timeoutSeconds=5"),
+    )
+    .await;
+    // The request succeeds; the failure is the one event in the stream, which then ends.
+    assert_eq!(raw.status, 200);
+    assert_eq!(raw.header("transfer-encoding"), Some("chunked"));
+    assert!(raw.complete);
+    assert_eq!(
+        raw.lines(),
+        [json!({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("too old resource version: {old} ({current})"),
+            "reason": "Expired", "code": 410,
+        }})]
+    );
+    // The same version on a LIST with resourceVersionMatch=Exact is an HTTP 410.
+    let list = get(
+        &server,
+        &format!("/api/v1/pods?resourceVersion={old}&resourceVersionMatch=Exact"),
+    )
+    .await;
+    assert_eq!(list.status, 410);
+    let status: Value = serde_json::from_slice(&list.body).unwrap();
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str()),
+        (Some("Status"), Some("Expired"))
+    );
+}
+
+#[tokio::test]
+async fn bookmarks_carry_only_kind_api_version_and_resource_version_and_timeouts_end_cleanly() {
+    let server = server_with_pods().await;
+    let rv = server.resource_version();
+    let raw = get(
+        &server,
+        &format!("/api/v1/namespaces/a/pods?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=1"),
+    )
+    .await;
+    assert_eq!(raw.status, 200);
+    assert!(raw.complete, "a timed-out watch ends with the last chunk");
+    let lines = raw.lines();
+    assert!(!lines.is_empty(), "at least one bookmark in a second");
+    for line in &lines {
+        assert_eq!(
+            line,
+            &json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": rv.to_string()}}})
+        );
+    }
+}
+
+#[tokio::test]
+async fn send_initial_events_gives_added_then_the_annotated_bookmark() {
+    let server = server_with_pods().await;
+    let raw = get(
+        &server,
+        "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds=1",
+    )
+    .await;
+    let lines = raw.lines();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(&types[..3], ["ADDED", "ADDED", "BOOKMARK"]);
+    assert_eq!(
+        lines[2]["object"]["metadata"]["annotations"],
+        json!({"k8s.io/initial-events-end": "true"})
+    );
+    assert_eq!(
+        lines[2]["object"]["metadata"]["resourceVersion"],
+        server.resource_version().to_string()
+    );
+    // Without bookmarks the request is invalid, as on the real server.
+    let bad = get(
+        &server,
+        "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+    )
+    .await;
+    assert_eq!(bad.status, 422);
+}
+
+#[tokio::test]
+async fn drop_watches_cuts_the_stream_without_its_last_chunk() {
+    let server = server_with_pods().await;
+    let rv = server.resource_version();
+    let path =
+        format!("/api/v1/namespaces/a/pods?watch=true&resourceVersion={rv}&timeoutSeconds=30");
+    let reading = tokio::spawn({
+        let addr = server.addr();
+        async move {
+            // Re-create a handle-free client: the server object stays with the test.
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let request = format!("GET {path} HTTP/1.1\r\nHost: fake\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buf
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server
+        .create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p3", "namespace": "a"}}))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.drop_watches();
+    let buf = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .unwrap()
+        .unwrap();
+    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let (body, complete) = dechunk(&buf[split + 4..]);
+    assert!(!complete, "a cut watch must not look like a clean end");
+    let line: Value = serde_json::from_slice(body.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(
+        (
+            line["type"].as_str(),
+            line["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("p3"))
+    );
+}
+
+#[tokio::test]
+async fn discovery_and_not_installed_crds_on_the_wire() {
+    let server = server_with_pods().await;
+    let raw = get(&server, "/apis/danm.k8s.io/v1/namespaces/a/danmeps").await;
+    assert_eq!(raw.status, 404);
+    let status: Value = serde_json::from_slice(&raw.body).unwrap();
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str()),
+        (Some("Status"), Some("NotFound"))
+    );
+    server.install_crd("danm.k8s.io", "v1", "DanmEp");
+    assert_eq!(
+        get(&server, "/apis/danm.k8s.io/v1/namespaces/a/danmeps")
+            .await
+            .status,
+        200
+    );
+    let list: Value =
+        serde_json::from_slice(&get(&server, "/apis/danm.k8s.io/v1").await.body).unwrap();
+    assert_eq!(list["kind"], "APIResourceList");
+    assert_eq!(list["resources"][0]["name"], "danmeps");
+    let groups: Value = serde_json::from_slice(&get(&server, "/apis").await.body).unwrap();
+    assert!(groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["name"] == "danm.k8s.io"));
+}

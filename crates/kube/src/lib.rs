@@ -1,0 +1,415 @@
+//! The Kubernetes side of `netwarden run --kube`: one `kube::runtime::watcher` per watched
+//! kind, each event reduced at the edge into a [`ClusterSet`], and a wake-up for the agent
+//! loop when something it reads changed.
+//!
+//! ```text
+//!  API server ──watch──▶ task per kind ──upsert/remove──▶ ClusterSet (reduced objects only)
+//!                          │                                     │
+//!                          └─ WatchStatus (listed, failing)      └─ Pending (oldest receipt)
+//!                                                                         │ Condvar
+//!  agent loop (sync thread) ◀── KubeSource::wait(interval) ───────────────┘
+//!        └── KubeSource::inventory() → engine → kernel
+//! ```
+//!
+//! The agent never sees raw objects: an event that does not change the reduced object
+//! ([`ClusterSet::upsert`] returns false) wakes nothing. There is no periodic relist: the
+//! watchers list again only when they must (410 Gone, a lost connection); objects deleted while
+//! a watch was down are dropped when its relist completes (`InitDone`). An optional kind (a
+//! CRD) the cluster does not serve is skipped with one warning and picked up when discovery,
+//! polled every [`KubeOptions::discovery_interval`], finds it; MultiNetworkPolicy is watched at
+//! the first of its versions the cluster serves.
+//!
+//! The watchers run on a small tokio runtime owned by the [`KubeSource`]; the agent loop stays
+//! synchronous and blocks in [`KubeSource::wait`].
+#![forbid(unsafe_code)]
+
+pub mod kinds;
+pub mod status;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use netwarden_manifest::{ClusterKey, ClusterSet, Inventory, LoadOptions};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+pub use crate::kinds::{watched, WatchedKind, WATCHED_KINDS};
+pub use crate::status::{KindState, KindStatus, WatchStatus};
+
+/// How to reach the cluster and what to watch.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// A kubeconfig file; `None`: `KUBECONFIG`, `~/.kube/config`, then in-cluster (as kubectl).
+    pub kubeconfig: Option<PathBuf>,
+    pub load: LoadOptions,
+    /// How often discovery is asked again for optional kinds not served yet.
+    pub discovery_interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("cannot start the watchers' runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot read kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no Kubernetes client configuration (KUBECONFIG, ~/.kube/config or in-cluster): {0}")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("cannot create the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// What happened since the agent last took the inventory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Reduced objects that changed (0: only the status changed, or nothing).
+    pub changes: u64,
+    /// When the oldest of those changes was received from the API (for event-to-apply
+    /// latency).
+    pub oldest: Option<Instant>,
+    /// A watcher's status changed (listed, failing, recovered).
+    pub status_changed: bool,
+}
+
+impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.changes == 0 && !self.status_changed
+    }
+}
+
+/// State shared by the watch tasks and the agent loop.
+#[derive(Debug)]
+struct Shared {
+    cluster: Mutex<ClusterSet>,
+    status: Mutex<WatchStatus>,
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    fn changed(&self, received: Instant) {
+        let mut p = lock(&self.pending);
+        p.changes += 1;
+        p.oldest.get_or_insert(received);
+        self.wake.notify_all();
+    }
+
+    fn status(&self, update: impl FnOnce(&mut WatchStatus)) {
+        let before = lock(&self.status).clone();
+        let mut status = lock(&self.status);
+        update(&mut status);
+        if *status != before {
+            drop(status);
+            lock(&self.pending).status_changed = true;
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// The watchers of one cluster, feeding one [`ClusterSet`].
+pub struct KubeSource {
+    shared: Arc<Shared>,
+    /// Owns the watch tasks: dropping the source stops them.
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl KubeSource {
+    /// Connects (reading the client configuration now, so a bad kubeconfig fails at start) and
+    /// starts one watcher per kind of [`watched`]`(load.network_policy_enabled)`.
+    pub fn start(options: KubeOptions) -> Result<KubeSource, KubeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("kube-watch")
+            .enable_all()
+            .build()
+            .map_err(KubeError::Runtime)?;
+        let client = runtime.block_on(client(options.kubeconfig.as_deref()))?;
+        let shared = Arc::new(Shared {
+            cluster: Mutex::new(ClusterSet::new(options.load.clone())),
+            status: Mutex::new(WatchStatus::default()),
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+        });
+        for kind in watched(options.load.network_policy_enabled) {
+            let state = if kind.optional {
+                KindState::Discovering
+            } else {
+                KindState::Watching {
+                    version: kind.versions[0],
+                }
+            };
+            lock(&shared.status).track(kind.kind, state);
+        }
+        for kind in watched(options.load.network_policy_enabled) {
+            let (client, shared) = (client.clone(), shared.clone());
+            if kind.optional {
+                runtime.spawn(discover_then_watch(
+                    client,
+                    shared,
+                    kind,
+                    options.discovery_interval,
+                ));
+            } else {
+                runtime.spawn(watch(client, shared, kind, kind.versions[0]));
+            }
+        }
+        Ok(KubeSource {
+            shared,
+            _runtime: runtime,
+        })
+    }
+
+    /// Waits until something is pending or `timeout` passes, then takes what is pending.
+    pub fn wait(&self, timeout: Duration) -> Pending {
+        let pending = lock(&self.shared.pending);
+        let (mut pending, _) = self
+            .shared
+            .wake
+            .wait_timeout_while(pending, timeout, |p| p.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *pending)
+    }
+
+    /// The cluster as reduced now.
+    pub fn inventory(&self) -> Inventory {
+        lock(&self.shared.cluster).inventory()
+    }
+
+    /// Objects held per kind.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        lock(&self.shared.cluster).counts()
+    }
+
+    pub fn status(&self) -> WatchStatus {
+        lock(&self.shared.status).clone()
+    }
+}
+
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, KubeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                KubeError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|source| KubeError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer().await.map_err(KubeError::Infer)?,
+    };
+    Client::try_from(config).map_err(KubeError::Client)
+}
+
+/// Asks discovery, every `interval`, for the first served version of an optional kind; then
+/// watches it. Says once that the kind is absent.
+async fn discover_then_watch(
+    client: Client,
+    shared: Arc<Shared>,
+    kind: &'static WatchedKind,
+    interval: Duration,
+) {
+    let mut warned = false;
+    loop {
+        match served_version(&client, kind).await {
+            Ok(Some(version)) => {
+                if warned {
+                    info!("{} is now served ({version}): watching it", kind.kind);
+                }
+                shared.status(|s| s.set_state(kind.kind, KindState::Watching { version }));
+                return watch(client, shared, kind, version).await;
+            }
+            Ok(None) => {
+                if !warned {
+                    warn!(
+                        "{} ({}) is not served by the cluster (CRD not installed?): skipped until it is",
+                        kind.kind,
+                        kind.versions
+                            .iter()
+                            .map(|v| kind.api_version(v))
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    );
+                    warned = true;
+                }
+                shared.status(|s| s.set_state(kind.kind, KindState::Absent));
+            }
+            Err(e) => {
+                debug!("discovery of {} failed: {e}", kind.kind);
+                shared.status(|s| s.failed(kind.kind, format!("discovery: {e}")));
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// The first of `kind.versions` whose discovery document lists `kind.plural`.
+async fn served_version(
+    client: &Client,
+    kind: &WatchedKind,
+) -> Result<Option<&'static str>, kube::Error> {
+    for version in kind.versions {
+        let api_version = kind.api_version(version);
+        let listed = if kind.group.is_empty() {
+            client.list_core_api_resources(version).await
+        } else {
+            client.list_api_group_resources(&api_version).await
+        };
+        match listed {
+            Ok(list) if list.resources.iter().any(|r| r.name == kind.plural) => {
+                return Ok(Some(version))
+            }
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+fn api_resource(kind: &WatchedKind, version: &str) -> ApiResource {
+    ApiResource {
+        group: kind.group.to_string(),
+        version: version.to_string(),
+        api_version: kind.api_version(version),
+        kind: kind.kind.to_string(),
+        plural: kind.plural.to_string(),
+    }
+}
+
+/// The object as JSON, with the apiVersion and kind it was watched as (list items may lack
+/// them).
+fn to_json(object: &DynamicObject, resource: &ApiResource) -> Option<Value> {
+    let mut value = serde_json::to_value(object).ok()?;
+    let map = value.as_object_mut()?;
+    map.insert("apiVersion".into(), resource.api_version.clone().into());
+    map.insert("kind".into(), resource.kind.clone().into());
+    Some(value)
+}
+
+/// Watches one kind cluster-wide, forever (the watcher retries with backoff).
+async fn watch(
+    client: Client,
+    shared: Arc<Shared>,
+    kind: &'static WatchedKind,
+    version: &'static str,
+) {
+    let resource = api_resource(kind, version);
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    // Objects seen by the list in progress, to drop those deleted while the watch was down.
+    let mut listed: Option<BTreeSet<ClusterKey>> = None;
+    let upsert = |object: &DynamicObject, received: Instant| -> Option<ClusterKey> {
+        let value = to_json(object, &resource)?;
+        let key = ClusterKey::of(&value);
+        if lock(&shared.cluster).upsert(&value) {
+            shared.changed(received);
+        }
+        Some(key)
+    };
+    while let Some(item) = stream.next().await {
+        let received = Instant::now();
+        let event = match item {
+            Ok(event) => event,
+            Err(e) => {
+                warn!("watch of {}: {e} (retrying)", kind.kind);
+                shared.status(|s| s.failed(kind.kind, e.to_string()));
+                continue;
+            }
+        };
+        match event {
+            Event::Init => {
+                listed = Some(BTreeSet::new());
+                shared.status(|s| s.list_started(kind.kind));
+            }
+            Event::InitApply(object) => {
+                if let (Some(key), Some(listed)) = (upsert(&object, received), listed.as_mut()) {
+                    listed.insert(key);
+                }
+            }
+            Event::InitDone => {
+                if let Some(present) = listed.take() {
+                    let gone = lock(&shared.cluster).retain_kind(kind.kind, &present);
+                    if !gone.is_empty() {
+                        debug!("{}: {} deleted while not watched", kind.kind, gone.len());
+                        shared.changed(received);
+                    }
+                }
+                shared.status(|s| s.list_done(kind.kind));
+            }
+            Event::Apply(object) => {
+                upsert(&object, received);
+                shared.status(|s| s.progressed(kind.kind));
+            }
+            Event::Delete(object) => {
+                let namespace = object.metadata.namespace.clone().unwrap_or_default();
+                let name = object.metadata.name.clone().unwrap_or_default();
+                if lock(&shared.cluster).remove(kind.kind, &namespace, &name) {
+                    shared.changed(received);
+                }
+                shared.status(|s| s.progressed(kind.kind));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_are_typed_by_the_resource_they_were_watched_as() {
+        let kind = WATCHED_KINDS
+            .iter()
+            .find(|k| k.kind == "MultiNetworkPolicy")
+            .unwrap();
+        let resource = api_resource(kind, "v1beta1");
+        let mut object = DynamicObject::new("p", &resource).within("ns");
+        object.types = None;
+        let value = to_json(&object, &resource).unwrap();
+        assert_eq!(value["apiVersion"], "k8s.cni.cncf.io/v1beta1");
+        assert_eq!(value["kind"], "MultiNetworkPolicy");
+        assert_eq!(
+            ClusterKey::of(&value),
+            ClusterKey::new("MultiNetworkPolicy", "ns", "p")
+        );
+    }
+
+    #[test]
+    fn waiting_returns_what_is_pending_once() {
+        let shared = Shared {
+            cluster: Mutex::new(ClusterSet::new(LoadOptions::default())),
+            status: Mutex::new(WatchStatus::default()),
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+        };
+        let t0 = Instant::now();
+        shared.changed(t0);
+        shared.changed(Instant::now());
+        let p = std::mem::take(&mut *lock(&shared.pending));
+        assert_eq!(p.changes, 2);
+        assert_eq!(p.oldest, Some(t0), "latency counts from the oldest change");
+        shared.status(|s| s.track("Pod", KindState::Absent));
+        assert!(lock(&shared.pending).status_changed);
+    }
+}

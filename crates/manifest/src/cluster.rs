@@ -1,0 +1,352 @@
+//! [`ClusterSet`]: the objects of a live cluster, as a watch delivers them one at a time,
+//! reduced by exactly the code that loads manifests.
+//!
+//! Each object is kept as the first pass (`read`) of a one-document "file" named by its kind,
+//! namespace and name, and [`ClusterSet::inventory`] runs the loader's second pass (`assemble`)
+//! over all of them. So the cluster and a directory holding the same objects give the same
+//! [`Inventory`], problems included (kind, `ns/name`, field, reason), and the agent feeds the
+//! engine the same way from both.
+//!
+//! Only reduced objects are held (labels, addresses, ports, policy specs), never a full Pod
+//! spec or status: memory follows what the engine needs, not what the API server stores.
+//! [`ClusterSet::upsert`] says whether the reduced object changed, so an update that touches
+//! nothing netwarden reads (`status.conditions`, `resourceVersion`, `managedFields`, a
+//! container image) causes no work downstream.
+//!
+//! An update the reader rejects (a field of the wrong type in a policy CRD, say) keeps the last
+//! good version of that object, with a warning, exactly as a manifest file being edited does
+//! ([`crate::ManifestSet`]); only a delete (or a relist that no longer has it) removes an
+//! object.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::assemble::{assemble, Part};
+use crate::read::FileRead;
+use crate::set::merge;
+use crate::{Inventory, LoadOptions};
+
+/// What problems name as the "file" of an object read from the cluster.
+pub const CLUSTER_SOURCE: &str = "cluster";
+
+/// How the API names an object: kind, namespace (`""` for cluster-scoped kinds) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterKey {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ClusterKey {
+    pub fn new(
+        kind: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        ClusterKey {
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of an object as the API serves it (missing parts read as `""`: such an object
+    /// is still held, with the reader's problem, so that its delete finds it).
+    pub fn of(object: &Value) -> Self {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+        let meta = object.get("metadata");
+        ClusterKey {
+            kind: text(object.get("kind")),
+            namespace: text(meta.and_then(|m| m.get("namespace"))),
+            name: text(meta.and_then(|m| m.get("name"))),
+        }
+    }
+}
+
+impl fmt::Display for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// The cluster's objects, reduced; see the [module documentation](self).
+#[derive(Debug)]
+pub struct ClusterSet {
+    opts: LoadOptions,
+    /// One first pass per object; only objects of the kinds netwarden reads (and those of its
+    /// kinds that could not be read, with their problems) are held.
+    objects: BTreeMap<ClusterKey, FileRead>,
+}
+
+impl ClusterSet {
+    pub fn new(opts: LoadOptions) -> Self {
+        ClusterSet {
+            opts,
+            objects: BTreeMap::new(),
+        }
+    }
+
+    /// Adds or replaces one object (JSON as the API serves it, with `apiVersion` and `kind`).
+    /// Returns whether the reduced object (or its problems) changed: `false` means nothing
+    /// netwarden reads changed, and no work should follow.
+    pub fn upsert(&mut self, object: &Value) -> bool {
+        let key = ClusterKey::of(object);
+        let mut seen = FileRead {
+            documents: 1,
+            ..FileRead::default()
+        };
+        seen.add_value(CLUSTER_SOURCE, &key.to_string(), object);
+        let previous = self.objects.get(&key);
+        let next = merge(CLUSTER_SOURCE, previous.cloned(), seen);
+        if next.entries.is_empty() && next.file_problems.is_empty() {
+            // Not one of our kinds (or nothing of it to keep).
+            return self.objects.remove(&key).is_some();
+        }
+        if previous == Some(&next) {
+            return false;
+        }
+        self.objects.insert(key, next);
+        true
+    }
+
+    /// Removes one object; returns whether it was held.
+    pub fn remove(&mut self, kind: &str, namespace: &str, name: &str) -> bool {
+        self.objects
+            .remove(&ClusterKey::new(kind, namespace, name))
+            .is_some()
+    }
+
+    /// After a relist of `kind`: removes the objects of that kind not in `present` (they were
+    /// deleted while the watch was down). Returns the keys removed.
+    pub fn retain_kind(&mut self, kind: &str, present: &BTreeSet<ClusterKey>) -> Vec<ClusterKey> {
+        let gone: Vec<ClusterKey> = self
+            .objects
+            .keys()
+            .filter(|k| k.kind == kind && !present.contains(*k))
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.objects.remove(key);
+        }
+        gone
+    }
+
+    /// How many objects of each kind are held.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for key in self.objects.keys() {
+            *counts.entry(key.kind.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Everything held, through the loader's second pass (DanmEps joined to pods,
+    /// EndpointSlices to Services, implicit namespaces added), with every problem.
+    pub fn inventory(&self) -> Inventory {
+        assemble(self.objects.values().map(Part::File), &self.opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_str, Severity};
+    use serde_json::json;
+
+    fn pod(name: &str, labels: Value, node: &str, ip: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels,
+                         "resourceVersion": "1", "uid": "u-1",
+                         "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1",
+                     "ports": [{"name": "http", "containerPort": 80}]}]},
+            "status": {"podIPs": [{"ip": ip}], "phase": "Running",
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        })
+    }
+
+    fn objects() -> Vec<Value> {
+        vec![
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": "ns", "labels": {"team": "a"}}}),
+            pod("a", json!({"app": "web"}), "n1", "10.0.0.1"),
+            pod("b", json!({"app": "db"}), "n2", "10.0.0.2"),
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                   "metadata": {"name": "deny", "namespace": "ns"},
+                   "spec": {"podSelector": {"matchLabels": {"app": "db"}},
+                            "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}]}}),
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "db", "namespace": "ns"},
+                   "spec": {"clusterIP": "10.96.0.10", "selector": {"app": "db"},
+                            "ports": [{"port": 5432}]}}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "db-x", "namespace": "ns",
+                                "labels": {"kubernetes.io/service-name": "db"}},
+                   "addressType": "IPv4",
+                   "endpoints": [{"addresses": ["10.0.0.2"], "conditions": {"ready": true}}]}),
+            // Not ours: ignored by both.
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "d", "namespace": "ns"}}),
+        ]
+    }
+
+    /// The inventory with every list in a canonical order (a directory loads in file order,
+    /// the cluster in key order).
+    fn sorted(mut inv: Inventory) -> Inventory {
+        inv.namespaces.sort_by(|a, b| a.name.cmp(&b.name));
+        inv.pods.sort_by(|a, b| a.key.cmp(&b.key));
+        inv.policies.sort_by_key(|p| p.reference());
+        inv.services.sort_by(|a, b| a.key.cmp(&b.key));
+        inv.problems.sort_by_key(|p| p.to_string());
+        inv
+    }
+
+    fn as_file(objects: &[Value]) -> Inventory {
+        let text: String = objects.iter().map(|o| format!("---\n{o}\n")).collect();
+        parse_str(CLUSTER_SOURCE, &text, &LoadOptions::default())
+    }
+
+    #[test]
+    fn the_cluster_reduces_objects_as_the_loader_does() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        for o in objects() {
+            set.upsert(&o);
+        }
+        let inv = set.inventory();
+        assert_eq!(sorted(inv.clone()), sorted(as_file(&objects())));
+        assert_eq!(inv.pods.len(), 2);
+        let a = inv.pods.iter().find(|p| p.key.name == "a").unwrap();
+        assert_eq!(a.node_name.as_deref(), Some("n1"));
+        assert_eq!(inv.services.len(), 1);
+        assert_eq!(
+            set.counts().get("Deployment"),
+            None,
+            "other kinds are not held"
+        );
+        assert_eq!(set.counts()["Pod"], 2);
+    }
+
+    #[test]
+    fn changes_nobody_reads_cause_no_work() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        let original = pod("a", json!({"app": "web"}), "n1", "10.0.0.1");
+        assert!(set.upsert(&original), "a new object is a change");
+        assert!(!set.upsert(&original), "the same object again is not");
+        let mut touched = original.clone();
+        touched["metadata"]["resourceVersion"] = json!("2");
+        touched["metadata"]["managedFields"] = json!([{"manager": "kubectl"}]);
+        touched["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        touched["status"]["phase"] = json!("Succeeded");
+        touched["spec"]["containers"][0]["image"] = json!("busybox:2");
+        assert!(!set.upsert(&touched));
+        // A label is read: a change.
+        let mut relabelled = touched.clone();
+        relabelled["metadata"]["labels"]["app"] = json!("api");
+        assert!(set.upsert(&relabelled));
+        // So is the node (binding a pending pod).
+        let mut moved = relabelled.clone();
+        moved["spec"]["nodeName"] = json!("n2");
+        assert!(set.upsert(&moved));
+        assert_eq!(
+            set.inventory().pods[0].node_name.as_deref(),
+            Some("n2"),
+            "the reduced pod keeps spec.nodeName"
+        );
+        // Other kinds never are.
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                                "metadata": {"name": "d", "namespace": "ns"}});
+        assert!(!set.upsert(&deployment));
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn removal_and_relist() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        for o in objects() {
+            set.upsert(&o);
+        }
+        assert!(set.remove("Pod", "ns", "a"));
+        assert!(!set.remove("Pod", "ns", "a"), "already gone");
+        assert_eq!(set.inventory().pods.len(), 1);
+        // A relist of pods that no longer has `b`; the other kinds are untouched.
+        let gone = set.retain_kind("Pod", &BTreeSet::new());
+        assert_eq!(gone, [ClusterKey::new("Pod", "ns", "b")]);
+        let inv = set.inventory();
+        assert!(inv.pods.is_empty());
+        assert_eq!(inv.policies.len(), 1);
+    }
+
+    #[test]
+    fn problems_name_kind_object_and_field_and_keep_the_last_good_version() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        let good = json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmNetworkPolicy",
+                          "metadata": {"name": "p", "namespace": "ns"},
+                          "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}});
+        assert!(set.upsert(&good));
+        let mut bad = good.clone();
+        bad["spec"]["podSelector"] = json!([]);
+        assert!(set.upsert(&bad), "the problem is news");
+        let inv = set.inventory();
+        assert_eq!(inv.policies.len(), 1, "the last good version stays");
+        let error = inv
+            .problems
+            .iter()
+            .find(|p| p.severity == Severity::Error)
+            .expect("the rejection is reported");
+        assert_eq!(
+            (
+                error.file.as_str(),
+                error.kind.as_str(),
+                error.object.as_str(),
+                error.field.as_str()
+            ),
+            (
+                CLUSTER_SOURCE,
+                "DanmNetworkPolicy",
+                "ns/p",
+                "spec.podSelector"
+            ),
+            "{error}"
+        );
+        // The same problems as the loader finds for that object alone.
+        let alone = as_file(std::slice::from_ref(&bad));
+        assert!(alone.problems.contains(error), "{:?}", alone.problems);
+        assert!(inv.problems.iter().any(|p| p.severity == Severity::Warning
+            && p.reason.contains("keeping its last good version")));
+        // A policy never seen good is not loaded.
+        let mut fresh = bad.clone();
+        fresh["metadata"]["name"] = json!("q");
+        set.upsert(&fresh);
+        assert_eq!(set.inventory().policies.len(), 1);
+    }
+
+    #[test]
+    fn a_pod_node_name_of_the_wrong_type_rejects_the_pod() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        let mut p = pod("a", json!({}), "n1", "10.0.0.1");
+        p["spec"]["nodeName"] = json!(7);
+        set.upsert(&p);
+        let inv = set.inventory();
+        assert!(inv.pods.is_empty());
+        assert!(
+            inv.problems.iter().any(|p| p.field == "spec.nodeName"),
+            "{:?}",
+            inv.problems
+        );
+    }
+}

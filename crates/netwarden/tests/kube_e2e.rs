@@ -1,0 +1,377 @@
+//! `netwarden run --kube` end to end: the fake API server (real list/watch over HTTP), the
+//! real `netwarden` binary as a child process with `--node-name n1`, real network namespaces,
+//! real TCP connections (root; fails when `CI=true` without it).
+//!
+//! One pod `web` on node n1 (programmed here) serves TCP 8080 and 8081; a pod `client` on node
+//! n2 (a peer only: this agent never programs it, although its netns annotation names a netns
+//! of this test) connects to it over a veth. Every step changes the cluster through the API and
+//! checks a real connection against what the policies say:
+//! policy added, changed, remote peer relabelled, namespace relabelled, monitor → enforce;
+//! the API server stopped (rules stay, `/readyz` 503), compacted (410 on the relist) and
+//! restarted (converges); the agent killed with SIGKILL mid-stream and restarted (the rules
+//! stay in place meanwhile and it converges); policy deleted; pod deleted.
+//!
+//! Namespaces are `nwk<pid>-…`, removed even when the test fails; traffic only flows between
+//! them.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use netwarden_kube_fake::{FakeApiServer, ServerOptions};
+use netwarden_testing::{
+    assert_connects, assert_refused, listen, netwarden_bin, netwarden_leftovers, root_or_skip,
+    rules_snapshot, veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
+};
+use serde_json::{json, Value};
+
+const NS: &str = "kube-e2e";
+const WEB: &str = "10.231.0.1";
+const CLIENT: &str = "10.231.0.2";
+
+fn namespace(labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": NS, "labels": labels}})
+}
+
+fn pod(name: &str, node: &str, ip: &str, labels: Value, netns: &Path) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": labels,
+                     "annotations": {"netwarden.io/netns": netns.display().to_string()}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+    })
+}
+
+/// Ingress to `app=web` on TCP 8080 only, from the peers `from` (a NetworkPolicy peer list).
+fn policy(from: Value, mode: Option<&str>) -> Value {
+    let mut p = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web-in", "namespace": NS},
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
+                 "ingress": [{"from": from, "ports": [{"protocol": "TCP", "port": 8080}]}]},
+    });
+    if let Some(mode) = mode {
+        p["metadata"]["annotations"] = json!({"netwarden.io/mode": mode});
+    }
+    p
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    Some(resp)
+}
+
+fn ready(addr: SocketAddr) -> bool {
+    http_get(addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The pod `web` and the client that connects to it.
+struct Pair<'a> {
+    web: &'a Path,
+    client: &'a Path,
+}
+
+/// Waits until connecting from the client to `addr` does what `allowed` says (the agent
+/// applies asynchronously); fails with the agent's log and the pod's rules otherwise.
+fn converge(agent: &mut AgentProcess, pair: &Pair<'_>, addr: &str, allowed: bool, why: &str) {
+    let done = wait_until(Duration::from_secs(20), || {
+        agent.assert_running();
+        netwarden_testing::connect(pair.client, addr).is_ok() == allowed
+    });
+    assert!(
+        done,
+        "{why}: {addr} still {}; rules of web:\n{}\nagent log:\n{}",
+        if allowed { "refused" } else { "connects" },
+        rules_snapshot("nft", pair.web),
+        agent.log()
+    );
+    if allowed {
+        assert_connects(pair.client, addr, why);
+    } else {
+        assert_refused(pair.client, addr, why);
+    }
+}
+
+#[test]
+fn kube_agent_end_to_end() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut nss = Namespaces::new("nwk");
+    let web = nss.create("web");
+    let client = nss.create("client");
+    veth(
+        &web,
+        "eth0",
+        &[&format!("{WEB}/24")],
+        &client,
+        "eth0",
+        &[&format!("{CLIENT}/24")],
+    );
+    let _listeners = [
+        listen(&web, &format!("{WEB}:8080")),
+        listen(&web, &format!("{WEB}:8081")),
+    ];
+    let (open, closed) = (format!("{WEB}:8080"), format!("{WEB}:8081"));
+    let pair = Pair {
+        web: &web,
+        client: &client,
+    };
+    wait_reachable(&client, &closed);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .expect("start the fake API server");
+    let dir = TempDir::new("nwk");
+    let kubeconfig = dir.path.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    api.create(namespace(json!({"team": "a"}))).unwrap();
+    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+        .unwrap();
+    api.create(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "client"}),
+        &client,
+    ))
+    .unwrap();
+
+    let metrics = free_port();
+    let log = dir.path.join("agent.log");
+    let args = [
+        "run",
+        "--kube",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--node-name",
+        "n1",
+        "--interval",
+        "200ms",
+        "--no-events-stdout",
+        "--metrics-addr",
+        &metrics.to_string(),
+    ];
+    let start = |log: &Path| AgentProcess::start(&netwarden_bin!(), &args, log);
+    let mut agent = start(&log);
+    agent.wait_for("ready", Duration::from_secs(30), || ready(metrics));
+
+    // No policy: everything connects; nothing programmed anywhere.
+    assert_connects(&client, &closed, "no policy yet");
+    assert!(netwarden_leftovers("nft", &web).is_empty());
+
+    // Policy added: 8080 from app=client only.
+    api.create(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    ))
+    .unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        false,
+        "policy added: 8081 denied",
+    );
+    assert_connects(&client, &open, "policy added: 8080 from app=client");
+    assert!(
+        netwarden_leftovers("nft", &client).is_empty(),
+        "the pod on node n2 is never programmed by n1's agent"
+    );
+
+    // The local pod relabelled: the policy no longer selects it, then again.
+    api.update(pod("web", "n1", WEB, json!({"app": "webx"}), &web))
+        .unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        true,
+        "local pod relabelled away",
+    );
+    api.update(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+        .unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        false,
+        "local pod relabelled back",
+    );
+
+    // The remote peer relabelled: it no longer matches.
+    api.update(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "other"}),
+        &client,
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &open, false, "peer relabelled away");
+    api.update(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "client"}),
+        &client,
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &open, true, "peer relabelled back");
+
+    // Policy changed to a namespaceSelector; then the namespace relabelled.
+    api.update(policy(
+        json!([{"namespaceSelector": {"matchLabels": {"team": "a"}}}]),
+        None,
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &open, true, "namespace team=a allowed");
+    api.update(namespace(json!({"team": "b"}))).unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &open,
+        false,
+        "namespace relabelled to team=b",
+    );
+    api.update(namespace(json!({"team": "a"}))).unwrap();
+    converge(&mut agent, &pair, &open, true, "namespace relabelled back");
+
+    // Monitor, then enforce.
+    api.update(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        Some("monitor"),
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &closed, true, "monitor: 8081 passes");
+    api.update(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        Some("enforce"),
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &closed, false, "enforce: 8081 denied");
+
+    // API outage: rules stay, not ready; meanwhile the policy changes and history is compacted
+    // (the watchers' resume is 410 Gone: they relist).
+    runtime.block_on(api.stop());
+    agent.wait_for(
+        "not ready while the API is down",
+        Duration::from_secs(30),
+        || !ready(metrics),
+    );
+    assert_refused(&client, &closed, "API down: the rules stay");
+    assert_connects(&client, &open, "API down: the rules stay");
+    api.update(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "nobody"}}}]),
+        None,
+    ))
+    .unwrap();
+    api.compact();
+    runtime.block_on(api.restart()).unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &open,
+        false,
+        "caught up after the outage",
+    );
+    agent.wait_for("ready again", Duration::from_secs(30), || ready(metrics));
+    let text = http_get(metrics, "/metrics").unwrap();
+    assert!(text.contains("netwarden_objects{kind=\"Pod\"} 2"), "{text}");
+    assert!(text.contains("netwarden_event_to_apply_seconds_count"));
+
+    // SIGKILL mid-stream; the rules stay while no agent runs; the restarted agent converges
+    // on what changed meanwhile, and never removes the rules in place first.
+    agent.kill();
+    api.update(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    ))
+    .unwrap();
+    assert_refused(&client, &closed, "no agent: the rules stay");
+    let mut agent = start(&log);
+    for _ in 0..10 {
+        assert_refused(&client, &closed, "restarting agent: no window");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    converge(&mut agent, &pair, &open, true, "restarted agent converged");
+    assert_refused(&client, &closed, "restarted agent converged");
+
+    // Policy deleted: open again, nothing left in the pod's netns.
+    api.delete("networking.k8s.io/v1", "NetworkPolicy", NS, "web-in")
+        .unwrap();
+    converge(&mut agent, &pair, &closed, true, "policy deleted");
+    assert!(wait_until(Duration::from_secs(10), || netwarden_leftovers(
+        "nft", &web
+    )
+    .is_empty()));
+
+    // Pod deleted (with a policy that selects it): its rules go. Before that, SIGTERM: the
+    // agent stops cleanly and leaves the rules in place.
+    api.create(policy(json!([]), None)).unwrap();
+    converge(&mut agent, &pair, &closed, false, "deny again");
+    let text = http_get(metrics, "/metrics").unwrap();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("netwarden_event_to_apply_seconds_"))
+    {
+        eprintln!("{line}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = wait_until(Duration::from_secs(10), || {
+        agent.child.try_wait().unwrap().is_some()
+    });
+    assert!(stopped, "SIGTERM: the agent stops; log:\n{}", agent.log());
+    assert!(agent.child.wait().unwrap().success(), "{}", agent.log());
+    assert!(agent.log().contains("stopping; the rules in place stay"));
+    assert_refused(&client, &closed, "stopped agent: the rules stay");
+    let mut agent = start(&log);
+    agent.wait_for("ready after SIGTERM", Duration::from_secs(30), || {
+        ready(metrics)
+    });
+    api.delete("v1", "Pod", NS, "web").unwrap();
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        true,
+        "pod deleted: its rules removed",
+    );
+    assert!(netwarden_leftovers("nft", &client).is_empty());
+    assert!(wait_until(Duration::from_secs(10), || netwarden_leftovers(
+        "nft", &web
+    )
+    .is_empty()));
+
+    // Pod created while the agent runs: programmed at once.
+    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+        .unwrap();
+    converge(&mut agent, &pair, &closed, false, "pod created: isolated");
+    assert_connects(&client, &open, "pod created: 8080 allowed");
+
+    // One watch per kind at a time, and relists only after the outage and the restart.
+    let requests = api.requests();
+    let pod_lists = requests.lists("Pod");
+    assert!(
+        (2..=6).contains(&pod_lists),
+        "pod lists: {pod_lists} (start, outage relist, restart)"
+    );
+    agent.assert_running();
+}
