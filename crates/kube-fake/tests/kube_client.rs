@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, WatchEvent, WatchParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
@@ -34,7 +36,11 @@ async fn setup() -> (FakeApiServer, Client, KubeconfigFile) {
         ..ServerOptions::default()
     };
     let server = FakeApiServer::start(options).await.expect("server starts");
-    let dir = std::env::temp_dir().join(format!("kube-fake-test-{}-{}", std::process::id(), server.addr().port()));
+    let dir = std::env::temp_dir().join(format!(
+        "kube-fake-test-{}-{}",
+        std::process::id(),
+        server.addr().port()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let file = KubeconfigFile(dir.join("kubeconfig"));
     server.write_kubeconfig(&file.0).unwrap();
@@ -134,7 +140,9 @@ async fn list_and_watch_see_create_update_delete_in_order() {
     let api: Api<Pod> = Api::namespaced(client, "a");
     let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
     assert!(matches!(next(&mut stream).await.unwrap(), Event::Init));
-    let Event::InitApply(p) = next(&mut stream).await.unwrap() else { panic!("the existing pod") };
+    let Event::InitApply(p) = next(&mut stream).await.unwrap() else {
+        panic!("the existing pod")
+    };
     assert_eq!(p.name_any(), "before");
     assert!(matches!(next(&mut stream).await.unwrap(), Event::InitDone));
 
@@ -144,14 +152,23 @@ async fn list_and_watch_see_create_update_delete_in_order() {
     server.update(relabelled).unwrap();
     server.delete("v1", "Pod", "a", "p").unwrap();
 
-    let Event::Apply(p) = next(&mut stream).await.unwrap() else { panic!("created") };
-    assert_eq!((p.name_any(), p.labels()["app"].as_str()), ("p".to_string(), "web"));
+    let Event::Apply(p) = next(&mut stream).await.unwrap() else {
+        panic!("created")
+    };
+    assert_eq!(
+        (p.name_any(), p.labels()["app"].as_str()),
+        ("p".to_string(), "web")
+    );
     let rv_created: u64 = p.resource_version().unwrap().parse().unwrap();
     assert!(p.uid().is_some() && p.creation_timestamp().is_some());
-    let Event::Apply(p) = next(&mut stream).await.unwrap() else { panic!("updated") };
+    let Event::Apply(p) = next(&mut stream).await.unwrap() else {
+        panic!("updated")
+    };
     assert_eq!(p.labels()["app"], "db");
     let rv_updated: u64 = p.resource_version().unwrap().parse().unwrap();
-    let Event::Delete(p) = next(&mut stream).await.unwrap() else { panic!("deleted") };
+    let Event::Delete(p) = next(&mut stream).await.unwrap() else {
+        panic!("deleted")
+    };
     assert_eq!(p.name_any(), "p");
     let rv_deleted: u64 = p.resource_version().unwrap().parse().unwrap();
     assert!(rv_created < rv_updated && rv_updated < rv_deleted);
@@ -172,10 +189,19 @@ async fn watch_bookmarks_arrive_at_the_current_version() {
     server
         .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}}))
         .unwrap();
-    let mut events = api.watch(&WatchParams::default().timeout(10), &rv).await.unwrap().boxed();
+    let mut events = api
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
     let event = next(&mut events).await.unwrap();
-    let WatchEvent::Bookmark(bm) = event else { panic!("a bookmark, got {event:?}") };
-    assert_eq!(bm.metadata.resource_version, server.resource_version().to_string());
+    let WatchEvent::Bookmark(bm) = event else {
+        panic!("a bookmark, got {event:?}")
+    };
+    assert_eq!(
+        bm.metadata.resource_version,
+        server.resource_version().to_string()
+    );
     assert_eq!(bm.types.kind, "Pod");
 }
 
@@ -207,6 +233,9 @@ async fn after_compaction_and_cut_watches_the_watcher_relists_and_converges() {
     let mut stream = watcher::watcher(api, watcher::Config::default().disable_bookmarks()).boxed();
     let mut mirror = Mirror::default();
     feed_until(&mut stream, &mut mirror, |m| m.relists == 1).await;
+    // The watcher opens its watch only when polled after InitDone: see one event through it.
+    server.create(pod("p3", "n1", "web")).unwrap();
+    feed_until(&mut stream, &mut mirror, |m| m.objects.contains_key("p3")).await;
 
     // The world moves on while the history is lost.
     server
@@ -228,7 +257,11 @@ async fn after_compaction_and_cut_watches_the_watcher_relists_and_converges() {
     assert_eq!(mirror.names(), server_pod_names(&server));
     let log = server.requests();
     assert_eq!(log.lists("Pod"), 2, "one initial list, one relist");
-    assert!(log.watches("Pod") >= 3, "initial, the 410 one, and after the relist");
+    assert_eq!(
+        log.watches("Pod"),
+        2,
+        "the first watch, and the one answered 410"
+    );
 }
 
 #[tokio::test]
@@ -236,7 +269,9 @@ async fn the_watcher_recovers_from_a_stopped_and_restarted_server() {
     let (server, client, _kc) = setup().await;
     server.create(pod("p0", "n1", "web")).unwrap();
     let api: Api<Pod> = Api::namespaced(client.clone(), "a");
-    let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     let mut mirror = Mirror::default();
     feed_until(&mut stream, &mut mirror, |m| m.relists == 1).await;
 
@@ -252,14 +287,20 @@ async fn the_watcher_recovers_from_a_stopped_and_restarted_server() {
     feed_until(&mut stream, &mut mirror, |m| m.names() == ["p1"]).await;
     assert_eq!(mirror.names(), server_pod_names(&server));
 
-    // 503s are errors too, and the watcher survives them.
+    // 503 to every request: kube's client retries them (15 times, exponential backoff), so
+    // the LIST does not come back within a second; the log shows the 503s. The open watch
+    // goes on.
+    server.clear_requests();
     server.set_unavailable(true);
-    assert_eq!(
-        match probe.list(&ListParams::default()).await {
-            Err(kube::Error::Api(s)) => s.code,
-            other => panic!("503 expected, got {other:?}"),
-        },
-        503
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), probe.list(&ListParams::default()))
+            .await
+            .is_err()
+    );
+    let answered: Vec<u16> = server.requests().iter().map(|r| r.code).collect();
+    assert!(
+        answered.len() >= 2 && answered.iter().all(|&c| c == 503),
+        "{answered:?}"
     );
     server.set_unavailable(false);
     server.create(pod("p2", "n1", "web")).unwrap();
@@ -270,7 +311,9 @@ async fn the_watcher_recovers_from_a_stopped_and_restarted_server() {
 async fn lists_page_by_500_and_pages_are_consistent() {
     let (server, client, _kc) = setup().await;
     for i in 0..1234 {
-        server.create(pod(&format!("p{i:04}"), "n1", "web")).unwrap();
+        server
+            .create(pod(&format!("p{i:04}"), "n1", "web"))
+            .unwrap();
     }
     let api: Api<Pod> = Api::all(client);
     let first = api.list(&ListParams::default().limit(500)).await.unwrap();
@@ -278,8 +321,14 @@ async fn lists_page_by_500_and_pages_are_consistent() {
     let token = first.metadata.continue_.clone().expect("a continue token");
     // A write between pages is not in the rest of this list.
     server.delete("v1", "Pod", "a", "p0999").unwrap();
-    let second = api.list(&ListParams::default().limit(500).continue_token(&token)).await.unwrap();
-    assert_eq!(second.metadata.resource_version, first.metadata.resource_version);
+    let second = api
+        .list(&ListParams::default().limit(500).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
     assert_eq!(second.items[499].name_any(), "p0999");
 
     // The watcher pages by 500: three LISTs for 1,233 pods.
@@ -293,7 +342,10 @@ async fn lists_page_by_500_and_pages_are_consistent() {
     // An expired continue token is 410 Expired.
     server.compact();
     server.create(pod("late", "n1", "web")).unwrap();
-    match api.list(&ListParams::default().limit(500).continue_token(&token)).await {
+    match api
+        .list(&ListParams::default().limit(500).continue_token(&token))
+        .await
+    {
         Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
         other => panic!("410 expected, got {other:?}"),
     }
@@ -306,23 +358,39 @@ async fn selectors_filter_lists_and_watches() {
     server.create(pod("a2", "node-2", "web")).unwrap();
     server.create(pod("a3", "node-1", "db")).unwrap();
     let api: Api<Pod> = Api::all(client);
-    let names = |l: kube::core::ObjectList<Pod>| l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>();
-    let on_node = api.list(&ListParams::default().fields("spec.nodeName=node-1")).await.unwrap();
+    let names =
+        |l: kube::core::ObjectList<Pod>| l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>();
+    let on_node = api
+        .list(&ListParams::default().fields("spec.nodeName=node-1"))
+        .await
+        .unwrap();
     assert_eq!(names(on_node), ["a1", "a3"]);
-    let off_node = api.list(&ListParams::default().fields("spec.nodeName!=node-1")).await.unwrap();
+    let off_node = api
+        .list(&ListParams::default().fields("spec.nodeName!=node-1"))
+        .await
+        .unwrap();
     assert_eq!(names(off_node), ["a2"]);
     let both = api
-        .list(&ListParams::default().fields("spec.nodeName==node-1,metadata.name=a1").labels("app in (web,x)"))
+        .list(
+            &ListParams::default()
+                .fields("spec.nodeName==node-1,metadata.name=a1")
+                .labels("app in (web,x)"),
+        )
         .await
         .unwrap();
     assert_eq!(names(both), ["a1"]);
-    match api.list(&ListParams::default().fields("spec.bogus=1")).await {
+    match api
+        .list(&ListParams::default().fields("spec.bogus=1"))
+        .await
+    {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 400),
         other => panic!("400 expected, got {other:?}"),
     }
 
     // A watch on node-1's web pods: a relabel out is DELETED, back in is ADDED.
-    let config = watcher::Config::default().fields("spec.nodeName=node-1").labels("app=web");
+    let config = watcher::Config::default()
+        .fields("spec.nodeName=node-1")
+        .labels("app=web");
     let mut stream = watcher::watcher(api, config).boxed();
     let mut mirror = Mirror::default();
     feed_until(&mut stream, &mut mirror, |m| m.relists == 1).await;
@@ -353,12 +421,16 @@ async fn a_crd_is_404_until_installed_and_then_discovered() {
     assert!(discovery.has_group("networking.k8s.io"));
 
     server.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
-    let (found, caps) = kube::discovery::pinned_kind(&client, &gvk).await.expect("discovered once installed");
+    let (found, caps) = kube::discovery::pinned_kind(&client, &gvk)
+        .await
+        .expect("discovered once installed");
     assert_eq!(found.plural, "danmnetworkpolicies");
     assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
     server
-        .create(json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmNetworkPolicy",
-            "metadata": {"name": "d", "namespace": "a"}, "spec": {"podSelector": {}}}))
+        .create(
+            json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmNetworkPolicy",
+            "metadata": {"name": "d", "namespace": "a"}, "spec": {"podSelector": {}}}),
+        )
         .unwrap();
     let list = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
@@ -366,14 +438,19 @@ async fn a_crd_is_404_until_installed_and_then_discovered() {
     server.install_crd("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
     server.install_crd("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
     server
-        .create(json!({"apiVersion": "k8s.cni.cncf.io/v1beta1", "kind": "MultiNetworkPolicy",
-            "metadata": {"name": "m", "namespace": "a"}, "spec": {}}))
+        .create(
+            json!({"apiVersion": "k8s.cni.cncf.io/v1beta1", "kind": "MultiNetworkPolicy",
+            "metadata": {"name": "m", "namespace": "a"}, "spec": {}}),
+        )
         .unwrap();
     let v2 = GroupVersionKind::gvk("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
     let (v2r, _) = kube::discovery::pinned_kind(&client, &v2).await.unwrap();
     let v2api: Api<DynamicObject> = Api::all_with(client.clone(), &v2r);
     let items = v2api.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(items[0].types.as_ref().unwrap().api_version, "k8s.cni.cncf.io/v1beta2");
+    assert_eq!(
+        items[0].types.as_ref().unwrap().api_version,
+        "k8s.cni.cncf.io/v1beta2"
+    );
 
     server.uninstall_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
     assert!(api.list(&ListParams::default()).await.is_err());
@@ -384,8 +461,10 @@ async fn a_crd_is_404_until_installed_and_then_discovered() {
 async fn the_event_recorder_publishes_and_patches_an_event() {
     let (server, client, _kc) = setup().await;
     server
-        .create(json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": "deny", "namespace": "a"}, "spec": {"podSelector": {}}}))
+        .create(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny", "namespace": "a"}, "spec": {"podSelector": {}}}),
+        )
         .unwrap();
     let recorder = Recorder::new(
         client,
@@ -419,7 +498,10 @@ async fn the_event_recorder_publishes_and_patches_an_event() {
     assert_eq!(ev["series"]["count"], 2);
     let log = server.requests();
     assert_eq!(
-        (log.count(netwarden_kube_fake::Verb::Create, "Event"), log.count(netwarden_kube_fake::Verb::Patch, "Event")),
+        (
+            log.count(netwarden_kube_fake::Verb::Create, "Event"),
+            log.count(netwarden_kube_fake::Verb::Patch, "Event")
+        ),
         (1, 1)
     );
 }
@@ -442,7 +524,11 @@ async fn writes_over_http_follow_the_real_status_codes() {
         other => panic!("409 expected, got {other:?}"),
     }
     let patched = api
-        .patch("w", &Default::default(), &kube::api::Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+        .patch(
+            "w",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
         .await
         .unwrap();
     assert_eq!(patched.labels()["x"], "y");

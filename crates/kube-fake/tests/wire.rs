@@ -20,7 +20,10 @@ struct Raw {
 
 impl Raw {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     fn lines(&self) -> Vec<Value> {
@@ -38,7 +41,8 @@ fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
         let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
             return (out, false);
         };
-        let size = usize::from_str_radix(std::str::from_utf8(&raw[..eol]).unwrap().trim(), 16).unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&raw[..eol]).unwrap().trim(), 16).unwrap();
         raw = &raw[eol + 2..];
         if size == 0 {
             return (out, true);
@@ -70,17 +74,33 @@ async fn get(server: &FakeApiServer, path_and_query: &str) -> Raw {
     })
     .await
     .expect("the response ends within the wait");
-    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header block");
     let head = std::str::from_utf8(&buf[..split]).unwrap();
     let mut head_lines = head.split("\r\n");
-    let status = head_lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = head_lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers: Vec<(String, String)> = head_lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
     let rest = &buf[split + 4..];
-    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v == "chunked");
-    let (body, complete) = if chunked { dechunk(rest) } else { (rest.to_vec(), true) };
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v == "chunked");
+    let (body, complete) = if chunked {
+        dechunk(rest)
+    } else {
+        (rest.to_vec(), true)
+    };
     Raw {
         status,
         headers,
@@ -112,7 +132,11 @@ async fn a_watch_from_a_forgotten_version_gets_a_410_error_event() {
     let old = server.resource_version() - 1;
     server.compact();
     let current = server.resource_version();
-    let raw = get(&server, &format!("/api/v1/namespaces/a/pods?watch=true&resourceVersion={old}&timeoutSeconds=5")).await;
+    let raw = get(
+        &server,
+        &format!("/api/v1/namespaces/a/pods?watch=true&resourceVersion={old}&timeoutSeconds=5"),
+    )
+    .await;
     // The request succeeds; the failure is the one event in the stream, which then ends.
     assert_eq!(raw.status, 200);
     assert_eq!(raw.header("transfer-encoding"), Some("chunked"));
@@ -126,10 +150,17 @@ async fn a_watch_from_a_forgotten_version_gets_a_410_error_event() {
         }})]
     );
     // The same version on a LIST with resourceVersionMatch=Exact is an HTTP 410.
-    let list = get(&server, &format!("/api/v1/pods?resourceVersion={old}&resourceVersionMatch=Exact")).await;
+    let list = get(
+        &server,
+        &format!("/api/v1/pods?resourceVersion={old}&resourceVersionMatch=Exact"),
+    )
+    .await;
     assert_eq!(list.status, 410);
     let status: Value = serde_json::from_slice(&list.body).unwrap();
-    assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("Expired")));
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str()),
+        (Some("Status"), Some("Expired"))
+    );
 }
 
 #[tokio::test]
@@ -165,10 +196,20 @@ async fn send_initial_events_gives_added_then_the_annotated_bookmark() {
     let lines = raw.lines();
     let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert_eq!(&types[..3], ["ADDED", "ADDED", "BOOKMARK"]);
-    assert_eq!(lines[2]["object"]["metadata"]["annotations"], json!({"k8s.io/initial-events-end": "true"}));
-    assert_eq!(lines[2]["object"]["metadata"]["resourceVersion"], server.resource_version().to_string());
+    assert_eq!(
+        lines[2]["object"]["metadata"]["annotations"],
+        json!({"k8s.io/initial-events-end": "true"})
+    );
+    assert_eq!(
+        lines[2]["object"]["metadata"]["resourceVersion"],
+        server.resource_version().to_string()
+    );
     // Without bookmarks the request is invalid, as on the real server.
-    let bad = get(&server, "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan").await;
+    let bad = get(
+        &server,
+        "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+    )
+    .await;
     assert_eq!(bad.status, 422);
 }
 
@@ -176,7 +217,8 @@ async fn send_initial_events_gives_added_then_the_annotated_bookmark() {
 async fn drop_watches_cuts_the_stream_without_its_last_chunk() {
     let server = server_with_pods().await;
     let rv = server.resource_version();
-    let path = format!("/api/v1/namespaces/a/pods?watch=true&resourceVersion={rv}&timeoutSeconds=30");
+    let path =
+        format!("/api/v1/namespaces/a/pods?watch=true&resourceVersion={rv}&timeoutSeconds=30");
     let reading = tokio::spawn({
         let addr = server.addr();
         async move {
@@ -201,12 +243,21 @@ async fn drop_watches_cuts_the_stream_without_its_last_chunk() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.drop_watches();
-    let buf = tokio::time::timeout(Duration::from_secs(10), reading).await.unwrap().unwrap();
+    let buf = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .unwrap()
+        .unwrap();
     let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
     let (body, complete) = dechunk(&buf[split + 4..]);
     assert!(!complete, "a cut watch must not look like a clean end");
     let line: Value = serde_json::from_slice(body.split(|b| *b == b'\n').next().unwrap()).unwrap();
-    assert_eq!((line["type"].as_str(), line["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("p3")));
+    assert_eq!(
+        (
+            line["type"].as_str(),
+            line["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("p3"))
+    );
 }
 
 #[tokio::test]
@@ -215,12 +266,25 @@ async fn discovery_and_not_installed_crds_on_the_wire() {
     let raw = get(&server, "/apis/danm.k8s.io/v1/namespaces/a/danmeps").await;
     assert_eq!(raw.status, 404);
     let status: Value = serde_json::from_slice(&raw.body).unwrap();
-    assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("NotFound")));
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str()),
+        (Some("Status"), Some("NotFound"))
+    );
     server.install_crd("danm.k8s.io", "v1", "DanmEp");
-    assert_eq!(get(&server, "/apis/danm.k8s.io/v1/namespaces/a/danmeps").await.status, 200);
-    let list: Value = serde_json::from_slice(&get(&server, "/apis/danm.k8s.io/v1").await.body).unwrap();
+    assert_eq!(
+        get(&server, "/apis/danm.k8s.io/v1/namespaces/a/danmeps")
+            .await
+            .status,
+        200
+    );
+    let list: Value =
+        serde_json::from_slice(&get(&server, "/apis/danm.k8s.io/v1").await.body).unwrap();
     assert_eq!(list["kind"], "APIResourceList");
     assert_eq!(list["resources"][0]["name"], "danmeps");
     let groups: Value = serde_json::from_slice(&get(&server, "/apis").await.body).unwrap();
-    assert!(groups["groups"].as_array().unwrap().iter().any(|g| g["name"] == "danm.k8s.io"));
+    assert!(groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["name"] == "danm.k8s.io"));
 }
