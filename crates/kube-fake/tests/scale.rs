@@ -38,7 +38,7 @@ fn pod(i: usize) -> Value {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": format!("pod-{i}"), "namespace": ns,
-            "labels": {"app": format!("app-{}", i % 200), "tier": if i % 2 == 0 { "front" } else { "back" },
+            "labels": {"app": format!("app-{}", i % 200), "tier": if i.is_multiple_of(2) { "front" } else { "back" },
                        "pod-template-hash": "5d8f7c9b6"},
             "annotations": {"k8s.v1.cni.cncf.io/network-status":
                 format!("[{{\"name\":\"cbr0\",\"interface\":\"eth0\",\"ips\":[\"{ip}\"],\"default\":true}}]")},
