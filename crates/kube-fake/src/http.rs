@@ -23,7 +23,7 @@ use crate::resources::{has_status_subresource, resolve, ResourceType, Target};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
 use crate::server::Shared;
 use crate::status::ApiError;
-use crate::store::{ObjectKey, Stamp};
+use crate::store::{ObjectKey, Stamp, StatusRule};
 use crate::watch::{self, as_version, Start, WatchRequest};
 
 pub type ResponseBody = BoxBody<Bytes, io::Error>;
@@ -504,6 +504,16 @@ fn watch_response(
         .expect("a valid response"))
 }
 
+/// What an HTTP write does with `status`: the status subresource writes only the status; the
+/// main resource of a kind that has one keeps the stored status.
+fn status_rule(resource: &ResourceType, status_subresource: bool) -> StatusRule {
+    match (status_subresource, has_status_subresource(resource)) {
+        (true, _) => StatusRule::OnlyStatus,
+        (false, true) => StatusRule::KeepStored,
+        (false, false) => StatusRule::Whole,
+    }
+}
+
 fn parse_json_body(body: &[u8], what: &str) -> Result<Value, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the {what} is not valid JSON: {e}")))
@@ -585,15 +595,14 @@ fn replace(
         .as_str()
         .filter(|s| !s.is_empty())
         .map(str::to_string);
-    let keep_status = !status && has_status_subresource(resource);
+    let rule = status_rule(resource, status);
     let updated = shared.store.lock().expect("store lock").replace(
         resource,
         ns,
         name,
         obj,
         expected.as_deref(),
-        keep_status,
-        status,
+        rule,
     )?;
     Ok(json_response(200, &as_version(&updated, resource)))
 }
@@ -632,7 +641,7 @@ fn patch(
             "the patch must be a JSON object".into(),
         ));
     }
-    let keep_status = !status && has_status_subresource(resource);
+    let rule = status_rule(resource, status);
     let mut store = shared.store.lock().expect("store lock");
     if apply && store.get(&resource.storage_key(), ns, name).is_none() {
         let mut obj = patch;
@@ -641,7 +650,7 @@ fn patch(
         let created = store.create(resource, obj, &Stamp { now: now_rfc3339() })?;
         return Ok(json_response(201, &as_version(&created, resource)));
     }
-    let updated = store.patch(resource, ns, name, &patch, keep_status, status)?;
+    let updated = store.patch(resource, ns, name, &patch, rule)?;
     Ok(json_response(200, &as_version(&updated, resource)))
 }
 

@@ -22,7 +22,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::log::RequestLog;
 use crate::resources::{known_crds, Catalogue, ResourceType};
 use crate::status::ApiError;
-use crate::store::{Stamp, Store};
+use crate::store::{Stamp, StatusRule, Store};
 
 /// How the server behaves; `Default` suits tests.
 #[derive(Debug, Clone)]
@@ -196,12 +196,14 @@ impl FakeApiServer {
             String::new()
         };
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let updated = self
-            .shared
-            .store
-            .lock()
-            .expect("store lock")
-            .replace(&resource, &ns, &name, obj, None, false, false)?;
+        let updated = self.shared.store.lock().expect("store lock").replace(
+            &resource,
+            &ns,
+            &name,
+            obj,
+            None,
+            StatusRule::Whole,
+        )?;
         Ok((*updated).clone())
     }
 

@@ -86,6 +86,18 @@ pub struct Page {
     pub next: Option<ObjectKey>,
 }
 
+/// What a replacement does with `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusRule {
+    /// The new object whole, status included (a kind without a status subresource, or a test
+    /// acting as the controller).
+    Whole,
+    /// The main resource of a kind with a status subresource: the stored status stays.
+    KeepStored,
+    /// The status subresource: only the new status is taken.
+    OnlyStatus,
+}
+
 /// Metadata the server sets on create: the timestamp (RFC 3339, seconds) and a source of
 /// unique identifiers — passed in so that the store stays deterministic under test.
 pub struct Stamp {
@@ -325,9 +337,7 @@ impl Store {
     }
 
     /// Replaces an object. `expected_rv` (an HTTP PUT's `metadata.resourceVersion`) must match
-    /// the stored one when given. `keep_status` keeps the stored `status` (the main resource of
-    /// a kind with a status subresource), `status_only` takes only the new `status` (the status
-    /// subresource). Identity fields (uid, creationTimestamp) are the server's; generation
+    /// the stored one when given; `rule` says what happens to `status`. Identity fields (uid, creationTimestamp) are the server's; generation
     /// counts changes outside metadata and status.
     // Integration (kube-agent branch): the workspace's clippy runs with -D warnings.
     #[allow(clippy::too_many_arguments)]
@@ -338,8 +348,7 @@ impl Store {
         name: &str,
         mut obj: Value,
         expected_rv: Option<&str>,
-        keep_status: bool,
-        status_only: bool,
+        rule: StatusRule,
     ) -> Result<Arc<Value>, ApiError> {
         let key = resource.storage_key();
         let old = self
@@ -350,7 +359,7 @@ impl Store {
                 return Err(ApiError::conflict(&resource.group, &resource.plural, name));
             }
         }
-        if status_only {
+        if rule == StatusRule::OnlyStatus {
             let status = obj.get("status").cloned();
             obj = (*old).clone();
             match status {
@@ -359,7 +368,7 @@ impl Store {
                     obj.as_object_mut().map(|m| m.remove("status"));
                 }
             }
-        } else if keep_status {
+        } else if rule == StatusRule::KeepStored {
             match old.get("status") {
                 Some(s) => obj["status"] = s.clone(),
                 None => {
@@ -410,8 +419,7 @@ impl Store {
         namespace: &str,
         name: &str,
         patch: &Value,
-        keep_status: bool,
-        status_only: bool,
+        rule: StatusRule,
     ) -> Result<Arc<Value>, ApiError> {
         let old = self
             .get(&resource.storage_key(), namespace, name)
@@ -422,15 +430,7 @@ impl Store {
         let expected = patch["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
-        self.replace(
-            resource,
-            namespace,
-            name,
-            obj,
-            expected.as_deref(),
-            keep_status,
-            status_only,
-        )
+        self.replace(resource, namespace, name, obj, expected.as_deref(), rule)
     }
 
     /// Deletes an object (immediately: no finalizers, no grace period). A Namespace takes
@@ -645,7 +645,7 @@ mod tests {
         let mut changed = pod("p", "db");
         changed["metadata"]["uid"] = json!("forged");
         let q = s
-            .replace(&kind("Pod"), "a", "p", changed, None, false, false)
+            .replace(&kind("Pod"), "a", "p", changed, None, StatusRule::Whole)
             .unwrap();
         assert!(rv(&q) > rv(&p));
         assert_eq!(q["metadata"]["uid"], uid);
@@ -654,13 +654,20 @@ mod tests {
         let mut spec = pod("p", "db");
         spec["spec"]["nodeName"] = json!("n2");
         let r = s
-            .replace(&kind("Pod"), "a", "p", spec.clone(), None, false, false)
+            .replace(
+                &kind("Pod"),
+                "a",
+                "p",
+                spec.clone(),
+                None,
+                StatusRule::Whole,
+            )
             .unwrap();
         assert_eq!(r["metadata"]["generation"], 2);
         // The same content again: no version, no event.
         let before = s.current_rv();
         let same = s
-            .replace(&kind("Pod"), "a", "p", spec, None, false, false)
+            .replace(&kind("Pod"), "a", "p", spec, None, StatusRule::Whole)
             .unwrap();
         assert_eq!((rv(&same), s.current_rv()), (rv(&r), before));
     }
@@ -714,8 +721,7 @@ mod tests {
                 "p",
                 pod("p", "x"),
                 Some("1"),
-                false,
-                false,
+                StatusRule::Whole,
             )
             .unwrap_err();
         assert_eq!((e.code, e.reason), (409, "Conflict"));
@@ -729,8 +735,7 @@ mod tests {
                 "p",
                 wants_status.clone(),
                 p["metadata"]["resourceVersion"].as_str(),
-                true,
-                false,
+                StatusRule::KeepStored,
             )
             .unwrap();
         assert_eq!(
@@ -743,7 +748,14 @@ mod tests {
         let mut only_status = pod("p", "ignored");
         only_status["status"] = json!({"podIP": "10.9.9.9"});
         let r = s
-            .replace(&kind("Pod"), "a", "p", only_status, None, false, true)
+            .replace(
+                &kind("Pod"),
+                "a",
+                "p",
+                only_status,
+                None,
+                StatusRule::OnlyStatus,
+            )
             .unwrap();
         assert_eq!(
             (
