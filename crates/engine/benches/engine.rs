@@ -116,7 +116,8 @@ fn run(pods: usize, policies: usize, steps: usize) {
     let mut endpoint = Steps::default();
     for i in 0..steps {
         // Each step takes one address out of a Service, the next puts it back.
-        let service = &mut sliced[(i / 2 * 7) % sliced.len()];
+        let which = (i / 2 * 7) % sliced.len();
+        let service = &mut sliced[which];
         let full_list = c
             .services
             .iter()
