@@ -105,7 +105,10 @@ fn run(pods: usize, policies: usize, steps: usize) {
         pod.labels.insert("app".into(), app);
         relabel.measure(&mut engine, |e| e.set_pod(pod));
     }
-    println!("  one pod behind a Service relabelled: {}", relabel.summary());
+    println!(
+        "  one pod behind a Service relabelled: {}",
+        relabel.summary()
+    );
 
     let mut sliced: Vec<Service> = c
         .services
@@ -131,7 +134,10 @@ fn run(pods: usize, policies: usize, steps: usize) {
         let changed = service.clone();
         endpoint.measure(&mut engine, |e| e.set_service(changed));
     }
-    println!("  one Service endpoint change:         {}", endpoint.summary());
+    println!(
+        "  one Service endpoint change:         {}",
+        endpoint.summary()
+    );
     println!("  peak RSS {:6.1} MiB", peak_rss_mib());
 }
 
