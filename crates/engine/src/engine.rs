@@ -101,30 +101,22 @@ struct ServiceEntry {
 /// behind it). A set, since only "does a rule allow one of them" matters.
 type Endpoints = BTreeSet<(IpAddr, Vec<Option<u16>>)>;
 
-/// What other pods' rules can see of a pod: everything but its netns and its interfaces'
-/// names and prefix lengths. Two pods with equal views change no other pod's rules.
-#[derive(PartialEq)]
-struct PeerView<'a> {
-    key: &'a PodKey,
-    labels: &'a Labels,
-    host_network: bool,
-    container_ports: &'a [ContainerPort],
-    addresses: Vec<(&'a NetworkId, &'a [IpAddr])>,
-}
-
-impl<'a> PeerView<'a> {
-    fn of(pod: &'a Pod) -> Self {
-        PeerView {
-            key: &pod.key,
-            labels: &pod.labels,
-            host_network: pod.host_network,
-            container_ports: &pod.container_ports,
-            addresses: pod
-                .interfaces
-                .iter()
-                .map(|i| (&i.network, i.ips.as_slice()))
-                .collect(),
-        }
+/// What other pods' rules can see of a pod: all of it but its netns and its interfaces' names
+/// and prefix lengths (so a field added to [`Pod`] counts until shown otherwise). Two pods
+/// with equal views change no other pod's rules.
+fn peer_view(pod: &Pod) -> Pod {
+    Pod {
+        netns: None,
+        interfaces: pod
+            .interfaces
+            .iter()
+            .map(|i| PodInterface {
+                name: String::new(),
+                prefix_lens: Vec::new(),
+                ..i.clone()
+            })
+            .collect(),
+        ..pod.clone()
     }
 }
 
@@ -203,7 +195,10 @@ impl Engine {
         }
     }
 
-    /// Names the pods whose rules may have changed since the last call.
+    /// Names the pods whose rules may differ from what [`Engine::pod_rules`] last returned for
+    /// them. A caller that holds a pod's rules recomputes them whenever the pod is named: the
+    /// engine looks only at the rules it has cached, so a pod named and not recomputed is not
+    /// named again for later changes (an agent holds, and recomputes, only its node's pods).
     pub fn take_dirty(&mut self) -> BTreeSet<PodKey> {
         std::mem::take(&mut self.dirty)
     }
@@ -251,7 +246,7 @@ impl Engine {
             .insert(key.name.clone());
         let old = self.pods.insert(key, pod.clone());
         if let Some(old) = &old {
-            if PeerView::of(old) == PeerView::of(&pod) {
+            if peer_view(old) == peer_view(&pod) {
                 // Only the pod itself can see this change (its netns, its interface names).
                 return;
             }
