@@ -8,13 +8,14 @@
 //! - one pod behind a Service relabelled (it leaves one app, and its Service, for another);
 //! - one Service endpoint change (an EndpointSlice address of a selector-less Service goes,
 //!   then comes back);
+//! - one Service's endpoints all moved (to the pods of the next app, then back);
 //!
 //! and the same on a cluster twice the size to show how it grows. `NETWARDEN_BENCH_STEPS`
 //! sets how many steps of each kind are timed (200 by default).
 
 use std::time::{Duration, Instant};
 
-use netwarden_engine::generate::cluster;
+use netwarden_engine::generate::{cluster, pod_ip};
 use netwarden_engine::{Engine, EngineOptions, Service};
 
 fn peak_rss_mib() -> f64 {
@@ -110,34 +111,36 @@ fn run(pods: usize, policies: usize, steps: usize) {
         relabel.summary()
     );
 
-    let mut sliced: Vec<Service> = c
-        .services
-        .iter()
-        .filter(|s| s.selector.is_none())
-        .cloned()
-        .collect();
+    let sliced: Vec<&Service> = c.services.iter().filter(|s| s.selector.is_none()).collect();
     let mut endpoint = Steps::default();
     for i in 0..steps {
         // Each step takes one address out of a Service, the next puts it back.
-        let which = (i / 2 * 7) % sliced.len();
-        let service = &mut sliced[which];
-        let full_list = c
-            .services
-            .iter()
-            .find(|s| s.key == service.key)
-            .expect("generated");
-        service.endpoint_addrs = if i % 2 == 0 {
-            full_list.endpoint_addrs[1..].to_vec()
-        } else {
-            full_list.endpoint_addrs.clone()
-        };
-        let changed = service.clone();
-        endpoint.measure(&mut engine, |e| e.set_service(changed));
+        let mut service = sliced[(i / 2 * 7) % sliced.len()].clone();
+        if i % 2 == 0 {
+            service.endpoint_addrs.remove(0);
+        }
+        endpoint.measure(&mut engine, |e| e.set_service(service));
     }
     println!(
         "  one Service endpoint change:         {}",
         endpoint.summary()
     );
+
+    let mut moved = Steps::default();
+    for i in 0..steps {
+        // Each step moves every endpoint of a Service to the next app's pods, the next step
+        // moves them back (what changes which egress rules reach the Service's VIP).
+        let mut service = sliced[(i / 2 * 7) % sliced.len()].clone();
+        if i % 2 == 0 {
+            let app: usize = service.key.name["svc".len()..].parse().expect("svc<N>");
+            let next = (app + 1) % c.services.len();
+            service.endpoint_addrs = (next * 20..(next * 20 + 20).min(pods))
+                .map(pod_ip)
+                .collect();
+        }
+        moved.measure(&mut engine, |e| e.set_service(service));
+    }
+    println!("  one Service's endpoints all moved:   {}", moved.summary());
     println!("  peak RSS {:6.1} MiB", peak_rss_mib());
 }
 
