@@ -116,7 +116,7 @@ fn run(pods: usize, policies: usize, steps: usize) {
     for i in 0..steps {
         // Each step takes one address out of a Service, the next puts it back.
         let mut service = sliced[(i / 2 * 7) % sliced.len()].clone();
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             service.endpoint_addrs.remove(0);
         }
         endpoint.measure(&mut engine, |e| e.set_service(service));
@@ -131,7 +131,7 @@ fn run(pods: usize, policies: usize, steps: usize) {
         // Each step moves every endpoint of a Service to the next app's pods, the next step
         // moves them back (what changes which egress rules reach the Service's VIP).
         let mut service = sliced[(i / 2 * 7) % sliced.len()].clone();
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             let app: usize = service.key.name["svc".len()..].parse().expect("svc<N>");
             let next = (app + 1) % c.services.len();
             service.endpoint_addrs = (next * 20..(next * 20 + 20).min(pods))

@@ -65,7 +65,7 @@ pub fn service_for_app(app: usize, pods: usize) -> Service {
         port: 80,
         target: PortRef::Named("http".into()),
     }];
-    if app % 3 == 0 {
+    if app.is_multiple_of(3) {
         ports.push(ServicePort {
             protocol: Protocol::Tcp,
             port: 5432,
@@ -226,7 +226,7 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
                 .into_iter()
                 // Half the egress rules also allow the destination's named port, which the
                 // Services' port 80 targets.
-                .chain((i % 2 == 0).then(|| PolicyPort {
+                .chain((i.is_multiple_of(2)).then(|| PolicyPort {
                     protocol: Protocol::Tcp,
                     port: Some(PortRef::Named("http".into())),
                     end_port: None,
