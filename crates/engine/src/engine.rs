@@ -133,6 +133,10 @@ pub struct Engine {
     /// Which pods hold each address, on any interface (EndpointSlice addresses resolve named
     /// target ports on the first of them, in key order).
     pods_by_addr: HashMap<IpAddr, BTreeSet<PodKey>>,
+    /// Which Services have each address among their resolved endpoints, in address order: a
+    /// rule's peers, as ranges, find the Services whose VIPs they can reach without a walk
+    /// over every Service.
+    services_by_endpoint: BTreeMap<IpAddr, BTreeSet<ObjectKey>>,
     cache: HashMap<RuleKey, Arc<ResolvedRule>>,
     dirty: BTreeSet<PodKey>,
 }
@@ -321,6 +325,13 @@ impl Engine {
             endpoints: self.resolve_endpoints(&service),
             service,
         };
+        let no_endpoints = Endpoints::new();
+        let old_endpoints = self
+            .services
+            .get(&key)
+            .map_or(&no_endpoints, |e| &e.endpoints);
+        let moved = endpoint_moves(&key, old_endpoints, &entry.endpoints);
+        self.reindex_endpoints(moved);
         let old = self.services.insert(key.clone(), entry);
         let stale = self.vips_changed(old.as_ref(), self.services.get(&key));
         self.invalidate(stale);
@@ -328,8 +339,25 @@ impl Engine {
 
     pub fn remove_service(&mut self, key: &ObjectKey) {
         if let Some(old) = self.services.remove(key) {
+            let moved = endpoint_moves(key, &old.endpoints, &Endpoints::new());
+            self.reindex_endpoints(moved);
             let stale = self.vips_changed(Some(&old), None);
             self.invalidate(stale);
+        }
+    }
+
+    /// Applies [`endpoint_moves`] to the endpoint index.
+    fn reindex_endpoints(&mut self, moves: Vec<(IpAddr, ObjectKey, bool)>) {
+        for (addr, key, added) in moves {
+            let services = self.services_by_endpoint.entry(addr).or_default();
+            if added {
+                services.insert(key);
+            } else {
+                services.remove(&key);
+                if services.is_empty() {
+                    self.services_by_endpoint.remove(&addr);
+                }
+            }
         }
     }
 
@@ -454,14 +482,16 @@ impl Engine {
             .collect();
         for key in affected {
             let endpoints = self.resolve_endpoints(&self.services[&key].service);
-            let entry = self.services.get_mut(&key).expect("listed above");
-            if entry.endpoints != endpoints {
-                let before = std::mem::replace(&mut entry.endpoints, endpoints);
-                moved.push(ServiceEntry {
-                    service: entry.service.clone(),
-                    endpoints: before,
-                });
+            if self.services[&key].endpoints == endpoints {
+                continue;
             }
+            let moves = endpoint_moves(&key, &self.services[&key].endpoints, &endpoints);
+            self.reindex_endpoints(moves);
+            let entry = self.services.get_mut(&key).expect("listed above");
+            moved.push(ServiceEntry {
+                service: entry.service.clone(),
+                endpoints: std::mem::replace(&mut entry.endpoints, endpoints),
+            });
         }
         let stale: Vec<RuleKey> = self
             .cache
@@ -684,7 +714,10 @@ impl Engine {
     /// Adds Service virtual IPs (SPEC 3.2) to a rule's own egress clauses.
     fn with_service_vips(&self, mut clauses: Vec<Clause>) -> Vec<Clause> {
         let mut vips: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
-        for entry in self.services.values() {
+        for key in self.services_reachable_from(&clauses) {
+            let Some(entry) = self.services.get(key) else {
+                continue;
+            };
             for (range, vip) in vip_contribution(Some(entry), &clauses) {
                 vips.entry(range).or_default().push(vip);
             }
@@ -696,6 +729,26 @@ impl Engine {
             });
         }
         clauses
+    }
+
+    /// The Services with an endpoint address that one of `clauses` accepts: the only ones
+    /// whose VIPs they can add (an exact filter, found by range lookups in the endpoint index).
+    fn services_reachable_from(&self, clauses: &[Clause]) -> BTreeSet<&ObjectKey> {
+        let mut out = BTreeSet::new();
+        for clause in clauses {
+            let set = match &clause.peers {
+                PeerMatch::Any => return self.services.keys().collect(),
+                PeerMatch::Addrs(set) => set,
+            };
+            let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
+            let v6 = set.v6_ranges().map(|(a, b)| (IpAddr::V6(a), IpAddr::V6(b)));
+            for (first, last) in v4.chain(v6) {
+                for (_, keys) in self.services_by_endpoint.range(first..=last) {
+                    out.extend(keys);
+                }
+            }
+        }
+        out
     }
 
     /// The pod an EndpointSlice address belongs to: the first holder in key order.
@@ -911,6 +964,20 @@ fn service_selects(service: &Service, pod: &Pod) -> bool {
         && service.selector.as_ref().is_some_and(|sel| {
             !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
         })
+}
+
+/// How the endpoint index changes when `key`'s endpoints go from `old` to `new`: (address,
+/// Service, added) for each address only one of them has.
+fn endpoint_moves(
+    key: &ObjectKey,
+    old: &Endpoints,
+    new: &Endpoints,
+) -> Vec<(IpAddr, ObjectKey, bool)> {
+    let old: BTreeSet<IpAddr> = old.iter().map(|(a, _)| *a).collect();
+    let new: BTreeSet<IpAddr> = new.iter().map(|(a, _)| *a).collect();
+    let gone = old.difference(&new).map(|a| (*a, key.clone(), false));
+    let came = new.difference(&old).map(|a| (*a, key.clone(), true));
+    gone.chain(came).collect()
 }
 
 /// The port each of `service`'s ports targets on the pod behind an endpoint (`None` for a
