@@ -130,9 +130,10 @@ pub struct Engine {
     policies: BTreeMap<PolicyRef, Arc<Policy>>,
     policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
     services: BTreeMap<ObjectKey, ServiceEntry>,
-    /// Which pods hold each address, on any interface (EndpointSlice addresses resolve named
-    /// target ports on the first of them, in key order).
-    pods_by_addr: HashMap<IpAddr, BTreeSet<PodKey>>,
+    /// Which pods hold each address, on any interface, in address order: EndpointSlice
+    /// addresses resolve named target ports on the first of them (in key order), and egress
+    /// named ports resolve on the pods a rule's peers hold, found by range lookups.
+    pods_by_addr: BTreeMap<IpAddr, BTreeSet<PodKey>>,
     /// Which Services have each address among their resolved endpoints, in address order: a
     /// rule's peers, as ranges, find the Services whose VIPs they can reach without a walk
     /// over every Service.
@@ -681,11 +682,12 @@ impl Engine {
         }
         // (protocol, number) → destination addresses that give the name that number.
         let mut named: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
+        let destinations = self.pods_within(peers);
         for port in &rule.ports {
             let Some(PortRef::Named(name)) = &port.port else {
                 continue;
             };
-            for pod in self.pods.values().filter(|p| !p.host_network) {
+            for pod in destinations.iter().filter(|p| !p.host_network) {
                 let Some(number) = pod.named_port(name, port.protocol) else {
                     continue;
                 };
@@ -729,6 +731,22 @@ impl Engine {
             });
         }
         clauses
+    }
+
+    /// The pods with an address in `peers` (the only ones an egress named port can resolve on).
+    fn pods_within(&self, peers: &PeerMatch) -> Vec<&Pod> {
+        let set = match peers {
+            PeerMatch::Any => return self.pods.values().collect(),
+            PeerMatch::Addrs(set) => set,
+        };
+        let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
+        let v6 = set.v6_ranges().map(|(a, b)| (IpAddr::V6(a), IpAddr::V6(b)));
+        let keys: BTreeSet<&PodKey> = v4
+            .chain(v6)
+            .flat_map(|(first, last)| self.pods_by_addr.range(first..=last))
+            .flat_map(|(_, keys)| keys)
+            .collect();
+        keys.into_iter().filter_map(|k| self.pods.get(k)).collect()
     }
 
     /// The Services with an endpoint address that one of `clauses` accepts: the only ones
