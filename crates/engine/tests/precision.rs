@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use netwarden_engine::generate::{cluster, pod_ip, Cluster};
-use netwarden_engine::testing::labels;
+use netwarden_engine::testing::pod;
 use netwarden_engine::*;
 
 const PODS: usize = 1_000;
@@ -157,19 +157,7 @@ fn a_change_to_a_selector_services_endpoints_through_a_pod_is_precise() {
 fn a_pod_nothing_selects_dirties_only_itself() {
     // No Service selects `app: lonely`, no policy targets it, and no peer picks it: peers
     // select by app, by `tier: web` across namespaces, or by `tier in (api, db)`.
-    let mut lonely = Pod {
-        key: PodKey::new("ns0", "lonely"),
-        labels: labels(&[("app", "lonely")]),
-        host_network: false,
-        container_ports: Vec::new(),
-        interfaces: vec![PodInterface {
-            name: "eth0".into(),
-            network: NetworkId::Primary,
-            ips: vec!["10.200.0.1".parse().unwrap()],
-            prefix_lens: vec![8],
-        }],
-        netns: None,
-    };
+    let mut lonely = pod("ns0", "lonely", &[("app", "lonely")], &["10.200.0.1/8"]);
     let c = objects(Some(&lonely));
     let (mut engine, before) = computed(&c);
     lonely.labels.insert("app".into(), "lonelier".into());
