@@ -1,13 +1,22 @@
-//! Engine benchmark (issue: foundation). Run: `cargo bench -p netwarden-engine --bench engine`.
+//! Engine benchmark (issue: foundation; Services: issue 8). Run:
+//! `cargo bench -p netwarden-engine --bench engine`.
 //!
-//! Measures, on a generated cluster, the full computation (feed every object, compute every
-//! pod's rules), peak memory, and the recomputation after one pod's labels change; then the
-//! same on a cluster twice the size to show how it grows.
+//! Measures, on a generated cluster (every app behind a Service), the full computation (feed
+//! every object, compute every pod's rules) and peak memory; then two incremental steps, each
+//! timed from the change until every dirty pod's rules are recomputed, with how many pods the
+//! engine named dirty:
+//! - one pod behind a Service relabelled (it leaves one app, and its Service, for another);
+//! - one Service endpoint change (an EndpointSlice address of a selector-less Service goes,
+//!   then comes back);
+//! - one Service's endpoints all moved (to the pods of the next app, then back);
+//!
+//! and the same on a cluster twice the size to show how it grows. `NETWARDEN_BENCH_STEPS`
+//! sets how many steps of each kind are timed (200 by default).
 
 use std::time::{Duration, Instant};
 
-use netwarden_engine::generate::cluster;
-use netwarden_engine::{Engine, EngineOptions};
+use netwarden_engine::generate::{cluster, pod_ip};
+use netwarden_engine::{Engine, EngineOptions, Service};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -23,7 +32,38 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn run(pods: usize, policies: usize) {
+/// Timings of one kind of incremental step.
+#[derive(Default)]
+struct Steps {
+    times: Vec<Duration>,
+    dirty: usize,
+}
+
+impl Steps {
+    /// Applies `change`, then recomputes every pod the engine names dirty.
+    fn measure(&mut self, engine: &mut Engine, change: impl FnOnce(&mut Engine)) {
+        let start = Instant::now();
+        change(engine);
+        let dirty = engine.take_dirty();
+        self.dirty += dirty.len();
+        for key in &dirty {
+            std::hint::black_box(engine.pod_rules(key));
+        }
+        self.times.push(start.elapsed());
+    }
+
+    fn summary(mut self) -> String {
+        self.times.sort();
+        format!(
+            "p50 {:8.3} ms p99 {:8.3} ms, avg {:7.1} pods dirty",
+            percentile(&self.times, 0.5).as_secs_f64() * 1e3,
+            percentile(&self.times, 0.99).as_secs_f64() * 1e3,
+            self.dirty as f64 / self.times.len() as f64,
+        )
+    }
+}
+
+fn run(pods: usize, policies: usize, steps: usize) {
     let c = cluster(pods, policies, 42);
     let mut full = Vec::new();
     let mut engine = Engine::new(EngineOptions::default());
@@ -40,6 +80,9 @@ fn run(pods: usize, policies: usize) {
         for p in &c.policies {
             engine.set_policy(p.clone());
         }
+        for s in &c.services {
+            engine.set_service(s.clone());
+        }
         let rules = engine.all_pod_rules();
         full.push(start.elapsed());
         rule_count = rules
@@ -49,41 +92,69 @@ fn run(pods: usize, policies: usize) {
             .sum();
     }
     full.sort();
-    // One pod's labels change → recompute only the dirty pods.
-    let mut incr = Vec::new();
-    let mut touched = 0usize;
-    for i in 0..200 {
+    println!(
+        "pods={pods:6} policies={policies:5} services={:4} full: median {:8.1} ms (min {:8.1}) | rules {rule_count:6}",
+        c.services.len(),
+        full[full.len() / 2].as_secs_f64() * 1e3,
+        full[0].as_secs_f64() * 1e3,
+    );
+
+    let mut relabel = Steps::default();
+    for i in 0..steps {
         let mut pod = c.pods[(i * 7919) % c.pods.len()].clone();
         let app = format!("app{}", (i * 31) % (pods / 20).max(1));
         pod.labels.insert("app".into(), app);
-        let start = Instant::now();
-        engine.set_pod(pod);
-        let dirty = engine.take_dirty();
-        touched += dirty.len();
-        for key in &dirty {
-            std::hint::black_box(engine.pod_rules(key));
-        }
-        incr.push(start.elapsed());
+        relabel.measure(&mut engine, |e| e.set_pod(pod));
     }
-    incr.sort();
     println!(
-        "pods={pods:6} policies={policies:5} full: median {:8.1} ms (min {:8.1}) | rules {rule_count:6} | one label change: p50 {:7.3} ms p99 {:7.3} ms, avg {:.1} pods recomputed | peak RSS {:6.1} MiB",
-        full[full.len() / 2].as_secs_f64() * 1e3,
-        full[0].as_secs_f64() * 1e3,
-        percentile(&incr, 0.5).as_secs_f64() * 1e3,
-        percentile(&incr, 0.99).as_secs_f64() * 1e3,
-        touched as f64 / incr.len() as f64,
-        peak_rss_mib(),
+        "  one pod behind a Service relabelled: {}",
+        relabel.summary()
     );
+
+    let sliced: Vec<&Service> = c.services.iter().filter(|s| s.selector.is_none()).collect();
+    let mut endpoint = Steps::default();
+    for i in 0..steps {
+        // Each step takes one address out of a Service, the next puts it back.
+        let mut service = sliced[(i / 2 * 7) % sliced.len()].clone();
+        if i.is_multiple_of(2) {
+            service.endpoint_addrs.remove(0);
+        }
+        endpoint.measure(&mut engine, |e| e.set_service(service));
+    }
+    println!(
+        "  one Service endpoint change:         {}",
+        endpoint.summary()
+    );
+
+    let mut moved = Steps::default();
+    for i in 0..steps {
+        // Each step moves every endpoint of a Service to the next app's pods, the next step
+        // moves them back (what changes which egress rules reach the Service's VIP).
+        let mut service = sliced[(i / 2 * 7) % sliced.len()].clone();
+        if i.is_multiple_of(2) {
+            let app: usize = service.key.name["svc".len()..].parse().expect("svc<N>");
+            let next = (app + 1) % c.services.len();
+            service.endpoint_addrs = (next * 20..(next * 20 + 20).min(pods))
+                .map(pod_ip)
+                .collect();
+        }
+        moved.measure(&mut engine, |e| e.set_service(service));
+    }
+    println!("  one Service's endpoints all moved:   {}", moved.summary());
+    println!("  peak RSS {:6.1} MiB", peak_rss_mib());
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs it once small.
     let quick = std::env::args().all(|a| a != "--bench");
+    let steps = std::env::var("NETWARDEN_BENCH_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
     if quick {
-        run(1_000, 200);
+        run(1_000, 200, 20);
         return;
     }
-    run(10_000, 2_000);
-    run(20_000, 4_000);
+    run(10_000, 2_000, steps);
+    run(20_000, 4_000, steps);
 }

@@ -5,6 +5,22 @@
 //! Feeding follows the index pattern: `set_*` / `remove_*` per object, which never fail (objects
 //! were validated at the edge). `take_dirty` then names the pods whose rules may have changed,
 //! and `pod_rules` computes them.
+//!
+//! How a change finds what it affects (issue 8, "incremental at cluster scale"):
+//! - Only **cached** rules can be stale. Computing a pod caches every rule it uses, and a
+//!   cached rule leaves the cache only with the pods using it marked dirty; so a rule not in
+//!   the cache is held by no pod that has not already been named, and a change need not look
+//!   at it (a policy whose targets were never computed, such as another node's, costs
+//!   nothing).
+//! - A pod change compares the pod's contribution to each cached rule before and after (the
+//!   addresses a peer takes from it, the named ports it resolves) and drops the rules where it
+//!   differs. A change that other pods cannot see (netns, interface names) dirties only the pod.
+//! - A Service is kept with its endpoints resolved ([`ServiceEntry`]). A Service change, or a
+//!   pod change that changes a Service's resolved endpoints, compares that Service's virtual
+//!   IP contribution to each cached egress rule before and after (SPEC 3.2) and drops only the
+//!   rules where it differs.
+//! - A dropped rule marks dirty the pods that use it: the policy's targets with an interface
+//!   the policy covers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -59,6 +75,49 @@ struct ResolvedRule {
     /// Egress only: the clauses, named ports resolved per destination pod and Service VIPs
     /// added. Ingress rules resolve ports against the target pod instead.
     egress_clauses: Vec<Clause>,
+    /// How many of `egress_clauses` come from the rule itself; the rest are Service VIPs,
+    /// derived from these (what a Service change is compared against).
+    egress_base: usize,
+}
+
+impl ResolvedRule {
+    /// The egress clauses before Service VIPs are added.
+    fn base_clauses(&self) -> &[Clause] {
+        &self.egress_clauses[..self.egress_base]
+    }
+}
+
+/// A Service with its endpoints resolved against the pods: everything the reachability of its
+/// virtual IPs depends on (SPEC 3.2). Two entries that are equal add the same VIPs to every
+/// egress rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ServiceEntry {
+    service: Service,
+    endpoints: Endpoints,
+}
+
+/// A Service's endpoints: per address, the port each of the Service's ports targets there
+/// (`None`: a named target that the pod behind the address does not declare, or no pod known
+/// behind it). A set, since only "does a rule allow one of them" matters.
+type Endpoints = BTreeSet<(IpAddr, Vec<Option<u16>>)>;
+
+/// What other pods' rules can see of a pod: all of it but its netns and its interfaces' names
+/// and prefix lengths (so a field added to [`Pod`] counts until shown otherwise). Two pods
+/// with equal views change no other pod's rules.
+fn peer_view(pod: &Pod) -> Pod {
+    Pod {
+        netns: None,
+        interfaces: pod
+            .interfaces
+            .iter()
+            .map(|i| PodInterface {
+                name: String::new(),
+                prefix_lens: Vec::new(),
+                ..i.clone()
+            })
+            .collect(),
+        ..pod.clone()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -70,7 +129,15 @@ pub struct Engine {
     /// Shared so that computing a pod borrows its policies without copying them.
     policies: BTreeMap<PolicyRef, Arc<Policy>>,
     policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
-    services: BTreeMap<ObjectKey, Service>,
+    services: BTreeMap<ObjectKey, ServiceEntry>,
+    /// Which pods hold each address, on any interface, in address order: EndpointSlice
+    /// addresses resolve named target ports on the first of them (in key order), and egress
+    /// named ports resolve on the pods a rule's peers hold, found by range lookups.
+    pods_by_addr: BTreeMap<IpAddr, BTreeSet<PodKey>>,
+    /// Which Services have each address among their resolved endpoints, in address order: a
+    /// rule's peers, as ranges, find the Services whose VIPs they can reach without a walk
+    /// over every Service.
+    services_by_endpoint: BTreeMap<IpAddr, BTreeSet<ObjectKey>>,
     cache: HashMap<RuleKey, Arc<ResolvedRule>>,
     dirty: BTreeSet<PodKey>,
 }
@@ -133,7 +200,10 @@ impl Engine {
         }
     }
 
-    /// Names the pods whose rules may have changed since the last call.
+    /// Names the pods whose rules may differ from what [`Engine::pod_rules`] last returned for
+    /// them. A caller that holds a pod's rules recomputes them whenever the pod is named: the
+    /// engine looks only at the rules it has cached, so a pod named and not recomputed is not
+    /// named again for later changes (an agent holds, and recomputes, only its node's pods).
     pub fn take_dirty(&mut self) -> BTreeSet<PodKey> {
         std::mem::take(&mut self.dirty)
     }
@@ -171,17 +241,24 @@ impl Engine {
 
     pub fn set_pod(&mut self, pod: Pod) {
         let key = pod.key.clone();
-        let old = self.pods.get(&key).cloned();
-        if old.as_ref() == Some(&pod) {
+        if self.pods.get(&key) == Some(&pod) {
             return;
         }
+        self.dirty.insert(key.clone());
         self.pods_by_namespace
             .entry(key.namespace.clone())
             .or_default()
             .insert(key.name.clone());
-        self.pods.insert(key.clone(), pod.clone());
+        let old = self.pods.insert(key, pod.clone());
+        if let Some(old) = &old {
+            if peer_view(old) == peer_view(&pod) {
+                // Only the pod itself can see this change (its netns, its interface names).
+                return;
+            }
+            self.unindex_addrs(old);
+        }
+        self.index_addrs(&pod);
         self.pod_changed(old.as_ref(), Some(&pod));
-        self.dirty.insert(key);
     }
 
     pub fn remove_pod(&mut self, key: &PodKey) {
@@ -189,8 +266,29 @@ impl Engine {
             if let Some(names) = self.pods_by_namespace.get_mut(&key.namespace) {
                 names.remove(&key.name);
             }
+            self.unindex_addrs(&old);
             self.pod_changed(Some(&old), None);
             self.dirty.insert(key.clone());
+        }
+    }
+
+    fn index_addrs(&mut self, pod: &Pod) {
+        for ip in pod.interfaces.iter().flat_map(|i| &i.ips) {
+            self.pods_by_addr
+                .entry(*ip)
+                .or_default()
+                .insert(pod.key.clone());
+        }
+    }
+
+    fn unindex_addrs(&mut self, pod: &Pod) {
+        for ip in pod.interfaces.iter().flat_map(|i| &i.ips) {
+            if let Some(holders) = self.pods_by_addr.get_mut(ip) {
+                holders.remove(&pod.key);
+                if holders.is_empty() {
+                    self.pods_by_addr.remove(ip);
+                }
+            }
         }
     }
 
@@ -220,25 +318,95 @@ impl Engine {
     }
 
     pub fn set_service(&mut self, service: Service) {
-        if self.services.get(&service.key) == Some(&service) {
+        if self.services.get(&service.key).map(|e| &e.service) == Some(&service) {
             return;
         }
-        self.services.insert(service.key.clone(), service);
-        self.services_changed();
+        let key = service.key.clone();
+        let entry = ServiceEntry {
+            endpoints: self.resolve_endpoints(&service),
+            service,
+        };
+        let no_endpoints = Endpoints::new();
+        let old_endpoints = self
+            .services
+            .get(&key)
+            .map_or(&no_endpoints, |e| &e.endpoints);
+        let moved = endpoint_moves(&key, old_endpoints, &entry.endpoints);
+        self.reindex_endpoints(moved);
+        let old = self.services.insert(key.clone(), entry);
+        let stale = self.vips_changed(old.as_ref(), self.services.get(&key));
+        self.invalidate(stale);
     }
 
     pub fn remove_service(&mut self, key: &ObjectKey) {
-        if self.services.remove(key).is_some() {
-            self.services_changed();
+        if let Some(old) = self.services.remove(key) {
+            let moved = endpoint_moves(key, &old.endpoints, &Endpoints::new());
+            self.reindex_endpoints(moved);
+            let stale = self.vips_changed(Some(&old), None);
+            self.invalidate(stale);
         }
     }
 
-    fn services_changed(&mut self) {
-        // Service VIPs are added to egress clauses; recompute every egress rule.
+    /// Applies [`endpoint_moves`] to the endpoint index.
+    fn reindex_endpoints(&mut self, moves: Vec<(IpAddr, ObjectKey, bool)>) {
+        for (addr, key, added) in moves {
+            let services = self.services_by_endpoint.entry(addr).or_default();
+            if added {
+                services.insert(key);
+            } else {
+                services.remove(&key);
+                if services.is_empty() {
+                    self.services_by_endpoint.remove(&addr);
+                }
+            }
+        }
+    }
+
+    /// The cached egress rules to which a Service (`old` → `new`) adds other VIPs.
+    fn vips_changed(&self, old: Option<&ServiceEntry>, new: Option<&ServiceEntry>) -> Vec<RuleKey> {
+        let has_vips =
+            |e: Option<&ServiceEntry>| e.is_some_and(|e| !e.service.cluster_ips.is_empty());
+        if !has_vips(old) && !has_vips(new) {
+            return Vec::new();
+        }
         self.cache
-            .retain(|(_, direction, _), _| *direction == Direction::Ingress);
-        let dirty: Vec<PodKey> = self.pods.keys().cloned().collect();
-        self.dirty.extend(dirty);
+            .iter()
+            .filter(|((_, direction, _), _)| *direction == Direction::Egress)
+            .filter(|(_, resolved)| {
+                let base = resolved.base_clauses();
+                vip_contribution(old, base) != vip_contribution(new, base)
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// A Service's endpoints as the pods are now.
+    fn resolve_endpoints(&self, service: &Service) -> Endpoints {
+        match &service.selector {
+            Some(_) => self
+                .pods_by_namespace
+                .get(&service.key.namespace)
+                .into_iter()
+                .flatten()
+                .filter_map(|name| {
+                    self.pods
+                        .get(&ObjectKey::new(service.key.namespace.clone(), name.clone()))
+                })
+                .filter(|pod| service_selects(service, pod))
+                .flat_map(|pod| {
+                    let targets = service_targets(service, Some(pod));
+                    pod.primary()
+                        .into_iter()
+                        .flat_map(|i| &i.ips)
+                        .map(move |a| (*a, targets.clone()))
+                })
+                .collect(),
+            None => service
+                .endpoint_addrs
+                .iter()
+                .map(|addr| (*addr, service_targets(service, self.pod_by_addr(*addr))))
+                .collect(),
+        }
     }
 
     /// A policy's own targets and, when it replaces another policy, that policy's targets too
@@ -254,6 +422,33 @@ impl Engine {
             }
         }
         self.dirty.extend(targets);
+    }
+
+    /// The pods whose rules use `policy`'s rules: its targets with an interface it covers.
+    fn users(&self, policy: &Policy) -> Vec<PodKey> {
+        self.targets(policy)
+            .into_iter()
+            .filter(|key| {
+                self.pods
+                    .get(key)
+                    .is_some_and(|pod| pod.interfaces.iter().any(|i| policy.covers_interface(i)))
+            })
+            .collect()
+    }
+
+    /// Drops cached rules, marking dirty the pods that use them.
+    fn invalidate(&mut self, stale: Vec<RuleKey>) {
+        let mut policies = BTreeSet::new();
+        for key in stale {
+            self.cache.remove(&key);
+            policies.insert(key.0);
+        }
+        for reference in policies {
+            if let Some(policy) = self.policies.get(&reference) {
+                let users = self.users(policy);
+                self.dirty.extend(users);
+            }
+        }
     }
 
     /// Pods a policy selects (same namespace, podSelector, never hostNetwork pods).
@@ -272,42 +467,67 @@ impl Engine {
             .collect()
     }
 
+    /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):
+    /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
-        let services_touched = self.services.values().any(|s| {
-            old.is_some_and(|p| service_depends_on_pod(s, p))
-                || new.is_some_and(|p| service_depends_on_pod(s, p))
-        });
-        if services_touched {
-            self.services_changed();
+        // Services whose endpoints this pod is, was, or resolves named ports for.
+        let mut moved: Vec<ServiceEntry> = Vec::new();
+        let affected: Vec<ObjectKey> = self
+            .services
+            .values()
+            .filter(|e| {
+                old.is_some_and(|p| service_depends_on_pod(&e.service, p))
+                    || new.is_some_and(|p| service_depends_on_pod(&e.service, p))
+            })
+            .map(|e| e.service.key.clone())
+            .collect();
+        for key in affected {
+            let endpoints = self.resolve_endpoints(&self.services[&key].service);
+            if self.services[&key].endpoints == endpoints {
+                continue;
+            }
+            let moves = endpoint_moves(&key, &self.services[&key].endpoints, &endpoints);
+            self.reindex_endpoints(moves);
+            let entry = self.services.get_mut(&key).expect("listed above");
+            moved.push(ServiceEntry {
+                service: entry.service.clone(),
+                endpoints: std::mem::replace(&mut entry.endpoints, endpoints),
+            });
         }
-        let mut invalid: Vec<RuleKey> = Vec::new();
-        for policy in self.policies.values() {
-            for direction in [Direction::Ingress, Direction::Egress] {
-                let Some(rules) = policy.rules(direction) else {
-                    continue;
+        let stale: Vec<RuleKey> = self
+            .cache
+            .iter()
+            .filter(|(key, resolved)| {
+                let (reference, direction, index) = key;
+                let Some(policy) = self.policies.get(reference) else {
+                    return true;
                 };
-                for (index, rule) in rules.iter().enumerate() {
-                    if self.rule_depends_on_pod(policy, direction, rule, old, new) {
-                        invalid.push((policy.reference(), direction, index));
-                    }
+                let Some(rule) = policy.rules(*direction).and_then(|r| r.get(*index)) else {
+                    return true;
+                };
+                if self.rule_depends_on_pod(policy, *direction, rule, resolved, old, new) {
+                    return true;
                 }
-            }
-        }
-        for key in invalid {
-            self.cache.remove(&key);
-            if let Some(policy) = self.policies.get(&key.0) {
-                let targets = self.targets(policy);
-                self.dirty.extend(targets);
-            }
-        }
+                *direction == Direction::Egress
+                    && moved.iter().any(|before| {
+                        let after = self.services.get(&before.service.key);
+                        let base = resolved.base_clauses();
+                        vip_contribution(Some(before), base) != vip_contribution(after, base)
+                    })
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        self.invalidate(stale);
     }
 
-    /// Whether a pod's change (old → new) can change the resolution of `rule`.
+    /// Whether a pod's change (old → new) changes the resolution of `rule`, cached as
+    /// `resolved` (Service VIPs aside).
     fn rule_depends_on_pod(
         &self,
         policy: &Policy,
         direction: Direction,
         rule: &PolicyRule,
+        resolved: &ResolvedRule,
         old: Option<&Pod>,
         new: Option<&Pod>,
     ) -> bool {
@@ -323,15 +543,11 @@ impl Engine {
         if pod_peer_changed {
             return true;
         }
-        // Egress named ports resolve on destination pods, whoever they are.
+        // Egress named ports resolve on each destination pod the peers allow, whoever it is.
+        // The peers did not change (above), so the cached ones tell which addresses count.
         direction == Direction::Egress
-            && rule
-                .ports
-                .iter()
-                .any(|p| matches!(p.port, Some(PortRef::Named(_))))
-            && (old.is_some_and(|p| !p.container_ports.is_empty())
-                || new.is_some_and(|p| !p.container_ports.is_empty()))
-            && old != new
+            && named_port_contribution(rule, &resolved.peers, old)
+                != named_port_contribution(rule, &resolved.peers, new)
     }
 
     fn peer_selects_pod(&self, policy: &Policy, peer: &Peer, pod: &Pod) -> bool {
@@ -356,28 +572,23 @@ impl Engine {
                 .is_none_or(|sel| sel.matches(&pod.labels))
     }
 
-    /// Drops cached rules with a peer satisfying `affected`, marking their targets dirty.
+    /// Drops cached rules with a peer satisfying `affected`, marking their users dirty.
     fn invalidate_rules_where(&mut self, affected: impl Fn(&Policy, &Peer) -> bool) {
-        let mut dirty_policies = Vec::new();
-        for policy in self.policies.values() {
-            for direction in [Direction::Ingress, Direction::Egress] {
-                let Some(rules) = policy.rules(direction) else {
-                    continue;
+        let stale: Vec<RuleKey> = self
+            .cache
+            .keys()
+            .filter(|(reference, direction, index)| {
+                let Some(policy) = self.policies.get(reference) else {
+                    return true;
                 };
-                for (index, rule) in rules.iter().enumerate() {
-                    if rule.peers.iter().any(|peer| affected(policy, peer)) {
-                        self.cache.remove(&(policy.reference(), direction, index));
-                        dirty_policies.push(policy.reference());
-                    }
-                }
-            }
-        }
-        for reference in dirty_policies {
-            if let Some(policy) = self.policies.get(&reference) {
-                let targets = self.targets(policy);
-                self.dirty.extend(targets);
-            }
-        }
+                policy
+                    .rules(*direction)
+                    .and_then(|r| r.get(*index))
+                    .is_none_or(|rule| rule.peers.iter().any(|peer| affected(policy, peer)))
+            })
+            .cloned()
+            .collect();
+        self.invalidate(stale);
     }
 
     // ----- computing -----------------------------------------------------------------------
@@ -437,13 +648,18 @@ impl Engine {
             let set = AddrSet::union_of(rule.peers.iter().map(|p| self.peer_addrs(policy, p)));
             PeerMatch::Addrs(Arc::new(set))
         };
-        let egress_clauses = match direction {
-            Direction::Ingress => Vec::new(),
-            Direction::Egress => self.egress_clauses(&peers, rule),
+        let (egress_clauses, egress_base) = match direction {
+            Direction::Ingress => (Vec::new(), 0),
+            Direction::Egress => {
+                let base = self.egress_clauses(&peers, rule);
+                let len = base.len();
+                (self.with_service_vips(base), len)
+            }
         };
         ResolvedRule {
             peers,
             egress_clauses,
+            egress_base,
         }
     }
 
@@ -451,10 +667,10 @@ impl Engine {
     /// destination pod that declares it, on the number that pod gives it.
     fn egress_clauses(&self, peers: &PeerMatch, rule: &PolicyRule) -> Vec<Clause> {
         if rule.ports.is_empty() {
-            return self.with_service_vips(vec![Clause {
+            return vec![Clause {
                 peers: peers.clone(),
                 ports: PortMatch::Any,
-            }]);
+            }];
         }
         let mut clauses = Vec::new();
         let numeric: Vec<PortRange> = rule.ports.iter().filter_map(numeric_range).collect();
@@ -466,11 +682,12 @@ impl Engine {
         }
         // (protocol, number) → destination addresses that give the name that number.
         let mut named: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
+        let destinations = self.pods_within(peers);
         for port in &rule.ports {
             let Some(PortRef::Named(name)) = &port.port else {
                 continue;
             };
-            for pod in self.pods.values().filter(|p| !p.host_network) {
+            for pod in destinations.iter().filter(|p| !p.host_network) {
                 let Some(number) = pod.named_port(name, port.protocol) else {
                     continue;
                 };
@@ -493,35 +710,18 @@ impl Engine {
                 });
             }
         }
-        self.with_service_vips(clauses)
+        clauses
     }
 
-    /// Adds Service virtual IPs (SPEC 3.2): a ClusterIP:port is allowed when the clauses allow
-    /// one of the Service's endpoints on the port it targets.
+    /// Adds Service virtual IPs (SPEC 3.2) to a rule's own egress clauses.
     fn with_service_vips(&self, mut clauses: Vec<Clause>) -> Vec<Clause> {
-        if self.services.is_empty() {
-            return clauses;
-        }
         let mut vips: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
-        for service in self.services.values().filter(|s| !s.cluster_ips.is_empty()) {
-            let endpoints = self.service_endpoints(service);
-            for sp in &service.ports {
-                let reachable = endpoints.iter().any(|(addr, pod)| {
-                    let target = match &sp.target {
-                        PortRef::Number(n) => Some(*n),
-                        PortRef::Named(name) => pod.and_then(|p| p.named_port(name, sp.protocol)),
-                    };
-                    target.is_some_and(|t| clauses.iter().any(|c| c.matches(*addr, sp.protocol, t)))
-                });
-                if reachable {
-                    let range = PortRange {
-                        protocol: sp.protocol,
-                        ports: Some((sp.port, sp.port)),
-                    };
-                    vips.entry(range)
-                        .or_default()
-                        .extend(service.cluster_ips.iter().copied());
-                }
+        for key in self.services_reachable_from(&clauses) {
+            let Some(entry) = self.services.get(key) else {
+                continue;
+            };
+            for (range, vip) in vip_contribution(Some(entry), &clauses) {
+                vips.entry(range).or_default().push(vip);
             }
         }
         for (range, addrs) in vips {
@@ -533,37 +733,48 @@ impl Engine {
         clauses
     }
 
-    /// A Service's endpoint addresses, with the pod behind each when known.
-    fn service_endpoints(&self, service: &Service) -> Vec<(IpAddr, Option<&Pod>)> {
-        match &service.selector {
-            Some(_) => self
-                .pods_by_namespace
-                .get(&service.key.namespace)
-                .into_iter()
-                .flatten()
-                .filter_map(|name| {
-                    self.pods
-                        .get(&ObjectKey::new(service.key.namespace.clone(), name.clone()))
-                })
-                .filter(|pod| service_selects(service, pod))
-                .flat_map(|pod| {
-                    pod.primary()
-                        .into_iter()
-                        .flat_map(move |i| i.ips.iter().map(move |a| (*a, Some(pod))))
-                })
-                .collect(),
-            None => service
-                .endpoint_addrs
-                .iter()
-                .map(|addr| (*addr, self.pod_by_addr(*addr)))
-                .collect(),
-        }
+    /// The pods with an address in `peers` (the only ones an egress named port can resolve on).
+    fn pods_within(&self, peers: &PeerMatch) -> Vec<&Pod> {
+        let set = match peers {
+            PeerMatch::Any => return self.pods.values().collect(),
+            PeerMatch::Addrs(set) => set,
+        };
+        let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
+        let v6 = set.v6_ranges().map(|(a, b)| (IpAddr::V6(a), IpAddr::V6(b)));
+        let keys: BTreeSet<&PodKey> = v4
+            .chain(v6)
+            .flat_map(|(first, last)| self.pods_by_addr.range(first..=last))
+            .flat_map(|(_, keys)| keys)
+            .collect();
+        keys.into_iter().filter_map(|k| self.pods.get(k)).collect()
     }
 
+    /// The Services with an endpoint address that one of `clauses` accepts: the only ones
+    /// whose VIPs they can add (an exact filter, found by range lookups in the endpoint index).
+    fn services_reachable_from(&self, clauses: &[Clause]) -> BTreeSet<&ObjectKey> {
+        let mut out = BTreeSet::new();
+        for clause in clauses {
+            let set = match &clause.peers {
+                PeerMatch::Any => return self.services.keys().collect(),
+                PeerMatch::Addrs(set) => set,
+            };
+            let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
+            let v6 = set.v6_ranges().map(|(a, b)| (IpAddr::V6(a), IpAddr::V6(b)));
+            for (first, last) in v4.chain(v6) {
+                for (_, keys) in self.services_by_endpoint.range(first..=last) {
+                    out.extend(keys);
+                }
+            }
+        }
+        out
+    }
+
+    /// The pod an EndpointSlice address belongs to: the first holder in key order.
     fn pod_by_addr(&self, addr: IpAddr) -> Option<&Pod> {
-        self.pods
-            .values()
-            .find(|p| p.interfaces.iter().any(|i| i.ips.contains(&addr)))
+        self.pods_by_addr
+            .get(&addr)
+            .and_then(|holders| holders.first())
+            .and_then(|key| self.pods.get(key))
     }
 
     fn resolved(
@@ -771,6 +982,89 @@ fn service_selects(service: &Service, pod: &Pod) -> bool {
         && service.selector.as_ref().is_some_and(|sel| {
             !sel.is_empty() && sel.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
         })
+}
+
+/// How the endpoint index changes when `key`'s endpoints go from `old` to `new`: (address,
+/// Service, added) for each address only one of them has.
+fn endpoint_moves(
+    key: &ObjectKey,
+    old: &Endpoints,
+    new: &Endpoints,
+) -> Vec<(IpAddr, ObjectKey, bool)> {
+    let old: BTreeSet<IpAddr> = old.iter().map(|(a, _)| *a).collect();
+    let new: BTreeSet<IpAddr> = new.iter().map(|(a, _)| *a).collect();
+    let gone = old.difference(&new).map(|a| (*a, key.clone(), false));
+    let came = new.difference(&old).map(|a| (*a, key.clone(), true));
+    gone.chain(came).collect()
+}
+
+/// The port each of `service`'s ports targets on the pod behind an endpoint (`None` for a
+/// named target the pod does not declare, or when no pod is known).
+fn service_targets(service: &Service, pod: Option<&Pod>) -> Vec<Option<u16>> {
+    service
+        .ports
+        .iter()
+        .map(|sp| match &sp.target {
+            PortRef::Number(n) => Some(*n),
+            PortRef::Named(name) => pod.and_then(|p| p.named_port(name, sp.protocol)),
+        })
+        .collect()
+}
+
+/// The (port, VIP) pairs a Service adds to egress clauses `base` (SPEC 3.2): ClusterIP:port
+/// is allowed when `base` allows one of the Service's endpoints on the port it targets.
+fn vip_contribution(
+    entry: Option<&ServiceEntry>,
+    base: &[Clause],
+) -> BTreeSet<(PortRange, IpAddr)> {
+    let mut out = BTreeSet::new();
+    let Some(ServiceEntry { service, endpoints }) = entry else {
+        return out;
+    };
+    if service.cluster_ips.is_empty() {
+        return out;
+    }
+    for (i, sp) in service.ports.iter().enumerate() {
+        let reachable = endpoints.iter().any(|(addr, targets)| {
+            targets[i].is_some_and(|t| base.iter().any(|c| c.matches(*addr, sp.protocol, t)))
+        });
+        if reachable {
+            let range = PortRange {
+                protocol: sp.protocol,
+                ports: Some((sp.port, sp.port)),
+            };
+            out.extend(service.cluster_ips.iter().map(|vip| (range, *vip)));
+        }
+    }
+    out
+}
+
+/// What `pod` adds to the named-port clauses of an egress `rule` whose peers are `peers`: per
+/// named port it declares, its addresses the peers allow, on its number for that name.
+fn named_port_contribution(
+    rule: &PolicyRule,
+    peers: &PeerMatch,
+    pod: Option<&Pod>,
+) -> BTreeSet<(PortRange, IpAddr)> {
+    let mut out = BTreeSet::new();
+    let Some(pod) = pod.filter(|p| !p.host_network) else {
+        return out;
+    };
+    for port in &rule.ports {
+        let Some(PortRef::Named(name)) = &port.port else {
+            continue;
+        };
+        let Some(number) = pod.named_port(name, port.protocol) else {
+            continue;
+        };
+        let range = PortRange {
+            protocol: port.protocol,
+            ports: Some((number, number)),
+        };
+        let addrs = pod.interfaces.iter().flat_map(|i| i.ips.iter().copied());
+        out.extend(addrs.filter(|a| peers.contains(*a)).map(|a| (range, a)));
+    }
+    out
 }
 
 /// Whether a Service's endpoints, or the ports they resolve named targets on, can change with

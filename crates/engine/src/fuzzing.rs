@@ -11,8 +11,11 @@
 //!   engine's resolution but the model's predicates (label and network selector matching, the
 //!   named-port lookup): no [`AddrSet`], no cache, no peer sets;
 //! - **incremental equals fresh**: an engine fed the initial objects and then the changes one
-//!   by one, recomputing only the pods [`Engine::take_dirty`] names, holds the same rules as an
-//!   engine fed the final objects at once, in another order;
+//!   by one, recomputing only the pods [`Engine::take_dirty`] names, holds after every change
+//!   the same rules as an engine fed the objects of that moment at once, in another order
+//!   (changes include Services created, edited and deleted, EndpointSlice addresses moving
+//!   between pods, pods with named ports behind Services, and pod changes only the pod itself
+//!   can see);
 //! - **feeding is idempotent**: setting every object again as it is marks no pod dirty;
 //! - the computed rules are well-formed (a direction is isolated exactly when a policy isolates
 //!   it; the staged view equals the enforced one when no policy is monitored or replaced;
@@ -407,25 +410,13 @@ fn service(b: &mut Bytes, index: usize, pods: &[Pod]) -> Service {
         _ => vec![IpAddr::V4(Ipv4Addr::new(10, 96, 0, n))],
     };
     let (selector, endpoint_addrs) = match b.below(3) {
-        0 => {
-            // EndpointSlices: some pod primary addresses, or an address no pod holds.
-            let addrs = (0..1 + b.below(2))
-                .map(|_| {
-                    let candidates: Vec<IpAddr> = pods
-                        .iter()
-                        .filter(|p| !p.host_network)
-                        .filter_map(Pod::primary)
-                        .flat_map(|i| i.ips.iter().copied())
-                        .collect();
-                    if candidates.is_empty() || b.one_in(4) {
-                        IpAddr::V4(Ipv4Addr::new(10, 0, 9, 9))
-                    } else {
-                        *b.pick(&candidates)
-                    }
-                })
-                .collect();
-            (None, addrs)
-        }
+        // EndpointSlices: some pod primary addresses, or an address no pod holds.
+        0 => (
+            None,
+            (0..1 + b.below(2))
+                .map(|_| endpoint_addr(b, pods))
+                .collect(),
+        ),
         // A selector with no label selects nothing.
         1 if b.one_in(2) => (Some(Labels::new()), Vec::new()),
         _ => {
@@ -434,7 +425,32 @@ fn service(b: &mut Bytes, index: usize, pods: &[Pod]) -> Service {
             (Some(labels), Vec::new())
         }
     };
-    let ports = (0..1 + b.below(2))
+    Service {
+        key: ObjectKey::new(namespace_name(b), format!("svc{index}")),
+        cluster_ips,
+        selector,
+        endpoint_addrs,
+        ports: service_ports(b),
+    }
+}
+
+/// An EndpointSlice address: a pod's primary address, or one no pod holds.
+fn endpoint_addr(b: &mut Bytes, pods: &[Pod]) -> IpAddr {
+    let candidates: Vec<IpAddr> = pods
+        .iter()
+        .filter(|p| !p.host_network)
+        .filter_map(Pod::primary)
+        .flat_map(|i| i.ips.iter().copied())
+        .collect();
+    if candidates.is_empty() || b.one_in(4) {
+        IpAddr::V4(Ipv4Addr::new(10, 0, 9, 9))
+    } else {
+        *b.pick(&candidates)
+    }
+}
+
+fn service_ports(b: &mut Bytes) -> Vec<ServicePort> {
+    (0..1 + b.below(2))
         .map(|_| {
             let (protocol, port, target) = b
                 .pick(&[
@@ -451,14 +467,59 @@ fn service(b: &mut Bytes, index: usize, pods: &[Pod]) -> Service {
                 target,
             }
         })
-        .collect();
-    Service {
-        key: ObjectKey::new(namespace_name(b), format!("svc{index}")),
-        cluster_ips,
-        selector,
-        endpoint_addrs,
-        ports,
+        .collect()
+}
+
+/// An edit of an existing Service: its endpoints move, its selector, ports or virtual IPs
+/// change.
+fn service_edit(b: &mut Bytes, old: &Service, pods: &[Pod]) -> Service {
+    let mut service = old.clone();
+    match b.below(5) {
+        // An EndpointSlice address moves to another pod (or nowhere), goes, or comes.
+        0 | 1 if service.selector.is_none() => {
+            let addrs = &mut service.endpoint_addrs;
+            match b.below(3) {
+                0 if !addrs.is_empty() => {
+                    let at = b.below(addrs.len());
+                    addrs[at] = endpoint_addr(b, pods);
+                }
+                1 if !addrs.is_empty() => {
+                    let at = b.below(addrs.len());
+                    addrs.remove(at);
+                }
+                _ => addrs.push(endpoint_addr(b, pods)),
+            }
+        }
+        0 | 1 => {
+            let mut labels = Labels::new();
+            if !b.one_in(4) {
+                labels.insert("app".into(), b.pick(&APPS).to_string());
+            }
+            service.selector = Some(labels);
+        }
+        2 => service.ports = service_ports(b),
+        3 => {
+            // From selector to EndpointSlices or back.
+            if service.selector.is_some() {
+                service.selector = None;
+                service.endpoint_addrs = vec![endpoint_addr(b, pods)];
+            } else {
+                service.selector = Some(Labels::from([(
+                    "app".to_string(),
+                    b.pick(&APPS).to_string(),
+                )]));
+                service.endpoint_addrs.clear();
+            }
+        }
+        _ => {
+            service.cluster_ips = if service.cluster_ips.is_empty() {
+                vec![IpAddr::V4(Ipv4Addr::new(10, 96, 1, 1))]
+            } else {
+                Vec::new()
+            }
+        }
     }
+    service
 }
 
 /// One change to the cluster, as the agent's sources deliver them.
@@ -571,7 +632,7 @@ impl Scenario {
             changes: Vec::new(),
         };
         let mut state = scenario.initial_state();
-        for _ in 0..b.below(6) {
+        for _ in 0..b.below(8) {
             let change = change(&mut b, &state);
             state.apply(&change);
             scenario.changes.push(change);
@@ -600,14 +661,6 @@ impl Scenario {
         out.extend(self.services.iter().cloned().map(Change::SetService));
         out
     }
-
-    fn final_state(&self) -> State {
-        let mut state = self.initial_state();
-        for change in &self.changes {
-            state.apply(change);
-        }
-        state
-    }
 }
 
 /// A change to the current `state`: mostly edits of existing objects (what dirty tracking must
@@ -630,8 +683,17 @@ fn change(b: &mut Bytes, state: &State) -> Change {
                 .nth(nth(b, state.pods.len()))
                 .expect("index below len");
             let mut pod = old.clone();
-            match b.below(5) {
+            match b.below(6) {
                 0 => return Change::RemovePod(old.key.clone()),
+                5 => {
+                    // What only the pod itself sees: its netns, its interfaces' names.
+                    pod.netns = Some(format!("/run/netns/{}", b.below(3)));
+                    for (i, iface) in pod.interfaces.iter_mut().enumerate() {
+                        if b.one_in(2) {
+                            iface.name = format!("if{i}x");
+                        }
+                    }
+                }
                 1 => {
                     pod.labels.insert("app".into(), b.pick(&APPS).to_string());
                 }
@@ -704,17 +766,24 @@ fn change(b: &mut Bytes, state: &State) -> Change {
             Change::SetPolicy(policy(b, index))
         }
         _ => {
-            if !state.services.is_empty() && b.one_in(3) {
-                let key = state
-                    .services
-                    .keys()
-                    .nth(nth(b, state.services.len()))
-                    .expect("index below len");
-                Change::RemoveService(key.clone())
-            } else {
-                let pods: Vec<Pod> = state.pods.values().cloned().collect();
-                let index = b.below(3);
-                Change::SetService(service(b, index, &pods))
+            let pods: Vec<Pod> = state.pods.values().cloned().collect();
+            match b.below(4) {
+                0 | 1 if !state.services.is_empty() => {
+                    let old = state
+                        .services
+                        .values()
+                        .nth(nth(b, state.services.len()))
+                        .expect("index below len");
+                    if b.one_in(4) {
+                        Change::RemoveService(old.key.clone())
+                    } else {
+                        Change::SetService(service_edit(b, old, &pods))
+                    }
+                }
+                _ => {
+                    let index = b.below(3);
+                    Change::SetService(service(b, index, &pods))
+                }
             }
         }
     }
@@ -1018,40 +1087,28 @@ pub fn check_scenario(scenario: &Scenario) {
         feed(&mut engine, &change);
     }
     let mut rules = engine.all_pod_rules();
-    for change in &scenario.changes {
+    let mut state = scenario.initial_state();
+    let mut fresh_rules = fresh_rules(&scenario.options, &state);
+    for (step, change) in scenario.changes.iter().enumerate() {
         feed(&mut engine, change);
+        state.apply(change);
         for key in engine.take_dirty() {
             match engine.pod_rules(&key) {
                 Some(r) => rules.insert(key, r),
                 None => rules.remove(&key),
             };
         }
-    }
-    // Fresh: the final objects at once, policies and Services before the pods they concern.
-    let state = scenario.final_state();
-    let mut fresh = Engine::new(scenario.options.clone());
-    for p in state.policies.values().rev() {
-        fresh.set_policy(p.clone());
-    }
-    for s in state.services.values() {
-        fresh.set_service(s.clone());
-    }
-    for p in state.pods.values().rev() {
-        fresh.set_pod(p.clone());
-    }
-    for n in state.namespaces.values() {
-        fresh.set_namespace(n.clone());
-    }
-    let fresh_rules = fresh.all_pod_rules();
-    if rules != fresh_rules {
-        let differing: Vec<&PodKey> = fresh_rules
-            .keys()
-            .chain(rules.keys())
-            .filter(|k| rules.get(*k) != fresh_rules.get(*k))
-            .collect();
-        panic!(
-            "incremental rules differ from fresh ones for {differing:?}\nscenario: {scenario:#?}"
-        );
+        fresh_rules = self::fresh_rules(&scenario.options, &state);
+        if rules != fresh_rules {
+            let differing: Vec<&PodKey> = fresh_rules
+                .keys()
+                .chain(rules.keys())
+                .filter(|k| rules.get(*k) != fresh_rules.get(*k))
+                .collect();
+            panic!(
+                "after change {step} ({change:?}), incremental rules differ from fresh ones for {differing:?}\nscenario: {scenario:#?}"
+            );
+        }
     }
     // Idempotent: the same objects again change nothing.
     for n in state.namespaces.values() {
@@ -1075,6 +1132,25 @@ pub fn check_scenario(scenario: &Scenario) {
         check_well_formed(pod_rules, &state);
     }
     check_verdicts(&scenario.options, &state, &fresh_rules);
+}
+
+/// The rules of a fresh engine fed `state` at once, policies and Services before the pods they
+/// concern (the reverse of an agent's first list).
+fn fresh_rules(options: &EngineOptions, state: &State) -> BTreeMap<PodKey, PodRules> {
+    let mut fresh = Engine::new(options.clone());
+    for p in state.policies.values().rev() {
+        fresh.set_policy(p.clone());
+    }
+    for s in state.services.values() {
+        fresh.set_service(s.clone());
+    }
+    for p in state.pods.values().rev() {
+        fresh.set_pod(p.clone());
+    }
+    for n in state.namespaces.values() {
+        fresh.set_namespace(n.clone());
+    }
+    fresh.all_pod_rules()
 }
 
 fn check_well_formed(rules: &PodRules, state: &State) {

@@ -1,6 +1,8 @@
 //! A deterministic synthetic cluster for benchmarks: pods with realistic label cardinality
-//! (apps of ~20 replicas, tiers, zones), a third of them on a secondary network, and policies
-//! of the three kinds. No randomness crate: a small LCG keeps it reproducible.
+//! (apps of ~20 replicas, tiers, zones), a third of them on a secondary network, policies of
+//! the three kinds, and one Service in front of every app (most with a selector, some fed by
+//! EndpointSlice addresses, as in a real cluster). No randomness crate: a small LCG keeps it
+//! reproducible.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -27,13 +29,61 @@ pub struct Cluster {
     pub namespaces: Vec<Namespace>,
     pub pods: Vec<Pod>,
     pub policies: Vec<Policy>,
+    /// One per app, `svc<N>` in front of `app<N>`: see [`service_for_app`].
+    pub services: Vec<Service>,
 }
 
 const PODS_PER_NAMESPACE: usize = 200;
 const PODS_PER_APP: usize = 20;
 
+/// One Service in ten has no selector: its endpoints come from EndpointSlice addresses.
+const SLICE_SERVICE_EVERY: usize = 10;
+
 fn app_of(i: usize) -> String {
     format!("app{}", i / PODS_PER_APP)
+}
+
+fn ns_name(i: usize) -> String {
+    format!("ns{i}")
+}
+
+/// The primary address of pod number `i`.
+pub fn pod_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a00_0000u32 + i as u32 + 1))
+}
+
+/// The Service in front of app number `app` (whose pods are numbers `20·app .. 20·app + 20`,
+/// capped at `pods`): ClusterIP `10.96.x.y`, port 80 to the pods' named port `http`, and for
+/// one app in three also 5432 to 5432 (what the generated egress rules allow). One in
+/// [`SLICE_SERVICE_EVERY`] is selector-less, with its pods' addresses as EndpointSlice
+/// endpoints.
+pub fn service_for_app(app: usize, pods: usize) -> Service {
+    let first = app * PODS_PER_APP;
+    let members = first..(first + PODS_PER_APP).min(pods);
+    let mut ports = vec![ServicePort {
+        protocol: Protocol::Tcp,
+        port: 80,
+        target: PortRef::Named("http".into()),
+    }];
+    if app.is_multiple_of(3) {
+        ports.push(ServicePort {
+            protocol: Protocol::Tcp,
+            port: 5432,
+            target: PortRef::Number(5432),
+        });
+    }
+    let sliced = app % SLICE_SERVICE_EVERY == SLICE_SERVICE_EVERY - 1;
+    Service {
+        key: ObjectKey::new(ns_name(first / PODS_PER_NAMESPACE), format!("svc{app}")),
+        cluster_ips: vec![IpAddr::V4(Ipv4Addr::from(0x0a60_0000u32 + app as u32 + 1))],
+        selector: (!sliced).then(|| labels(&[("app", &app_of(first))])),
+        endpoint_addrs: if sliced {
+            members.map(pod_ip).collect()
+        } else {
+            Vec::new()
+        },
+        ports,
+    }
 }
 
 /// `pods` pods and `policies` policies (60% NetworkPolicy, 20% DanmNetworkPolicy, 20%
@@ -41,7 +91,6 @@ fn app_of(i: usize) -> String {
 pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
     let mut rng = Lcg(seed);
     let ns_count = pods.div_ceil(PODS_PER_NAMESPACE).max(1);
-    let ns_name = |i: usize| format!("ns{i}");
     let namespaces = (0..ns_count)
         .map(|i| {
             namespace(
@@ -59,11 +108,10 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
     let mut out_pods = Vec::with_capacity(pods);
     for i in 0..pods {
         let ns = ns_name(i / PODS_PER_NAMESPACE);
-        let ip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000u32 + i as u32 + 1));
         let mut interfaces = vec![PodInterface {
             name: "eth0".into(),
             network: NetworkId::Primary,
-            ips: vec![ip],
+            ips: vec![pod_ip(i)],
             prefix_lens: vec![8],
         }];
         if i % 3 == 0 {
@@ -171,11 +219,20 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
                     namespace_selector: None,
                     network_selector: None,
                 }],
-                ports: vec![PolicyPort {
+                ports: [PolicyPort {
                     protocol: Protocol::Tcp,
                     port: Some(PortRef::Number(5432)),
                     end_port: None,
-                }],
+                }]
+                .into_iter()
+                // Half the egress rules also allow the destination's named port, which the
+                // Services' port 80 targets.
+                .chain((i.is_multiple_of(2)).then(|| PolicyPort {
+                    protocol: Protocol::Tcp,
+                    port: Some(PortRef::Named("http".into())),
+                    end_port: None,
+                }))
+                .collect(),
             }]
         });
         let scope = match kind {
@@ -205,5 +262,8 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
         namespaces,
         pods: out_pods,
         policies: out_policies,
+        services: (0..pods.div_ceil(PODS_PER_APP))
+            .map(|app| service_for_app(app, pods))
+            .collect(),
     }
 }

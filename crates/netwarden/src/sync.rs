@@ -293,6 +293,59 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_named_dirty_with_unchanged_rules_sends_nothing_to_the_kernel() {
+        // The syncer renders every pod it is given; the dataplane compares the ruleset with
+        // the last one applied to the same netns and sends nothing when they are equal. So
+        // whatever the engine names dirty, a pod whose rules did not change costs no
+        // transaction.
+        use netwarden_engine::{ObjectKey, PortRef, Protocol, Service, ServicePort};
+        let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
+        let mut e = engine_with("eth0");
+        let keys = all(&e);
+        assert_eq!(syncer.sync(&mut e, keys.clone()).applied, 1);
+        let ops = syncer.dataplane.op_count();
+        let before = syncer.dataplane.tables.clone();
+        // A Service now selects the pod: its own rules (ingress denied) stay the same.
+        e.set_service(Service {
+            key: ObjectKey::new("ns", "web"),
+            cluster_ips: vec!["10.96.0.1".parse().unwrap()],
+            selector: Some([("app".to_string(), "web".to_string())].into()),
+            endpoint_addrs: Vec::new(),
+            ports: vec![ServicePort {
+                protocol: Protocol::Tcp,
+                port: 80,
+                target: PortRef::Named("http".into()),
+            }],
+        });
+        let mut dirty = e.take_dirty();
+        dirty.extend(keys.clone());
+        let report = syncer.sync(&mut e, dirty);
+        assert_eq!((report.applied, report.unchanged), (0, 1), "{report}");
+        assert_eq!(
+            syncer.dataplane.op_count(),
+            ops,
+            "{:?}",
+            syncer.dataplane.ops
+        );
+        assert_eq!(syncer.dataplane.tables, before);
+        // A change of the pod's rules still goes through.
+        e.set_policy(netpol(
+            "ns",
+            "deny",
+            selector(&[("app", "web")]),
+            Some(vec![netwarden_engine::testing::rule(
+                vec![],
+                vec![netwarden_engine::testing::tcp(80)],
+            )]),
+            None,
+        ));
+        let dirty = e.take_dirty();
+        let report = syncer.sync(&mut e, dirty);
+        assert_eq!(report.applied, 1, "{report}");
+        assert_eq!(syncer.dataplane.op_count(), ops + 1);
+    }
+
+    #[test]
     fn a_recreated_netns_is_synced_again_in_full() {
         let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
         let mut e = engine_with("eth0");
