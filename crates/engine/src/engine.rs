@@ -101,12 +101,14 @@ struct ServiceEntry {
 /// behind it). A set, since only "does a rule allow one of them" matters.
 type Endpoints = BTreeSet<(IpAddr, Vec<Option<u16>>)>;
 
-/// What other pods' rules can see of a pod: all of it but its netns and its interfaces' names
+/// What other pods' rules can see of a pod: all of it but its netns, its node and its interfaces' names
 /// and prefix lengths (so a field added to [`Pod`] counts until shown otherwise). Two pods
 /// with equal views change no other pod's rules.
 fn peer_view(pod: &Pod) -> Pod {
     Pod {
         netns: None,
+        // Which node runs a pod decides who enforces its rules, not what they allow.
+        node_name: None,
         interfaces: pod
             .interfaces
             .iter()
