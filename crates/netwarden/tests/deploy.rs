@@ -522,7 +522,7 @@ fn cluster_role_grants_exactly_what_the_agent_uses() {
     let missing: Vec<_> = used.difference(&granted).collect();
     assert!(
         extra.is_empty() && missing.is_empty(),
-        "deploy/rbac.yaml and crates/netwarden/src/kinds.rs disagree:\n  granted, unused: \
+        "deploy/rbac.yaml and crates/kube/src/kinds.rs disagree:\n  granted, unused: \
          {extra:?}\n  used, not granted: {missing:?}"
     );
 
