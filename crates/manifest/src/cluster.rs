@@ -214,7 +214,11 @@ fn replaced_keys(read: &FileRead) -> impl Iterator<Item = ClusterKey> + '_ {
             Outcome::Rejected(id) => id,
             Outcome::Skipped | Outcome::Unidentified => return None,
         };
-        Some(ClusterKey::new(id.kind, id.namespace.clone(), id.name.clone()))
+        Some(ClusterKey::new(
+            id.kind,
+            id.namespace.clone(),
+            id.name.clone(),
+        ))
     })
 }
 
@@ -365,12 +369,18 @@ mod tests {
         assert_eq!(inv.policies.len(), 1, "replaced, not added: {inv:#?}");
         let deny = &inv.policies[0];
         assert_eq!(
-            deny.pod_selector.match_labels.get("app").map(String::as_str),
+            deny.pod_selector
+                .match_labels
+                .get("app")
+                .map(String::as_str),
             Some("web")
         );
         let names: BTreeSet<_> = inv.pods.iter().map(|p| p.key.name.as_str()).collect();
         assert_eq!(names, BTreeSet::from(["a", "b", "c"]));
-        assert!(inv.services.is_empty(), "the broken file Service hides the cluster's");
+        assert!(
+            inv.services.is_empty(),
+            "the broken file Service hides the cluster's"
+        );
         let problem = inv.errors().next().expect("the broken Service is reported");
         assert_eq!(
             (problem.kind.as_str(), problem.object.as_str()),
