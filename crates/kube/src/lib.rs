@@ -21,9 +21,13 @@
 //!
 //! The watchers run on a small tokio runtime owned by the [`KubeSource`]; the agent loop stays
 //! synchronous and blocks in [`KubeSource::wait`].
+//!
+//! [`list_once`] is the other way in: one LIST per kind and no watch, for the analysis
+//! commands (`reach`, `explain`, `validate --kube`).
 #![forbid(unsafe_code)]
 
 pub mod kinds;
+pub mod list;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +45,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 pub use crate::kinds::{watched, WatchedKind, WATCHED_KINDS};
+pub use crate::list::{list_once, ListOptions, Listed};
 pub use crate::status::{KindState, KindStatus, WatchStatus};
 
 /// How to reach the cluster and what to watch.
@@ -67,6 +72,21 @@ pub enum KubeError {
     Infer(#[source] kube::config::InferConfigError),
     #[error("cannot create the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
+    #[error("cannot ask the cluster whether it serves {kind}: {source}")]
+    Discovery {
+        kind: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot list {kind} ({api_version}): {source}")]
+    List {
+        kind: &'static str,
+        api_version: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot read the listed {kind} {name:?} as JSON")]
+    Unreadable { kind: &'static str, name: String },
 }
 
 /// What happened since the agent last took the inventory.

@@ -20,13 +20,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
-use crate::read::FileRead;
+use crate::files;
+use crate::read::{FileRead, Outcome};
 use crate::set::merge;
-use crate::{Inventory, LoadOptions};
+use crate::{Inventory, LoadOptions, Problem};
 
 /// What problems name as the "file" of an object read from the cluster.
 pub const CLUSTER_SOURCE: &str = "cluster";
@@ -159,6 +161,65 @@ impl ClusterSet {
     pub fn inventory(&self) -> Inventory {
         assemble(self.objects.values().map(Part::File), &self.opts)
     }
+
+    /// "The cluster plus these files" (`reach`/`explain`/`validate --kube -f`): the manifests
+    /// under `paths` are read as `-f` reads them, and each object they hold replaces the
+    /// cluster's object of the same kind, namespace and name; a file object the cluster does
+    /// not have is added. An object a file names but cannot load (rejected by an error)
+    /// still hides the cluster's version: the user meant to replace it, and analysing the old
+    /// one instead would answer a question nobody asked. Two objects with the same name inside
+    /// the files stay duplicates (an error), exactly as without `--kube`.
+    pub fn overlay(&self, paths: &[PathBuf]) -> Inventory {
+        let steps: Vec<Step> = files::list(paths)
+            .into_iter()
+            .map(|listed| match listed {
+                files::Listed::File(p) => Step::File(files::read_file(&p)),
+                files::Listed::Missing { problem, .. }
+                | files::Listed::Unlistable { problem, .. }
+                | files::Listed::Note(problem) => Step::Problem(problem),
+            })
+            .collect();
+        let replaced: BTreeSet<ClusterKey> = steps
+            .iter()
+            .filter_map(|step| match step {
+                Step::File(read) => Some(read),
+                Step::Problem(_) => None,
+            })
+            .flat_map(replaced_keys)
+            .collect();
+        let files = steps.iter().map(|step| match step {
+            Step::File(read) => Part::File(read),
+            Step::Problem(problem) => Part::Problem(problem),
+        });
+        let cluster = self
+            .objects
+            .iter()
+            .filter(|(key, _)| !replaced.contains(*key))
+            .map(|(_, read)| Part::File(read));
+        assemble(cluster.chain(files), &self.opts)
+    }
+}
+
+/// One input of [`ClusterSet::overlay`]'s files, kept until the cluster's objects are filtered.
+enum Step {
+    Problem(Problem),
+    File(FileRead),
+}
+
+/// The keys of the objects a file names (loaded or rejected): those it replaces.
+fn replaced_keys(read: &FileRead) -> impl Iterator<Item = ClusterKey> + '_ {
+    read.entries.iter().filter_map(|entry| {
+        let id = match &entry.outcome {
+            Outcome::Loaded(object) => &object.id,
+            Outcome::Rejected(id) => id,
+            Outcome::Skipped | Outcome::Unidentified => return None,
+        };
+        Some(ClusterKey::new(
+            id.kind,
+            id.namespace.clone(),
+            id.name.clone(),
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -272,6 +333,71 @@ mod tests {
                                 "metadata": {"name": "d", "namespace": "ns"}});
         assert!(!set.upsert(&deployment));
         assert_eq!(set.len(), 1);
+    }
+
+    /// A directory removed on drop, for the overlay's files.
+    struct Dir(std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn files_replace_cluster_objects_of_the_same_kind_namespace_and_name() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        for o in objects() {
+            set.upsert(&o);
+        }
+        let dir = Dir(std::env::temp_dir().join(format!("nw-overlay-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        // `deny` now selects `web` pods instead of `db`; `c` is new; a rejected file object
+        // (a service with a port of the wrong type) still hides the cluster's `db`.
+        let changed = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny", "namespace": "ns"},
+            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}});
+        let new_pod = pod("c", json!({"app": "db"}), "n1", "10.0.0.3");
+        let broken_service = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db", "namespace": "ns"},
+            "spec": {"selector": {"app": "db"}, "ports": [{"port": "many"}]}});
+        std::fs::write(
+            dir.0.join("change.yaml"),
+            format!("{changed}\n---\n{new_pod}\n---\n{broken_service}\n"),
+        )
+        .unwrap();
+        let inv = set.overlay(std::slice::from_ref(&dir.0));
+        assert_eq!(inv.policies.len(), 1, "replaced, not added: {inv:#?}");
+        let deny = &inv.policies[0];
+        assert_eq!(
+            deny.pod_selector
+                .match_labels
+                .get("app")
+                .map(String::as_str),
+            Some("web")
+        );
+        let names: BTreeSet<_> = inv.pods.iter().map(|p| p.key.name.as_str()).collect();
+        assert_eq!(names, BTreeSet::from(["a", "b", "c"]));
+        assert!(
+            inv.services.is_empty(),
+            "the broken file Service hides the cluster's"
+        );
+        let problem = inv.errors().next().expect("the broken Service is reported");
+        assert_eq!(
+            (problem.kind.as_str(), problem.object.as_str()),
+            ("Service", "ns/db")
+        );
+        assert!(problem.file.ends_with("change.yaml"), "{problem}");
+        // The cluster itself is untouched.
+        assert_eq!(set.inventory().services.len(), 1);
+
+        // Two objects of the same name inside the files stay duplicates.
+        std::fs::write(dir.0.join("again.yaml"), format!("{changed}\n")).unwrap();
+        let inv = set.overlay(std::slice::from_ref(&dir.0));
+        assert!(
+            inv.errors().any(|p| p.reason.contains("duplicate")),
+            "{:#?}",
+            inv.problems
+        );
     }
 
     #[test]

@@ -1,10 +1,66 @@
 //! From loaded manifests to a fed engine: the glue between `netwarden-manifest` and the pure
-//! engine, shared by every command that reads `-f PATH`.
+//! engine, shared by every command that reads `-f PATH`; and, for the analysis commands
+//! (`reach`, `explain`, `validate`), the same from the live cluster (`--kube`), optionally with
+//! files laid over it ([`AnalysisInput`]).
 
 use std::path::PathBuf;
 
 use netwarden_engine::{Engine, EngineOptions};
 use netwarden_manifest::{load_paths, Inventory, LoadOptions, Severity};
+
+/// Where the analysis commands read their objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnalysisInput {
+    /// `-f PATH...`: manifests only.
+    Files(Vec<PathBuf>),
+    /// `--kube [-f PATH...]`: the cluster listed once, each object of `overlay` replacing the
+    /// cluster's object of the same kind, namespace and name (a new one is added).
+    Cluster {
+        kubeconfig: Option<PathBuf>,
+        overlay: Vec<PathBuf>,
+    },
+}
+
+/// What [`load_analysis`] read, and what the user should know about how.
+#[derive(Debug)]
+pub struct Analysed {
+    pub inventory: Inventory,
+    /// Optional kinds the cluster does not serve, skipped (one line each).
+    pub notes: Vec<String>,
+}
+
+/// Reads the input of an analysis command. Files alone never fail (their problems are in the
+/// inventory); the cluster fails as a whole when any kind it must serve cannot be listed.
+pub fn load_analysis(
+    input: &AnalysisInput,
+    load: &LoadOptions,
+) -> Result<Analysed, netwarden_kube::KubeError> {
+    match input {
+        AnalysisInput::Files(paths) => Ok(Analysed {
+            inventory: load_paths(paths, load),
+            notes: Vec::new(),
+        }),
+        AnalysisInput::Cluster {
+            kubeconfig,
+            overlay,
+        } => {
+            let listed = netwarden_kube::list_once(&netwarden_kube::ListOptions {
+                kubeconfig: kubeconfig.clone(),
+                load: load.clone(),
+                page_size: netwarden_kube::list::DEFAULT_PAGE_SIZE,
+            })?;
+            let inventory = if overlay.is_empty() {
+                listed.cluster.inventory()
+            } else {
+                listed.cluster.overlay(overlay)
+            };
+            Ok(Analysed {
+                inventory,
+                notes: listed.notes(),
+            })
+        }
+    }
+}
 
 /// Loads manifests and feeds an engine with every valid object.
 pub fn load_engine(

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
-use netwarden::inventory::{load_engine, report_problems};
+use netwarden::inventory::{
+    engine_from, load_analysis, load_engine, report_problems, AnalysisInput,
+};
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::source::SourceConfig;
 use netwarden::{explain, reach};
@@ -278,10 +280,40 @@ struct Input {
     /// Manifest files or directories (YAML, multi-document, `kind: List`, or JSON).
     #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
     paths: Vec<PathBuf>,
+    #[command(flatten)]
+    options: InputOptions,
+}
+
+/// The input of `reach`, `explain` and `validate`: manifests, the live cluster, or both.
+#[derive(Args, Clone)]
+struct AnalysisArgs {
+    /// Manifest files or directories (YAML, multi-document, `kind: List`, or JSON). With
+    /// --kube they are laid over the cluster ("the cluster plus these changes"): each object in
+    /// them replaces the cluster's object of the same kind, namespace and name, and one the
+    /// cluster does not have is added. Two objects of the same name in the files are still
+    /// duplicates (an error).
+    #[arg(short = 'f', long = "filename", required_unless_present = "kube", num_args = 1..)]
+    paths: Vec<PathBuf>,
+    /// Read the live cluster's objects: one LIST of every kind `run --kube` watches, no watch.
+    /// A CRD that is not installed is skipped with a note on stderr; problems of cluster
+    /// objects name the source `cluster`.
+    #[arg(long)]
+    kube: bool,
+    /// The kubeconfig to use with --kube (default: KUBECONFIG, ~/.kube/config, then the
+    /// in-cluster service account, as kubectl).
+    #[arg(long, requires = "kube")]
+    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    options: InputOptions,
+}
+
+/// The switches every reader of objects takes.
+#[derive(Args, Clone)]
+struct InputOptions {
     /// Make any problem in the input fatal.
     #[arg(long)]
     strict: bool,
-    /// Ignore `networking.k8s.io/v1` NetworkPolicy objects.
+    /// Ignore `networking.k8s.io/v1` NetworkPolicy objects (with --kube: not even listed).
     #[arg(long)]
     no_network_policy: bool,
     /// Where outgoing DNS (TCP/UDP 53) is allowed without a rule: where a DanmNetworkPolicy
@@ -289,6 +321,33 @@ struct Input {
     /// Kubernetes semantics), on every egress-isolated interface, or nowhere.
     #[arg(long, value_enum, default_value_t = DnsArg::Danm)]
     dns: DnsArg,
+}
+
+impl AnalysisArgs {
+    /// The objects, from the files or the cluster (plus files); notes go to stderr.
+    fn inventory(&self) -> Result<netwarden_manifest::Inventory> {
+        let input = if self.kube {
+            AnalysisInput::Cluster {
+                kubeconfig: self.kubeconfig.clone(),
+                overlay: self.paths.clone(),
+            }
+        } else {
+            AnalysisInput::Files(self.paths.clone())
+        };
+        let analysed = load_analysis(&input, &self.options.load_options())?;
+        for note in &analysed.notes {
+            eprintln!("netwarden: note: {note}");
+        }
+        Ok(analysed.inventory)
+    }
+
+    /// The engine fed with every valid object; problems are printed (and fatal with
+    /// --strict), as `Input::load` does for files.
+    fn load(&self) -> Result<netwarden_engine::Engine> {
+        let inventory = self.inventory()?;
+        self.options.check(&inventory)?;
+        Ok(engine_from(&inventory, self.options.engine_options(false)))
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -309,7 +368,7 @@ impl DnsArg {
     }
 }
 
-impl Input {
+impl InputOptions {
     fn load_options(&self) -> LoadOptions {
         LoadOptions {
             network_policy_enabled: !self.no_network_policy,
@@ -323,16 +382,32 @@ impl Input {
         }
     }
 
-    fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
-        let load = self.load_options();
-        let (engine, inventory) = load_engine(&self.paths, &load, self.engine_options(false));
-        report_problems(&inventory, self.strict);
+    /// Prints the problems; with --strict, any problem is fatal.
+    fn check(&self, inventory: &netwarden_manifest::Inventory) -> Result<()> {
+        report_problems(inventory, self.strict);
         if self.strict && !inventory.problems.is_empty() {
             bail!(
                 "{} problem(s) in the input (--strict)",
                 inventory.problems.len()
             );
         }
+        Ok(())
+    }
+}
+
+impl Input {
+    fn load_options(&self) -> LoadOptions {
+        self.options.load_options()
+    }
+
+    fn engine_options(&self, log_all_denies: bool) -> EngineOptions {
+        self.options.engine_options(log_all_denies)
+    }
+
+    fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
+        let load = self.load_options();
+        let (engine, inventory) = load_engine(&self.paths, &load, self.engine_options(false));
+        self.options.check(&inventory)?;
         Ok((engine, inventory))
     }
 }
@@ -347,7 +422,7 @@ enum Output {
 #[derive(Args)]
 struct ReachArgs {
     #[command(flatten)]
-    input: Input,
+    input: AnalysisArgs,
     /// Ports to probe, as PORT/PROTO (TCP, UDP, SCTP); repeatable.
     #[arg(long = "port", required = true, num_args = 1..)]
     ports: Vec<PortProto>,
@@ -367,7 +442,7 @@ struct ReachArgs {
 #[derive(Args)]
 struct ExplainArgs {
     #[command(flatten)]
-    input: Input,
+    input: AnalysisArgs,
     /// Source pod, `ns/name`.
     #[arg(long)]
     from: String,
@@ -396,7 +471,7 @@ enum FamilyArg {
 #[derive(Args)]
 struct ValidateArgs {
     #[command(flatten)]
-    input: Input,
+    input: AnalysisArgs,
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     output: Output,
 }
@@ -441,9 +516,11 @@ impl RunArgs {
     fn input(&self) -> Input {
         Input {
             paths: self.paths.clone(),
-            strict: self.strict,
-            no_network_policy: self.no_network_policy,
-            dns: self.dns,
+            options: InputOptions {
+                strict: self.strict,
+                no_network_policy: self.no_network_policy,
+                dns: self.dns,
+            },
         }
     }
 
@@ -519,7 +596,7 @@ fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
 
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {
     reach::command(
-        args.input.load()?.0,
+        args.input.load()?,
         &ReachQuery {
             ports: args.ports,
             network: Some(args.network),
@@ -535,7 +612,7 @@ fn reach_command(args: ReachArgs) -> Result<ExitCode> {
 }
 
 fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
-    let (mut engine, _) = args.input.load()?;
+    let mut engine = args.input.load()?;
     let rules = engine.all_pod_rules();
     let family = args.family.map(|f| match f {
         FamilyArg::Ipv4 => Family::Ipv4,
@@ -719,11 +796,11 @@ fn crd_command() -> Result<ExitCode> {
 }
 
 fn validate_command(args: ValidateArgs) -> Result<ExitCode> {
-    let inventory = netwarden_manifest::load_paths(&args.input.paths, &args.input.load_options());
+    let inventory = args.input.inventory()?;
     let fatal = inventory
         .problems
         .iter()
-        .any(|p| args.input.strict || p.severity == netwarden_manifest::Severity::Error);
+        .any(|p| args.input.options.strict || p.severity == netwarden_manifest::Severity::Error);
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&inventory.problems)?),
         Output::Table => {
