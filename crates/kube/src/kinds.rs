@@ -110,13 +110,13 @@ pub fn watched(network_policy: bool) -> impl Iterator<Item = &'static WatchedKin
 /// What the agent may do with a watched kind: read it, never change it.
 pub const WATCH_VERBS: [&str; 3] = ["get", "list", "watch"];
 
-/// Where the agent writes Kubernetes Events (kube-runtime's recorder writes `events.k8s.io/v1`;
-/// the core group is granted too for clusters and tools that still read or write `v1` Events),
-/// as `(group, plural)`.
-pub const EVENT_RESOURCES: [(&str, &str); 2] = [("", "events"), ("events.k8s.io", "events")];
+/// Where the agent writes Kubernetes Events, as `(group, plural)`: `events.k8s.io/v1` only
+/// (`crate::events` creates them there, `regarding` the policy).
+pub const EVENT_RESOURCES: [(&str, &str); 1] = [("events.k8s.io", "events")];
 
-/// A recorder creates an Event and then patches its count when the same event repeats.
-pub const EVENT_VERBS: [&str; 2] = ["create", "patch"];
+/// Each Event is created once under a name every node computes alike (`crate::events`): never
+/// patched, so `create` is all it takes.
+pub const EVENT_VERBS: [&str; 1] = ["create"];
 
 /// The watched kind named `kind`, if any.
 pub fn by_kind(kind: &str) -> Option<&'static WatchedKind> {

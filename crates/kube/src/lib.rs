@@ -26,6 +26,7 @@
 //! commands (`reach`, `explain`, `validate --kube`).
 #![forbid(unsafe_code)]
 
+pub mod events;
 pub mod kinds;
 pub mod list;
 pub mod status;
@@ -44,6 +45,7 @@ use netwarden_manifest::{ClusterKey, ClusterSet, Inventory, LoadOptions};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
+pub use crate::events::{EventPublisher, EventReason, PolicyEvent, PolicyObject};
 pub use crate::kinds::{watched, WatchedKind, WATCHED_KINDS};
 pub use crate::list::{list_once, ListOptions, Listed};
 pub use crate::status::{KindState, KindStatus, WatchStatus};
@@ -56,6 +58,9 @@ pub struct KubeOptions {
     pub load: LoadOptions,
     /// How often discovery is asked again for optional kinds not served yet.
     pub discovery_interval: Duration,
+    /// Write Kubernetes Events on bad policies ([`events`]), reported as this instance (the
+    /// node's name); `None`: write none.
+    pub events_as: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +116,9 @@ impl Pending {
 #[derive(Debug)]
 struct Shared {
     cluster: Mutex<ClusterSet>,
+    /// uid, generation and apiVersion of each policy held (the reduced form has none of them):
+    /// what Events name and reference.
+    policies: Mutex<BTreeMap<ClusterKey, PolicyObject>>,
     status: Mutex<WatchStatus>,
     pending: Mutex<Pending>,
     wake: Condvar,
@@ -143,6 +151,7 @@ impl Shared {
 /// The watchers of one cluster, feeding one [`ClusterSet`].
 pub struct KubeSource {
     shared: Arc<Shared>,
+    events: Option<EventPublisher>,
     /// Owns the watch tasks: dropping the source stops them.
     _runtime: tokio::runtime::Runtime,
 }
@@ -160,6 +169,7 @@ impl KubeSource {
         let client = runtime.block_on(client(options.kubeconfig.as_deref()))?;
         let shared = Arc::new(Shared {
             cluster: Mutex::new(ClusterSet::new(options.load.clone())),
+            policies: Mutex::new(BTreeMap::new()),
             status: Mutex::new(WatchStatus::default()),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
@@ -174,6 +184,9 @@ impl KubeSource {
             };
             lock(&shared.status).track(kind.kind, state);
         }
+        let events = options
+            .events_as
+            .map(|node| EventPublisher::start(runtime.handle(), client.clone(), node));
         for kind in watched(options.load.network_policy_enabled) {
             let (client, shared) = (client.clone(), shared.clone());
             if kind.optional {
@@ -189,6 +202,7 @@ impl KubeSource {
         }
         Ok(KubeSource {
             shared,
+            events,
             _runtime: runtime,
         })
     }
@@ -217,7 +231,20 @@ impl KubeSource {
     pub fn status(&self) -> WatchStatus {
         lock(&self.shared.status).clone()
     }
+
+    /// The identity (uid, generation, apiVersion) of each policy object held.
+    pub fn policies(&self) -> BTreeMap<ClusterKey, PolicyObject> {
+        lock(&self.shared.policies).clone()
+    }
+
+    /// The Event publisher (`None` without [`KubeOptions::events_as`]).
+    pub fn events(&self) -> Option<&EventPublisher> {
+        self.events.as_ref()
+    }
 }
+
+/// The kinds whose objects Events are written about.
+const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy"];
 
 async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, KubeError> {
     let config = match kubeconfig {
@@ -342,7 +369,15 @@ async fn watch(
     let upsert = |object: &DynamicObject, received: Instant| -> Option<ClusterKey> {
         let value = to_json(object, &resource)?;
         let key = ClusterKey::of(&value);
-        if lock(&shared.cluster).upsert(&value) {
+        let mut changed = lock(&shared.cluster).upsert(&value);
+        if POLICY_KINDS.contains(&kind.kind) {
+            // A new generation may leave the reduced policy as it was and still deserves its
+            // own Event: the agent must look again.
+            let identity = PolicyObject::of(&value);
+            changed |=
+                lock(&shared.policies).insert(key.clone(), identity.clone()) != Some(identity);
+        }
+        if changed {
             shared.changed(received);
         }
         Some(key)
@@ -370,6 +405,8 @@ async fn watch(
             Event::InitDone => {
                 if let Some(present) = listed.take() {
                     let gone = lock(&shared.cluster).retain_kind(kind.kind, &present);
+                    lock(&shared.policies)
+                        .retain(|k, _| k.kind != kind.kind || present.contains(k));
                     if !gone.is_empty() {
                         debug!("{}: {} deleted while not watched", kind.kind, gone.len());
                         shared.changed(received);
@@ -384,6 +421,7 @@ async fn watch(
             Event::Delete(object) => {
                 let namespace = object.metadata.namespace.clone().unwrap_or_default();
                 let name = object.metadata.name.clone().unwrap_or_default();
+                lock(&shared.policies).remove(&ClusterKey::new(kind.kind, &namespace, &name));
                 if lock(&shared.cluster).remove(kind.kind, &namespace, &name) {
                     shared.changed(received);
                 }
@@ -419,6 +457,7 @@ mod tests {
     fn waiting_returns_what_is_pending_once() {
         let shared = Shared {
             cluster: Mutex::new(ClusterSet::new(LoadOptions::default())),
+            policies: Mutex::new(BTreeMap::new()),
             status: Mutex::new(WatchStatus::default()),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),

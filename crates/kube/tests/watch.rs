@@ -52,6 +52,7 @@ fn watchers_feed_the_cluster_set() {
         kubeconfig: Some(kubeconfig),
         load: LoadOptions::default(),
         discovery_interval: Duration::from_millis(200),
+        events_as: None,
     })
     .unwrap();
     until("the first full sync", &source, |s| s.status().synced_once());

@@ -43,6 +43,7 @@ use netwarden_monitor::{
 use netwarden_render::RenderOptions;
 use tracing::{info, warn};
 
+use crate::policy_events::wanted_events;
 use crate::source::{place_pods, DeclaredNetns, Locality, ObjectSource, SourceConfig};
 use crate::sync::{for_backend, Reconciler};
 
@@ -452,6 +453,13 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             apply_inventory(&mut engine, fed.as_ref(), &inventory, &found.pods, &keep);
             warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
+            // Events on bad policies: the whole current set is offered; the publisher queues
+            // only what is new and never waits (see netwarden_kube::events).
+            if let Some(kube) = source.kube() {
+                if let Some(events) = kube.events() {
+                    events.offer(&wanted_events(&inventory, &engine, &kube.policies()));
+                }
+            }
             fed = Some(inventory);
         } else if let Some(inventory) = &fed {
             // The kernel's side of the pods may change without the objects: interfaces

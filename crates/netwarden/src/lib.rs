@@ -13,6 +13,7 @@ pub mod inventory;
 pub use netwarden_kube::kinds;
 pub mod lab;
 pub mod node_paths;
+pub mod policy_events;
 pub mod reach;
 pub mod source;
 pub mod sync;

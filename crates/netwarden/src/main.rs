@@ -28,6 +28,16 @@ use netwarden_render::RenderOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: `text` for people, `json` (one object per line)
+    /// for log collectors (the DaemonSet's choice).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -842,15 +852,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Log lines to stderr, filtered by `RUST_LOG` (default `info`), in `format`.
+fn init_logging(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One JSON object per line; the event's fields at the top level (`message`, ...),
+        // so collectors need no nested lookups.
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("netwarden: {err:#}");

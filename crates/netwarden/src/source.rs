@@ -54,12 +54,13 @@ impl ObjectSource {
             }
             SourceConfig::Kube {
                 kubeconfig,
+                node_name,
                 discovery_interval,
-                ..
             } => ObjectSource::Kube(KubeSource::start(KubeOptions {
                 kubeconfig: kubeconfig.clone(),
                 load: load.clone(),
                 discovery_interval: *discovery_interval,
+                events_as: Some(node_name.clone()),
             })?),
         })
     }

@@ -1,0 +1,156 @@
+//! Which Kubernetes Events the agent wants on policy objects (issue 8, item 4): a policy with a
+//! load error (`InvalidPolicy`) or one that selects no pod anywhere in the cluster
+//! (`SelectsNoPods`). A pure function of what the agent already holds — the inventory's
+//! problems, the engine's pods (every pod of the cluster: remote pods are peers, so the engine
+//! has them all) and the policies' identities from the watchers; writing them, once per
+//! cluster, is [`netwarden_kube::events`]' job.
+
+use std::collections::BTreeMap;
+
+use netwarden_engine::Engine;
+use netwarden_kube::{EventReason, PolicyEvent, PolicyObject};
+use netwarden_manifest::{ClusterKey, Inventory};
+
+/// The note of a `SelectsNoPods` Event: names the field, holds no object text.
+pub const SELECTS_NO_PODS_NOTE: &str =
+    "spec.podSelector: selects no pod in the cluster (hostNetwork pods are never selected): the policy has no effect";
+
+/// The kinds Events are written about.
+const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy"];
+
+/// The Events wanted now, sorted. A policy whose identity the watchers do not hold (it cannot
+/// be referenced) gets none. Several errors of one policy make one Event, their lines joined
+/// (problem lines already escape object text).
+pub fn wanted_events(
+    inventory: &Inventory,
+    engine: &Engine,
+    identities: &BTreeMap<ClusterKey, PolicyObject>,
+) -> Vec<PolicyEvent> {
+    let mut notes: BTreeMap<(ClusterKey, EventReason), Vec<String>> = BTreeMap::new();
+    for problem in inventory.errors() {
+        if !POLICY_KINDS.contains(&problem.kind.as_str()) {
+            continue;
+        }
+        let Some((namespace, name)) = problem.object.split_once('/') else {
+            continue;
+        };
+        let key = ClusterKey::new(&problem.kind, namespace, name);
+        let line = match problem.field.is_empty() {
+            true => problem.reason.clone(),
+            false => format!("{}: {}", problem.field, problem.reason),
+        };
+        notes
+            .entry((key, EventReason::InvalidPolicy))
+            .or_default()
+            .push(line);
+    }
+    for policy in &inventory.policies {
+        if engine.targets(policy).is_empty() {
+            let key = ClusterKey::new(
+                policy.kind.as_str(),
+                &policy.key.namespace,
+                &policy.key.name,
+            );
+            notes
+                .entry((key, EventReason::SelectsNoPods))
+                .or_default()
+                .push(SELECTS_NO_PODS_NOTE.to_string());
+        }
+    }
+    notes
+        .into_iter()
+        .filter_map(|((key, reason), mut lines)| {
+            lines.sort();
+            lines.dedup();
+            Some(PolicyEvent {
+                policy: identities.get(&key)?.clone(),
+                reason,
+                note: lines.join("; "),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwarden_engine::EngineOptions;
+    use netwarden_manifest::{parse_str, LoadOptions};
+
+    const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: ns, labels: {app: web}}
+spec: {nodeName: n2, containers: [{name: c, image: x}]}
+status: {podIP: 10.0.0.1, podIPs: [{ip: 10.0.0.1}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-in, namespace: ns}
+spec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Ingress]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: nobody, namespace: ns}
+spec: {podSelector: {matchLabels: {app: nobody}}, policyTypes: [Ingress]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: broken, namespace: ns}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress: [{from: [{ipBlock: {cidr: "10.0.0.0/99"}}]}]
+"#;
+
+    fn identity(name: &str) -> (ClusterKey, PolicyObject) {
+        let key = ClusterKey::new("NetworkPolicy", "ns", name);
+        let object = PolicyObject {
+            key: key.clone(),
+            api_version: "networking.k8s.io/v1".into(),
+            uid: format!("uid-{name}"),
+            generation: 1,
+        };
+        (key, object)
+    }
+
+    #[test]
+    fn invalid_and_empty_policies_want_one_event_each() {
+        let inventory = parse_str("cluster", OBJECTS, &LoadOptions::default());
+        let mut engine = Engine::new(EngineOptions::default());
+        crate::agent::apply_inventory(
+            &mut engine,
+            None,
+            &inventory,
+            &inventory.pods,
+            &Default::default(),
+        );
+        let identities: BTreeMap<_, _> = ["web-in", "nobody", "broken"]
+            .into_iter()
+            .map(identity)
+            .collect();
+        let wanted = wanted_events(&inventory, &engine, &identities);
+        let got: Vec<(&str, EventReason)> = wanted
+            .iter()
+            .map(|e| (e.policy.key.name.as_str(), e.reason))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("broken", EventReason::InvalidPolicy),
+                ("nobody", EventReason::SelectsNoPods)
+            ],
+            "{wanted:#?}"
+        );
+        assert!(
+            wanted[0]
+                .note
+                .starts_with("spec.ingress[0].from[0].ipBlock.cidr: "),
+            "{}",
+            wanted[0].note
+        );
+        assert_eq!(wanted[1].note, SELECTS_NO_PODS_NOTE);
+        // Without an identity, no Event (nothing to reference).
+        assert!(wanted_events(&inventory, &engine, &BTreeMap::new()).is_empty());
+    }
+}
