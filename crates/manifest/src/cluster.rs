@@ -366,7 +366,10 @@ mod tests {
         p["metadata"]["uid"] = json!(7);
         set.upsert(&p);
         let inv = set.inventory();
-        assert!(inv.pods.is_empty(), "a uid of the wrong type rejects the pod");
+        assert!(
+            inv.pods.is_empty(),
+            "a uid of the wrong type rejects the pod"
+        );
         assert!(inv.problems.iter().any(|p| p.field == "metadata.uid"));
     }
 }

@@ -455,9 +455,7 @@ impl RunArgs {
     fn source(&self, once: bool) -> Result<SourceConfig> {
         if !self.kube {
             // (clap's `requires` cannot say this: a flag is always "present" as false.)
-            if self.kubeconfig.is_some()
-                || self.node_name.is_some()
-                || self.cri_endpoint.is_some()
+            if self.kubeconfig.is_some() || self.node_name.is_some() || self.cri_endpoint.is_some()
             {
                 bail!("--kubeconfig, --node-name and --cri-endpoint go with --kube");
             }

@@ -38,7 +38,10 @@ mod tests {
     fn the_first_existing_socket_is_the_default_endpoint() {
         let crio = |p: &std::path::Path| p == std::path::Path::new("/run/crio/crio.sock");
         assert_eq!(default_cri_endpoint(crio), Some(DEFAULT_CRI_ENDPOINTS[1]));
-        assert_eq!(default_cri_endpoint(|_| true), Some(DEFAULT_CRI_ENDPOINTS[0]));
+        assert_eq!(
+            default_cri_endpoint(|_| true),
+            Some(DEFAULT_CRI_ENDPOINTS[0])
+        );
         assert_eq!(default_cri_endpoint(|_| false), None);
     }
 

@@ -211,7 +211,10 @@ impl CriNetns {
     }
 
     /// One ListPodSandbox (plus PodSandboxStatus for new sandboxes), bounded by [`CRI_WAIT`].
-    fn ask(&mut self, keys: &[netwarden_cri::PodKey]) -> Result<HashMap<netwarden_cri::PodKey, PodNetns>, String> {
+    fn ask(
+        &mut self,
+        keys: &[netwarden_cri::PodKey],
+    ) -> Result<HashMap<netwarden_cri::PodKey, PodNetns>, String> {
         let endpoint = &self.endpoint;
         let resolver = &mut self.resolver;
         let answer = self.runtime.block_on(tokio::time::timeout(CRI_WAIT, async {

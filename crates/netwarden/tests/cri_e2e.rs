@@ -133,12 +133,22 @@ fn netns_from_containerd_and_a_recreated_sandbox() {
     let programmed = wait_until(Duration::from_secs(20), || {
         !netwarden_leftovers("nft", &web2).is_empty()
     });
-    assert!(programmed, "new sandbox not programmed; log:\n{}", agent.log());
+    assert!(
+        programmed,
+        "new sandbox not programmed; log:\n{}",
+        agent.log()
+    );
     eprintln!(
         "recreated sandbox programmed within {:?} of its creation",
         started.elapsed()
     );
-    converge(&mut agent, &web2, &client, &format!("{web_ip2}:8081"), false);
+    converge(
+        &mut agent,
+        &web2,
+        &client,
+        &format!("{web_ip2}:8081"),
+        false,
+    );
     assert_connects(&client, &format!("{web_ip2}:8080"), "new sandbox: 8080");
     assert_refused(&client, &format!("{web_ip2}:8081"), "new sandbox: 8081");
     agent.assert_running();
