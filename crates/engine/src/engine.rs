@@ -109,6 +109,8 @@ fn peer_view(pod: &Pod) -> Pod {
         netns: None,
         // Which node runs a pod decides who enforces its rules, not what they allow.
         node_name: None,
+        // Which incarnation of a pod runs says where its netns is, not what it allows.
+        uid: None,
         interfaces: pod
             .interfaces
             .iter()

@@ -251,6 +251,7 @@ fn pod(b: &mut Bytes, index: usize, ns: &str) -> Pod {
         interfaces,
         netns: None,
         node_name: None,
+        uid: None,
     }
 }
 

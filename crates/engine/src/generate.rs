@@ -150,6 +150,7 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
             interfaces,
             netns: None,
             node_name: None,
+            uid: None,
         });
     }
     let apps_per_ns = PODS_PER_NAMESPACE / PODS_PER_APP;

@@ -249,6 +249,10 @@ pub struct Pod {
     /// The node the pod is scheduled on (`spec.nodeName`; `None` while unscheduled): a node
     /// agent programs only its own node's pods, while every pod is a peer.
     pub node_name: Option<String>,
+    /// `metadata.uid`: matches the pod to its CRI sandbox (whose metadata kubelet fills with
+    /// the pod's namespace, name and uid), so a sandbox left by an older pod of the same name
+    /// is never taken for this one's. `None` in manifests that omit it.
+    pub uid: Option<String>,
 }
 
 impl Pod {

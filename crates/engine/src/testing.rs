@@ -77,6 +77,7 @@ pub fn pod_with_interfaces(
         interfaces,
         netns: None,
         node_name: None,
+        uid: None,
     }
 }
 

@@ -360,6 +360,7 @@ mod tests {
                 .collect(),
             netns: None,
             node_name: None,
+            uid: None,
         }
     }
 

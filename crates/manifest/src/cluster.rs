@@ -475,4 +475,27 @@ mod tests {
             inv.problems
         );
     }
+
+    /// The uid matches the pod to its CRI sandbox: kept in the reduced pod, and a recreated
+    /// pod of the same name (new uid) is a change.
+    #[test]
+    fn the_reduced_pod_keeps_its_uid() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        let mut p = pod("a", json!({}), "n1", "10.0.0.1");
+        p["metadata"]["uid"] = json!("u-1");
+        set.upsert(&p);
+        assert_eq!(set.inventory().pods[0].uid.as_deref(), Some("u-1"));
+        p["metadata"]["uid"] = json!("u-2");
+        assert!(set.upsert(&p), "a new incarnation is a change");
+        assert_eq!(set.inventory().pods[0].uid.as_deref(), Some("u-2"));
+        let mut set = ClusterSet::new(LoadOptions::default());
+        p["metadata"]["uid"] = json!(7);
+        set.upsert(&p);
+        let inv = set.inventory();
+        assert!(
+            inv.pods.is_empty(),
+            "a uid of the wrong type rejects the pod"
+        );
+        assert!(inv.problems.iter().any(|p| p.field == "metadata.uid"));
+    }
 }

@@ -56,6 +56,13 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         .str(spec, "spec", "nodeName")
         .filter(|n| !n.is_empty())
         .map(str::to_string);
+    // The sandbox's metadata carries the uid (CRI netns lookup); a wrong type rejects the pod
+    // rather than matching it to any sandbox of its name.
+    let metadata = section(cx, doc, "", "metadata");
+    let uid = cx
+        .str(metadata, "metadata", "uid")
+        .filter(|u| !u.is_empty())
+        .map(str::to_string);
     let pod_ips = read_pod_ips(cx, status);
 
     let status_key = if meta.annotations.contains_key(NETWORK_STATUS) {
@@ -99,6 +106,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
             interfaces,
             netns,
             node_name,
+            uid,
         },
         pod_ips,
         from_danmep,

@@ -44,7 +44,9 @@ use netwarden_render::RenderOptions;
 use tracing::{info, warn};
 
 use crate::policy_events::wanted_events;
-use crate::source::{place_pods, DeclaredNetns, Locality, ObjectSource, SourceConfig};
+use crate::source::{
+    place_pods, CriNetns, DeclaredNetns, Locality, NetnsSource, ObjectSource, SourceConfig,
+};
 use crate::sync::{for_backend, Reconciler};
 
 #[derive(Debug, Clone)]
@@ -389,7 +391,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     syncer.set_converge_removals(true);
     let mut source = ObjectSource::start(&config.source, &config.load)?;
     let locality = Locality::of(&config.source);
-    let netns_source = DeclaredNetns;
+    let mut netns_source = netns_source(&config.source)?;
     let stop = Arc::new(AtomicBool::new(false));
     if !once {
         for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -447,7 +449,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             let inventory = source.inventory();
             let problems = inventory.problems.iter().map(ToString::to_string);
             warn_new(problems.collect(), &mut problems_shown);
-            let placed = place_pods(&inventory.pods, &locality, &netns_source);
+            netns_source.refresh(&local_pods(&inventory, &locality));
+            let placed = place_pods(&inventory.pods, &locality, netns_source.as_ref());
             let found = discover(&placed);
             let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
             apply_inventory(&mut engine, fed.as_ref(), &inventory, &found.pods, &keep);
@@ -465,13 +468,11 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             // The kernel's side of the pods may change without the objects: interfaces
             // appear, are renamed, change address.
             // Only local pods have a netns to read (remote pods are not even copied).
-            let local: Vec<Pod> = inventory
-                .pods
-                .iter()
-                .filter(|p| locality.is_local(p))
-                .cloned()
-                .collect();
-            let found = discover(&place_pods(&local, &locality, &netns_source));
+            // A sandbox recreated by the runtime shows here as a new netns path: the pod is
+            // set again with it, so the engine names it dirty and it is applied at once.
+            let local = local_pods(inventory, &locality);
+            netns_source.refresh(&local);
+            let found = discover(&place_pods(&local, &locality, netns_source.as_ref()));
             for pod in found.pods {
                 engine.set_pod(pod);
             }
@@ -544,6 +545,42 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             });
         }
     }
+}
+
+/// Where local pods' netns are found: with a cluster, the CRI runtime when one is configured
+/// or found (see `node_paths::default_cri_endpoint`); otherwise (files, or no runtime) what
+/// the objects declare.
+fn netns_source(source: &SourceConfig) -> Result<Box<dyn NetnsSource>> {
+    Ok(match source {
+        SourceConfig::Kube {
+            cri_endpoint: Some(endpoint),
+            ..
+        } => {
+            info!("local pods' network namespaces from the CRI runtime at {endpoint}");
+            Box::new(CriNetns::new(endpoint)?)
+        }
+        SourceConfig::Kube {
+            cri_endpoint: None, ..
+        } => {
+            warn!(
+                "no CRI runtime socket found ({}); only the netwarden.io/netns annotation and \
+                 DanmEps say where a pod's network namespace is",
+                crate::node_paths::DEFAULT_CRI_ENDPOINTS.join(", ")
+            );
+            Box::new(DeclaredNetns)
+        }
+        SourceConfig::Files(_) => Box::new(DeclaredNetns),
+    })
+}
+
+/// The pods of `inventory` this agent programs.
+fn local_pods(inventory: &Inventory, locality: &Locality) -> Vec<Pod> {
+    inventory
+        .pods
+        .iter()
+        .filter(|p| locality.is_local(p))
+        .cloned()
+        .collect()
 }
 
 /// One line per refused pod.

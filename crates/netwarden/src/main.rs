@@ -190,6 +190,11 @@ struct RunArgs {
     /// programmed.
     #[arg(long)]
     node_name: Option<String>,
+    /// The CRI runtime's socket with --kube, asked where each local pod's network namespace is
+    /// (default: containerd's, then CRI-O's socket, whichever exists; with none, only the
+    /// netwarden.io/netns annotation and DanmEps say where a netns is).
+    #[arg(long, value_name = "unix:///PATH")]
+    cri_endpoint: Option<String>,
     #[command(flatten)]
     dataplane: DataplaneArgs,
     /// How often to look for changed manifests and interfaces (run only): 10ms to 1h, e.g.
@@ -537,8 +542,9 @@ impl RunArgs {
     fn source(&self, once: bool) -> Result<SourceConfig> {
         if !self.kube {
             // (clap's `requires` cannot say this: a flag is always "present" as false.)
-            if self.kubeconfig.is_some() || self.node_name.is_some() {
-                bail!("--kubeconfig and --node-name go with --kube");
+            if self.kubeconfig.is_some() || self.node_name.is_some() || self.cri_endpoint.is_some()
+            {
+                bail!("--kubeconfig, --node-name and --cri-endpoint go with --kube");
             }
             return Ok(SourceConfig::Files(self.paths.clone()));
         }
@@ -554,9 +560,18 @@ impl RunArgs {
         if node_name.is_empty() {
             bail!("--node-name (or NODE_NAME) is empty");
         }
+        if let Some(endpoint) = &self.cri_endpoint {
+            if netwarden::node_paths::unix_socket_path(endpoint).is_none() {
+                bail!("--cri-endpoint {endpoint:?}: expected unix:///absolute/path");
+            }
+        }
+        let cri_endpoint = self.cri_endpoint.clone().or_else(|| {
+            netwarden::node_paths::default_cri_endpoint(|p| p.exists()).map(str::to_string)
+        });
         Ok(SourceConfig::Kube {
             kubeconfig: self.kubeconfig.clone(),
             node_name,
+            cri_endpoint,
             discovery_interval: KUBE_DISCOVERY_INTERVAL,
         })
     }

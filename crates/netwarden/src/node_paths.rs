@@ -21,9 +21,29 @@ pub fn unix_socket_path(endpoint: &str) -> Option<&str> {
         .filter(|path| path.starts_with('/'))
 }
 
+/// The CRI endpoint `run --kube` uses without `--cri-endpoint`: the first of
+/// [`DEFAULT_CRI_ENDPOINTS`] whose socket `exists`; `None` when there is none (the agent then
+/// runs on declared netns only).
+pub fn default_cri_endpoint(exists: impl Fn(&std::path::Path) -> bool) -> Option<&'static str> {
+    DEFAULT_CRI_ENDPOINTS
+        .into_iter()
+        .find(|e| unix_socket_path(e).is_some_and(|p| exists(std::path::Path::new(p))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_existing_socket_is_the_default_endpoint() {
+        let crio = |p: &std::path::Path| p == std::path::Path::new("/run/crio/crio.sock");
+        assert_eq!(default_cri_endpoint(crio), Some(DEFAULT_CRI_ENDPOINTS[1]));
+        assert_eq!(
+            default_cri_endpoint(|_| true),
+            Some(DEFAULT_CRI_ENDPOINTS[0])
+        );
+        assert_eq!(default_cri_endpoint(|_| false), None);
+    }
 
     #[test]
     fn unix_endpoints_give_absolute_socket_paths() {

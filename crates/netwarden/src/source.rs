@@ -5,15 +5,18 @@
 //!
 //! Also here: which pods this agent programs ([`Locality`]: every pod for files, the pods of
 //! `--node-name` for a cluster, every pod being a peer either way), and where a local pod's
-//! network namespace is ([`NetnsSource`]).
+//! network namespace is ([`NetnsSource`]): declared in the objects ([`DeclaredNetns`]), or
+//! asked of the node's CRI runtime first ([`CriNetns`], `run --kube`).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use netwarden_cri::{CriClient, NetnsResolver, PodNetns};
 use netwarden_engine::Pod;
 use netwarden_kube::{KubeOptions, KubeSource};
 use netwarden_manifest::{Inventory, LoadOptions, ManifestSet};
-use tracing::info;
+use tracing::{info, warn};
 
 /// How the agent reads its objects.
 #[derive(Debug, Clone)]
@@ -26,6 +29,8 @@ pub enum SourceConfig {
         kubeconfig: Option<PathBuf>,
         /// Only pods with this `spec.nodeName` are programmed.
         node_name: String,
+        /// The CRI runtime asked for local pods' netns (`None`: declared netns only).
+        cri_endpoint: Option<String>,
         /// How often an optional kind not served yet is looked for.
         discovery_interval: Duration,
     },
@@ -150,6 +155,9 @@ impl Locality {
 
 /// Where a local pod's network namespace is.
 pub trait NetnsSource {
+    /// Learns again where the `local` pods' namespaces are (at most once per agent tick).
+    fn refresh(&mut self, _local: &[Pod]) {}
+
     /// The netns path of `pod`, or `None` while it is not known (the pod is retried).
     fn netns(&self, pod: &Pod) -> Option<String>;
 }
@@ -162,6 +170,159 @@ pub struct DeclaredNetns;
 impl NetnsSource for DeclaredNetns {
     fn netns(&self, pod: &Pod) -> Option<String> {
         pod.netns.clone()
+    }
+}
+
+/// The longest one CRI refresh may hold the agent loop (connect, list, and the status of new
+/// sandboxes); past it the last answers stay.
+const CRI_WAIT: Duration = Duration::from_secs(3);
+
+/// The netns of local pods from the node's CRI runtime (`PodSandboxStatus`), matched by the
+/// sandbox's namespace, name and uid; the declared netns only when the runtime has no sandbox
+/// for a pod.
+///
+/// The runtime is asked from the synchronous agent loop on a runtime of its own (one thread,
+/// no sharing with the watchers'), with a bounded wait: a hung CRI socket delays a tick by
+/// [`CRI_WAIT`] at most. A failed refresh changes nothing (fail closed: the runtime hiccuping
+/// never removes a pod's rules) and is reported once until it passes.
+pub struct CriNetns {
+    endpoint: String,
+    runtime: tokio::runtime::Runtime,
+    /// Connected at the first refresh, and again after a failure.
+    resolver: Option<NetnsResolver>,
+    /// The last answer per local pod.
+    known: HashMap<netwarden_cri::PodKey, PodNetns>,
+    /// Whether the last refresh failed (its error was reported).
+    failing: bool,
+}
+
+impl CriNetns {
+    pub fn new(endpoint: &str) -> anyhow::Result<CriNetns> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("cri")
+            .build()?;
+        Ok(CriNetns {
+            endpoint: endpoint.to_string(),
+            runtime,
+            resolver: None,
+            known: HashMap::new(),
+            failing: false,
+        })
+    }
+
+    /// One ListPodSandbox (plus PodSandboxStatus for new sandboxes), bounded by [`CRI_WAIT`].
+    fn ask(
+        &mut self,
+        keys: &[netwarden_cri::PodKey],
+    ) -> Result<HashMap<netwarden_cri::PodKey, PodNetns>, String> {
+        let endpoint = &self.endpoint;
+        let resolver = &mut self.resolver;
+        let answer = self.runtime.block_on(tokio::time::timeout(CRI_WAIT, async {
+            if resolver.is_none() {
+                *resolver = Some(NetnsResolver::new(CriClient::connect(endpoint).await?));
+            }
+            match resolver.as_mut() {
+                Some(r) => r.refresh(keys).await,
+                None => unreachable!("connected above"),
+            }
+        }));
+        match answer {
+            Ok(Ok(answers)) => Ok(answers),
+            Ok(Err(e)) => {
+                // A new connection next time: the runtime may have restarted.
+                self.resolver = None;
+                Err(e.to_string())
+            }
+            Err(_) => {
+                self.resolver = None;
+                Err(format!("{endpoint}: no answer within {CRI_WAIT:?}"))
+            }
+        }
+    }
+}
+
+/// The pod's key as the CRI matches sandboxes.
+fn cri_key(pod: &Pod) -> netwarden_cri::PodKey {
+    netwarden_cri::PodKey::new(&pod.key.namespace, &pod.key.name, pod.uid.as_deref())
+}
+
+/// The answers to keep after a refresh: the new ones, except that a sandbox whose status
+/// could not be read keeps the pod's last good answer (fail closed). Pods not asked about
+/// (no longer local) are forgotten.
+pub fn merge_answers(
+    previous: &HashMap<netwarden_cri::PodKey, PodNetns>,
+    fresh: HashMap<netwarden_cri::PodKey, PodNetns>,
+) -> HashMap<netwarden_cri::PodKey, PodNetns> {
+    fresh
+        .into_iter()
+        .map(|(key, answer)| {
+            let answer = match (answer, previous.get(&key)) {
+                (PodNetns::Unreadable { .. }, Some(good @ PodNetns::Netns { .. })) => good.clone(),
+                (answer, _) => answer,
+            };
+            (key, answer)
+        })
+        .collect()
+}
+
+/// Where a local pod's netns is, from the runtime's answer and what the objects declare.
+///
+/// The runtime made the namespace, so it wins: the `netwarden.io/netns` annotation and the
+/// DanmEp's netns are written by others and go stale when the sandbox is recreated (a new
+/// netns the annotation does not name). They are used only when the runtime has no sandbox
+/// for the pod (pods it does not run, or no runtime at all). Host network: never isolated.
+/// An unreadable answer gives nothing (the pod's rules stay as they are, it is retried).
+pub fn decide_netns(cri: Option<&PodNetns>, declared: Option<&str>) -> Option<String> {
+    match cri {
+        Some(PodNetns::Netns { path, .. }) => path.to_str().map(str::to_string),
+        Some(PodNetns::HostNetwork { .. } | PodNetns::Unreadable { .. }) => None,
+        Some(PodNetns::NotYetKnown) | None => declared.map(str::to_string),
+    }
+}
+
+impl NetnsSource for CriNetns {
+    fn refresh(&mut self, local: &[Pod]) {
+        let keys: Vec<netwarden_cri::PodKey> = local
+            .iter()
+            .filter(|p| !p.host_network)
+            .map(cri_key)
+            .collect();
+        match self.ask(&keys) {
+            Ok(fresh) => {
+                if std::mem::take(&mut self.failing) {
+                    info!("the CRI runtime at {} answers again", self.endpoint);
+                }
+                let merged = merge_answers(&self.known, fresh);
+                for (key, answer) in &merged {
+                    if self.known.get(key) != Some(answer) {
+                        match answer {
+                            PodNetns::Netns { sandbox, path } => info!(
+                                "{key}: network namespace {} (sandbox {sandbox})",
+                                path.display()
+                            ),
+                            PodNetns::HostNetwork { sandbox } => {
+                                info!("{key}: host network (sandbox {sandbox}): not isolated")
+                            }
+                            PodNetns::Unreadable { sandbox, error } => {
+                                warn!("{key}: sandbox {sandbox}: {error}")
+                            }
+                            PodNetns::NotYetKnown => {}
+                        }
+                    }
+                }
+                self.known = merged;
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    warn!("CRI runtime: {e}; the network namespaces known stay as they are");
+                }
+            }
+        }
+    }
+
+    fn netns(&self, pod: &Pod) -> Option<String> {
+        decide_netns(self.known.get(&cri_key(pod)), pod.netns.as_deref())
     }
 }
 
@@ -203,5 +364,63 @@ mod tests {
         assert_eq!(placed.len(), 3, "every pod stays a peer");
         let all = place_pods(&pods, &Locality::All, &DeclaredNetns);
         assert!(all.iter().all(|p| p.netns.is_some()));
+    }
+
+    fn sandbox(id: &str, path: &str) -> PodNetns {
+        PodNetns::Netns {
+            sandbox: id.into(),
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn the_runtime_wins_over_the_declared_netns() {
+        let declared = Some("/run/netns/annotated");
+        let cri = sandbox("s1", "/run/netns/cni-1");
+        assert_eq!(
+            decide_netns(Some(&cri), declared).as_deref(),
+            Some("/run/netns/cni-1")
+        );
+        assert_eq!(
+            decide_netns(Some(&PodNetns::NotYetKnown), declared).as_deref(),
+            declared,
+            "no sandbox: the declared netns"
+        );
+        assert_eq!(decide_netns(None, declared).as_deref(), declared);
+        let host = PodNetns::HostNetwork {
+            sandbox: "s1".into(),
+        };
+        assert_eq!(decide_netns(Some(&host), declared), None, "never isolated");
+        let bad = PodNetns::Unreadable {
+            sandbox: "s1".into(),
+            error: "x".into(),
+        };
+        assert_eq!(decide_netns(Some(&bad), declared), None);
+    }
+
+    #[test]
+    fn an_unreadable_sandbox_keeps_the_last_good_netns() {
+        let a = netwarden_cri::PodKey::new("ns", "a", Some("u1"));
+        let b = netwarden_cri::PodKey::new("ns", "b", None);
+        let gone = netwarden_cri::PodKey::new("ns", "gone", None);
+        let previous = HashMap::from([
+            (a.clone(), sandbox("s1", "/run/netns/cni-1")),
+            (b.clone(), sandbox("s2", "/run/netns/cni-2")),
+            (gone.clone(), sandbox("s3", "/run/netns/cni-3")),
+        ]);
+        let bad = PodNetns::Unreadable {
+            sandbox: "s9".into(),
+            error: "x".into(),
+        };
+        let fresh = HashMap::from([
+            (a.clone(), bad.clone()),
+            (b.clone(), sandbox("s4", "/run/netns/cni-4")),
+        ]);
+        let merged = merge_answers(&previous, fresh);
+        assert_eq!(merged[&a], previous[&a], "fail closed");
+        assert_eq!(merged[&b], sandbox("s4", "/run/netns/cni-4"), "recreated");
+        assert!(!merged.contains_key(&gone), "no longer local: forgotten");
+        let merged = merge_answers(&HashMap::new(), HashMap::from([(a.clone(), bad.clone())]));
+        assert_eq!(merged[&a], bad);
     }
 }

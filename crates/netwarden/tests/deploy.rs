@@ -674,10 +674,6 @@ fn daemonset_mounts_the_cri_socket_and_netns_and_passes_the_node_name() {
     }
 }
 
-/// Flags the DaemonSet passes that the kube agent branch (issue 8) adds to `netwarden run`; the
-/// test accepts them before that branch is merged, and checks them like any other after.
-const FLAGS_OF_THE_KUBE_AGENT: [&str; 3] = ["--kube", "--node-name", "--cri-endpoint"];
-
 #[test]
 fn daemonset_flags_are_flags_of_netwarden_run() {
     let out = Command::new(env!("CARGO_BIN_EXE_netwarden"))
@@ -694,7 +690,7 @@ fn daemonset_flags_are_flags_of_netwarden_run() {
     let args = agent_container(&ds).args.clone().unwrap();
     for flag in args.iter().filter(|a| a.starts_with("--")) {
         assert!(
-            known.contains(flag.as_str()) || FLAGS_OF_THE_KUBE_AGENT.contains(&flag.as_str()),
+            known.contains(flag.as_str()),
             "deploy/daemonset.yaml passes {flag}, which `netwarden run` does not have"
         );
     }
