@@ -61,6 +61,8 @@ impl ObjectSource {
                 kubeconfig,
                 node_name,
                 discovery_interval,
+                // Used by the agent for its netns source, not by the watchers.
+                cri_endpoint: _,
             } => ObjectSource::Kube(KubeSource::start(KubeOptions {
                 kubeconfig: kubeconfig.clone(),
                 load: load.clone(),
