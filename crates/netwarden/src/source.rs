@@ -220,7 +220,7 @@ impl CriNetns {
     ) -> Result<HashMap<netwarden_cri::PodKey, PodNetns>, String> {
         let endpoint = &self.endpoint;
         let resolver = &mut self.resolver;
-        let answer = self.runtime.block_on(tokio::time::timeout(CRI_WAIT, async {
+        let ask = async {
             if resolver.is_none() {
                 *resolver = Some(NetnsResolver::new(CriClient::connect(endpoint).await?));
             }
@@ -228,7 +228,11 @@ impl CriNetns {
                 Some(r) => r.refresh(keys).await,
                 None => unreachable!("connected above"),
             }
-        }));
+        };
+        // The timer is created inside the runtime: a `timeout` built outside it has no clock.
+        let answer = self
+            .runtime
+            .block_on(async { tokio::time::timeout(CRI_WAIT, ask).await });
         match answer {
             Ok(Ok(answers)) => Ok(answers),
             Ok(Err(e)) => {
