@@ -298,7 +298,9 @@ fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
     });
     wait_reachable(&client, "10.231.94.1:8080");
     assert_refused(&client, "10.231.94.1:8081", "rules of the recreated netns");
-    assert!(agent.log().contains("recreated"), "{}", agent.log());
+    // Not asserted: which path noticed it. Usually the netns identity check logs "recreated";
+    // when the agent reads the new netns while it has no veth yet, the interface change alone
+    // re-applies the pod (and records the new identity), which is just as good.
     drop(agent);
     remove_everything(&pod);
 }
