@@ -17,3 +17,4 @@ pub mod policy_events;
 pub mod reach;
 pub mod source;
 pub mod sync;
+pub mod synthetic;

@@ -14,15 +14,14 @@
 //! Namespaces are `nwk<pid>-…`, removed even when the test fails; traffic only flows between
 //! them.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
-    assert_connects, assert_refused, listen, netwarden_bin, netwarden_leftovers, root_or_skip,
-    rules_snapshot, veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
+    assert_connects, assert_refused, free_port, http_get, listen, netwarden_bin,
+    netwarden_leftovers, ready, root_or_skip, rules_snapshot, veth, wait_reachable, wait_until,
+    AgentProcess, Namespaces, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -57,24 +56,6 @@ fn policy(from: Value, mode: Option<&str>) -> Value {
         p["metadata"]["annotations"] = json!({"netwarden.io/mode": mode});
     }
     p
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    Some(resp)
-}
-
-fn ready(addr: SocketAddr) -> bool {
-    http_get(addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 /// The pod `web` and the client that connects to it.

@@ -18,16 +18,15 @@
 //! them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use netwarden_kube::WATCHED_KINDS;
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
-    ip, listen, netwarden_bin, netwarden_leftovers, probe, root_or_skip, sync_lines, sync_lines_in,
-    veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
+    free_port, ip, listen, metric, netwarden_bin, netwarden_leftovers, probe, ready, root_or_skip,
+    sync_lines, sync_lines_in, veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -200,35 +199,6 @@ fn policies() -> Vec<PolicyDef> {
             json!({"policyTypes": ["Ingress"], "ingress": []}),
         ),
     ]
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    Some(resp)
-}
-
-fn ready(addr: SocketAddr) -> bool {
-    http_get(addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-}
-
-/// The value of an unlabelled metric, if the agent serves it.
-fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
-    let text = http_get(addr, "/metrics")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 /// One agent: its node, process, log and metrics address.

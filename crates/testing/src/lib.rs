@@ -7,6 +7,7 @@
 //!   commands run inside them;
 //! - [`tcp`]: TCP from inside a namespace (a refusal must be a reset, never a timeout);
 //! - [`files`]: temporary directories of manifests, written atomically, removed on drop;
+//! - [`http`]: the agent's `/readyz` and `/metrics`, read with one plain GET;
 //! - [`process`]: the binary under test and `netwarden run` as a child process (killed on
 //!   drop, with its log), what a process holds (for leak checks), polling;
 //! - [`records`]: what netwarden prints, read back (`lab check --json` probes, `sync:` lines);
@@ -22,6 +23,7 @@
 
 pub mod containerd;
 pub mod files;
+pub mod http;
 pub mod installed;
 pub mod netns;
 pub mod process;
@@ -34,6 +36,7 @@ pub use containerd::{
     containerd_or_skip, reap_stale_instances, CniNetwork, Containerd, SandboxSpec, SharedBridge,
 };
 pub use files::{docs_text, TempDir};
+pub use http::{free_port, http_get, metric, ready};
 pub use installed::{netwarden_leftovers, rules_snapshot};
 pub use netns::{
     add_address, in_netns, ip, mac_of, named_netns_with_prefix, pin_neighbours, run, run_in,

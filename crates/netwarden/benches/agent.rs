@@ -1,0 +1,471 @@
+//! Node-agent benchmark (issue 8, performance part). Needs root: the local pods are real
+//! network namespaces.
+//!
+//! Full run: `cargo bench -p netwarden --bench agent`. Under `cargo test --all-targets` (no
+//! `--bench` argument) it runs a quick mode of a few seconds on a small cluster, so CI runs
+//! every step.
+//!
+//! The cluster is the engine benchmark's synthetic one ([`netwarden_engine::generate`]: 10,000
+//! pods, 2,000 policies of the three kinds, a third of the pods on a secondary network, a
+//! Service in front of every app), served by the fake API server over real list/watch HTTP.
+//! Pods are spread over nodes; 110 of them are on the agent's node, each a network namespace
+//! with its interfaces and addresses (veths). The agent is the `netwarden` binary,
+//! `run --kube`, as a child process.
+//!
+//! Measured:
+//! 1. **Initial sync**: from starting the agent until `/readyz` answers 200 (every kind listed,
+//!    the local pods programmed); then every local pod the agent manages is checked to hold
+//!    netwarden's table in its netns.
+//! 2. **Event to enforcement**, p50/p99/max over N samples of each: a local pod relabelled (a
+//!    policy starts or stops selecting it), a policy changed (the port it allows), and a
+//!    remote pod's IP changed (a local pod's policy allows it as a peer). Each sample runs
+//!    from the moment the object is written to the API server until the kernel announces the
+//!    new ruleset of the affected pod's netns (`nft monitor`, started inside that netns: the
+//!    `# new generation` line printed when the transaction commits).
+//! 3. **Agent RSS** (VmRSS and VmHWM from `/proc`) after the initial sync and at the end.
+//! 4. **API load**: the requests the API server saw, per kind and verb, during the initial
+//!    sync and during the measurements (steady state must show no LIST at all).
+//!
+//! Every netns is named `nwba<pid>-…` and removed by a drop guard, also on panic; no traffic
+//! is sent.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use netwarden::synthetic::api_objects;
+use netwarden_engine::generate::cluster;
+use netwarden_kube_fake::{FakeApiServer, ServerOptions, Verb};
+use netwarden_testing::{
+    free_port, http_get, metric, netwarden_bin, ready, root_or_skip, run_in, run_in_with_input,
+    AgentProcess, Namespaces, TempDir,
+};
+use serde_json::{json, Value};
+
+/// Sizes of one run: the full measurement or the quick CI mode.
+struct Sizes {
+    pods: usize,
+    policies: usize,
+    /// Pods on the agent's node.
+    local: usize,
+    /// Samples per latency scenario.
+    samples: usize,
+}
+
+const FULL: Sizes = Sizes {
+    pods: 10_000,
+    policies: 2_000,
+    local: 110,
+    samples: 100,
+};
+
+const QUICK: Sizes = Sizes {
+    pods: 1_000,
+    policies: 200,
+    local: 10,
+    samples: 8,
+};
+
+const NODE: &str = "bench-node";
+/// The namespace the bench's own objects live in (the generator's first namespace).
+const BENCH_NS: &str = "ns0";
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    if !root_or_skip() {
+        return;
+    }
+    let sizes = if full { FULL } else { QUICK };
+    run(&sizes);
+}
+
+/// The pods on the agent's node: every `stride`-th pod, `local` of them.
+fn local_indexes(sizes: &Sizes) -> Vec<usize> {
+    let stride = sizes.pods / sizes.local;
+    (0..sizes.local).map(|n| n * stride).collect()
+}
+
+/// Gives a local pod its interfaces: one veth per interface of the generated pod, with its
+/// addresses, up (its peer stays in the same netns without an address, so it is no pod
+/// interface; no `dummy` driver is needed, which not every kernel has).
+fn build_pod_netns(path: &Path, pod: &netwarden_engine::Pod) {
+    let mut batch = String::new();
+    for iface in &pod.interfaces {
+        let name = &iface.name;
+        batch.push_str(&format!("link add {name} type veth peer name {name}p\n"));
+        for (ip, len) in iface.ips.iter().zip(&iface.prefix_lens) {
+            batch.push_str(&format!("addr add {ip}/{len} dev {name}\n"));
+        }
+        batch.push_str(&format!("link set {name}p up\nlink set {name} up\n"));
+    }
+    let out = run_in_with_input(path, "ip", &["-batch", "-"], batch.as_bytes());
+    assert!(
+        out.status.success(),
+        "ip -batch in {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `nft monitor` inside one netns: the instant each ruleset generation is announced.
+struct Monitor {
+    child: Child,
+    generations: Receiver<Instant>,
+}
+
+impl Monitor {
+    fn start(netns: &Path) -> Monitor {
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", netns.display()))
+            .args(["nft", "monitor"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nsenter nft monitor");
+        let stdout = child.stdout.take().expect("piped");
+        let (send, generations) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("# new generation") && send.send(Instant::now()).is_err() {
+                    break;
+                }
+            }
+        });
+        // `nft monitor` subscribes before it prints anything: give it a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        Monitor { child, generations }
+    }
+
+    /// The first generation after `since`, waiting at most `limit`.
+    fn next_after(&self, since: Instant, limit: Duration) -> Option<Instant> {
+        let deadline = since + limit;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.generations.recv_timeout(left) {
+                Ok(at) if at >= since => return Some(at),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Forgets generations announced so far.
+    fn drain(&self) {
+        while self.generations.try_recv().is_ok() {}
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `(VmRSS, VmHWM)` of `pid`, MiB.
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(f64::NAN, |kib| kib / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Requests per (verb, kind) the API server saw since it was last cleared.
+fn request_counts(api: &FakeApiServer) -> BTreeMap<(String, String), usize> {
+    let mut counts = BTreeMap::new();
+    for r in api.requests().iter() {
+        *counts
+            .entry((format!("{:?}", r.verb), r.kind.clone().unwrap_or_default()))
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p99 = percentile(&samples, 0.99);
+    println!(
+        "event to enforcement, {name}: n={} p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        samples.len(),
+        ms(percentile(&samples, 0.5)),
+        ms(p99),
+        ms(*samples.last().expect("samples")),
+    );
+    p99
+}
+
+/// One latency scenario: `change(k)` writes the k-th change to the API server; the time until
+/// the kernel of `netns` has the new ruleset is one sample.
+fn measure(
+    agent: &mut AgentProcess,
+    netns: &Path,
+    samples: usize,
+    mut change: impl FnMut(usize),
+) -> Vec<Duration> {
+    let monitor = Monitor::start(netns);
+    let mut out = Vec::with_capacity(samples);
+    for k in 0..samples {
+        // Changes at uneven gaps, so that they fall anywhere in the agent's tick.
+        std::thread::sleep(Duration::from_millis(40 + (k as u64 * 37) % 90));
+        // A generation left from the previous change's tail must not count.
+        std::thread::sleep(Duration::from_millis(5));
+        monitor.drain();
+        let start = Instant::now();
+        change(k);
+        let Some(at) = monitor.next_after(start, Duration::from_secs(10)) else {
+            agent.assert_running();
+            panic!(
+                "sample {k}: no new ruleset in {} within 10 s; agent log:\n{}",
+                netns.display(),
+                agent.log()
+            );
+        };
+        out.push(at - start);
+    }
+    out
+}
+
+fn run(sizes: &Sizes) {
+    let started = Instant::now();
+    let mut generated = cluster(sizes.pods, sizes.policies, 1);
+    let local = local_indexes(sizes);
+    let mut nss = Namespaces::new("nwba");
+    let mut netns_of: BTreeMap<usize, PathBuf> = BTreeMap::new();
+    for (i, pod) in generated.pods.iter_mut().enumerate() {
+        pod.uid = Some(format!("uid-{i}"));
+        if local.contains(&i) {
+            let path = nss.create(&format!("p{i}"));
+            build_pod_netns(&path, pod);
+            pod.netns = Some(path.display().to_string());
+            pod.node_name = Some(NODE.into());
+            netns_of.insert(i, path);
+        } else {
+            pod.node_name = Some(format!("node-{}", i % 50));
+        }
+    }
+    println!(
+        "cluster: {} pods ({} on {NODE}, each a netns), {} policies, {} services; {} netns \
+         built in {:.1} s",
+        sizes.pods,
+        local.len(),
+        sizes.policies,
+        generated.services.len(),
+        local.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let runtime = tokio::runtime::Runtime::new().expect("tokio");
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .expect("start the fake API server");
+    api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+    api.install_crd("danm.k8s.io", "v1", "DanmEp");
+    api.install_crd("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
+    for object in api_objects(&generated) {
+        api.create(object).expect("create a generated object");
+    }
+    // The bench's own objects, in the namespace of the first local pods:
+    // - `bench-relabel` selects pods labelled `bench-role=target` (a local pod is relabelled
+    //   in and out of it);
+    // - `bench-policy` selects `app0` (pod 0 is local) and its allowed port changes;
+    // - `bench-peer` lets pods labelled `bench-peer` reach `app0`: the remote pod
+    //   `bench-peer` (another node) changes its IP.
+    let np = |name: &str, selector: Value, from: Value, port: u64| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": name, "namespace": BENCH_NS},
+               "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress"],
+                        "ingress": [{"from": [{"podSelector": {"matchLabels": from}}],
+                                     "ports": [{"protocol": "TCP", "port": port}]}]}})
+    };
+    api.create(np(
+        "bench-relabel",
+        json!({"bench-role": "target"}),
+        json!({"app": "app1"}),
+        7001,
+    ))
+    .unwrap();
+    api.create(np(
+        "bench-policy",
+        json!({"app": "app0"}),
+        json!({"app": "app1"}),
+        7100,
+    ))
+    .unwrap();
+    api.create(np(
+        "bench-peer",
+        json!({"app": "app0"}),
+        json!({"bench-peer": "yes"}),
+        7200,
+    ))
+    .unwrap();
+    let peer_ip = |k: usize| format!("10.250.{}.{}", k / 200, k % 200 + 2);
+    let peer_pod = |ip: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "bench-peer", "namespace": BENCH_NS, "uid": "uid-bench-peer",
+                            "labels": {"bench-peer": "yes"}},
+               "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x"}]},
+               "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})
+    };
+    api.create(peer_pod("10.250.9.1")).unwrap();
+    println!(
+        "API server: {} objects loaded at {:.1} s",
+        api.resource_version(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // The agent.
+    let dir = TempDir::new("nwba");
+    let kubeconfig = dir.path.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let metrics = free_port();
+    let log = dir.path.join("agent.log");
+    let kubeconfig = kubeconfig.display().to_string();
+    let metrics_arg = metrics.to_string();
+    api.clear_requests();
+    let spawned = Instant::now();
+    let mut agent = AgentProcess::start(
+        &netwarden_bin!(),
+        &[
+            "run",
+            "--kube",
+            "--kubeconfig",
+            &kubeconfig,
+            "--node-name",
+            NODE,
+            "--metrics-addr",
+            &metrics_arg,
+        ],
+        &log,
+    );
+    agent.wait_for("/readyz", Duration::from_secs(120), || ready(metrics));
+    let initial_sync = spawned.elapsed();
+    let (rss, hwm) = memory_mib(agent.pid());
+    let managed = metric(metrics, "netwarden_managed_pods").unwrap_or(f64::NAN);
+    let with_table = netns_of
+        .values()
+        .filter(|path| {
+            let out = run_in(path, "nft", &["list", "tables"]);
+            String::from_utf8_lossy(&out.stdout).contains("netwarden")
+        })
+        .count();
+    println!(
+        "initial sync: ready {:.2} s after start; {managed} pods managed, {with_table} of {} \
+         local netns hold netwarden's table; agent RSS {rss:.1} MiB (peak {hwm:.1} MiB)",
+        initial_sync.as_secs_f64(),
+        local.len()
+    );
+    assert_eq!(
+        managed as usize,
+        with_table,
+        "every managed pod has its table; log:\n{}",
+        agent.log()
+    );
+    assert!(with_table > 0, "local pods are isolated");
+    let initial_requests = request_counts(&api);
+    api.clear_requests();
+
+    // Event to enforcement.
+    let relabelled = local[1];
+    let relabel_netns = netns_of[&relabelled].clone();
+    let relabel = report(
+        "local pod relabelled",
+        measure(&mut agent, &relabel_netns, sizes.samples, |k| {
+            let mut pod = api
+                .object("v1", "Pod", BENCH_NS, &format!("pod{relabelled}"))
+                .expect("the relabelled pod");
+            let role = if k % 2 == 0 { "target" } else { "idle" };
+            pod["metadata"]["labels"]["bench-role"] = json!(role);
+            api.update(pod).expect("relabel");
+        }),
+    );
+    let app0_netns = netns_of[&0].clone();
+    let policy = report(
+        "policy changed",
+        measure(&mut agent, &app0_netns, sizes.samples, |k| {
+            let mut doc = api
+                .object(
+                    "networking.k8s.io/v1",
+                    "NetworkPolicy",
+                    BENCH_NS,
+                    "bench-policy",
+                )
+                .expect("bench-policy");
+            doc["spec"]["ingress"][0]["ports"][0]["port"] = json!(7101 + k);
+            api.update(doc).expect("change the policy");
+        }),
+    );
+    let peer = report(
+        "remote pod IP changed",
+        measure(&mut agent, &app0_netns, sizes.samples, |k| {
+            let mut doc = api
+                .object("v1", "Pod", BENCH_NS, "bench-peer")
+                .expect("bench-peer");
+            let ip = peer_ip(k);
+            doc["status"]["podIP"] = json!(ip);
+            doc["status"]["podIPs"] = json!([{"ip": ip}]);
+            api.update(doc).expect("move the peer");
+        }),
+    );
+    agent.assert_running();
+    let (rss_end, hwm_end) = memory_mib(agent.pid());
+    println!("agent RSS at the end: {rss_end:.1} MiB (peak {hwm_end:.1} MiB)");
+    if let Some(text) = http_get(metrics, "/metrics") {
+        for line in text.lines().filter(|l| {
+            l.starts_with("netwarden_event_to_apply_seconds_count")
+                || l.starts_with("netwarden_event_to_apply_seconds_sum")
+        }) {
+            println!("agent metric: {line}");
+        }
+    }
+
+    if let Ok(copy) = std::env::var("NETWARDEN_BENCH_AGENT_LOG") {
+        let _ = std::fs::copy(&log, copy);
+    }
+
+    // API load.
+    let steady_requests = request_counts(&api);
+    println!("API requests during the initial sync (verb, kind): {initial_requests:?}");
+    println!("API requests during the measurements: {steady_requests:?}");
+    let steady_lists: usize = steady_requests
+        .iter()
+        .filter(|((verb, _), _)| verb == &format!("{:?}", Verb::List))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(steady_lists, 0, "no relist in steady state");
+    let watches = |counts: &BTreeMap<(String, String), usize>| -> usize {
+        counts
+            .iter()
+            .filter(|((verb, _), _)| verb == &format!("{:?}", Verb::Watch))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    println!(
+        "watches: {} opened at the start, {} during the measurements",
+        watches(&initial_requests),
+        watches(&steady_requests)
+    );
+    println!(
+        "targets (full run): p99 < 100 ms each ({:.1} / {:.1} / {:.1} ms), RSS < 150 MiB \
+         ({hwm_end:.1} MiB peak), initial sync < 2 s ({:.2} s)",
+        relabel.as_secs_f64() * 1e3,
+        policy.as_secs_f64() * 1e3,
+        peer.as_secs_f64() * 1e3,
+        initial_sync.as_secs_f64()
+    );
+}
