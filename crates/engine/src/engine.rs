@@ -471,6 +471,19 @@ impl Engine {
             .collect()
     }
 
+    /// Whether a policy selects any pod: [`Engine::targets`] without collecting them, stopping
+    /// at the first (cheap enough to ask of every policy after every change).
+    pub fn selects_any_pod(&self, policy: &Policy) -> bool {
+        let Some(names) = self.pods_by_namespace.get(&policy.key.namespace) else {
+            return false;
+        };
+        names.iter().any(|name| {
+            self.pods
+                .get(&ObjectKey::new(policy.key.namespace.clone(), name.clone()))
+                .is_some_and(|pod| selects(policy, pod))
+        })
+    }
+
     /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):
     /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {

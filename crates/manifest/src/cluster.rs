@@ -13,22 +13,34 @@
 //! nothing netwarden reads (`status.conditions`, `resourceVersion`, `managedFields`, a
 //! container image) causes no work downstream.
 //!
+//! The node agent does not assemble the whole cluster after each event: every object belongs
+//! to one *unit* (a Pod with the DanmEps that name it, a Service with its EndpointSlices, a
+//! Namespace, or an object on its own such as a policy), and [`ClusterSet::take_delta`] runs
+//! the same second pass over only the units touched since the last call, keeping what it
+//! needs to say what was removed, which namespaces exist only because objects refer to them,
+//! and which pods share an address. [`ClusterSet::inventory`] (the whole view, for analysis)
+//! and the deltas always agree: a property test feeds both the same random operations.
+//!
 //! An update the reader rejects (a field of the wrong type in a policy CRD, say) keeps the last
 //! good version of that object, with a warning, exactly as a manifest file being edited does
 //! ([`crate::ManifestSet`]); only a delete (or a relist that no longer has it) removes an
 //! object.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
+use netwarden_engine::{Namespace, NetworkId, ObjectKey, PodKey, PolicyRef};
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
 use crate::files;
-use crate::read::{FileRead, Outcome};
+use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
-use crate::{Inventory, LoadOptions, Problem};
+use crate::{
+    Inventory, InventoryDelta, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL,
+};
 
 /// What problems name as the "file" of an object read from the cluster.
 pub const CLUSTER_SOURCE: &str = "cluster";
@@ -77,6 +89,101 @@ impl fmt::Display for ClusterKey {
     }
 }
 
+/// What one object of the assembled view is built from: a change to any member makes the
+/// unit assemble again (see the [module documentation](self)).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Unit {
+    /// A Namespace object (its presence also follows the objects that refer to it).
+    Namespace(String),
+    /// A Pod and the DanmEps that name it.
+    Pod(String, String),
+    /// A Service and the EndpointSlices that name it.
+    Service(String, String),
+    /// An object on its own: a policy, or an object of our kinds that did not load.
+    Alone(ClusterKey),
+}
+
+impl Unit {
+    /// The unit of one held object (`read` is its one-document first pass).
+    fn of(key: &ClusterKey, read: &FileRead) -> Unit {
+        let loaded = read.entries.iter().find_map(|e| match &e.outcome {
+            Outcome::Loaded(o) => Some(o),
+            _ => None,
+        });
+        let Some(object) = loaded else {
+            return Unit::Alone(key.clone());
+        };
+        let pair = |(ns, name): (&str, &str)| (ns.to_string(), name.to_string());
+        match &object.object {
+            Object::Namespace(n) => Unit::Namespace(n.name.clone()),
+            Object::Pod(_) => Unit::Pod(object.id.namespace.clone(), object.id.name.clone()),
+            Object::DanmEp(ep) => {
+                let (ns, name) = pair(ep.pod_key());
+                Unit::Pod(ns, name)
+            }
+            Object::Service(_) => {
+                Unit::Service(object.id.namespace.clone(), object.id.name.clone())
+            }
+            Object::Slice(slice) => {
+                let (ns, name) = pair(slice.service_key());
+                Unit::Service(ns, name)
+            }
+            Object::Policy(_) => Unit::Alone(key.clone()),
+        }
+    }
+}
+
+/// The object a unit produced at its last assembly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Produced {
+    Namespace(Box<Namespace>),
+    Pod(PodKey),
+    Service(ObjectKey),
+    Policy(PolicyRef),
+}
+
+impl Produced {
+    /// The namespace an object of this unit makes exist (Namespaces themselves aside).
+    fn refers_to(&self) -> Option<&str> {
+        match self {
+            Produced::Namespace(_) => None,
+            Produced::Pod(key) | Produced::Service(key) => Some(&key.namespace),
+            Produced::Policy(r) => Some(&r.key.namespace),
+        }
+    }
+}
+
+/// A unit as last assembled.
+#[derive(Debug, Clone, Default)]
+struct UnitState {
+    produced: Option<Produced>,
+    /// Its problems (reading and joining).
+    problems: Vec<Problem>,
+    /// A pod's addresses (network, address, interface name), for the shared-address check.
+    addresses: Vec<(NetworkId, IpAddr, String)>,
+}
+
+/// The incremental second pass: units, what each produced, and the cross-unit facts (which
+/// namespaces objects refer to, which pods hold each address).
+#[derive(Debug, Default)]
+struct Assembled {
+    /// Each held object's unit.
+    unit_of: HashMap<ClusterKey, Unit>,
+    /// Each unit's objects.
+    members: HashMap<Unit, BTreeSet<ClusterKey>>,
+    /// Units touched since the last delta.
+    dirty: BTreeSet<Unit>,
+    states: HashMap<Unit, UnitState>,
+    /// Per namespace, how many units produce an object in it.
+    references: HashMap<String, usize>,
+    /// The namespaces the last delta left in the engine's view.
+    present: BTreeSet<String>,
+    /// The pods holding each (network, address) (hostNetwork pods left out).
+    owners: HashMap<(NetworkId, IpAddr), BTreeSet<PodKey>>,
+    /// Addresses held by more than one pod, with the problems saying so.
+    shared: BTreeMap<(NetworkId, IpAddr), Vec<Problem>>,
+}
+
 /// The cluster's objects, reduced; see the [module documentation](self).
 #[derive(Debug)]
 pub struct ClusterSet {
@@ -84,6 +191,9 @@ pub struct ClusterSet {
     /// One first pass per object; only objects of the kinds netwarden reads (and those of its
     /// kinds that could not be read, with their problems) are held.
     objects: BTreeMap<ClusterKey, FileRead>,
+    /// Objects held per kind.
+    counts: BTreeMap<String, usize>,
+    assembled: Assembled,
 }
 
 impl ClusterSet {
@@ -91,7 +201,49 @@ impl ClusterSet {
         ClusterSet {
             opts,
             objects: BTreeMap::new(),
+            counts: BTreeMap::new(),
+            assembled: Assembled::default(),
         }
+    }
+
+    /// Holds `read` as the object `key` (replacing what was held), keeping the units and
+    /// counts in step.
+    fn hold(&mut self, key: ClusterKey, read: FileRead) {
+        let unit = Unit::of(&key, &read);
+        self.release(&key);
+        *self.counts.entry(key.kind.clone()).or_insert(0) += 1;
+        let a = &mut self.assembled;
+        a.members
+            .entry(unit.clone())
+            .or_default()
+            .insert(key.clone());
+        a.unit_of.insert(key.clone(), unit.clone());
+        a.dirty.insert(unit);
+        self.objects.insert(key, read);
+    }
+
+    /// Stops holding `key`; whether it was held.
+    fn release(&mut self, key: &ClusterKey) -> bool {
+        if self.objects.remove(key).is_none() {
+            return false;
+        }
+        if let Some(n) = self.counts.get_mut(&key.kind) {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&key.kind);
+            }
+        }
+        let a = &mut self.assembled;
+        if let Some(unit) = a.unit_of.remove(key) {
+            if let Some(members) = a.members.get_mut(&unit) {
+                members.remove(key);
+                if members.is_empty() {
+                    a.members.remove(&unit);
+                }
+            }
+            a.dirty.insert(unit);
+        }
+        true
     }
 
     /// Adds or replaces one object (JSON as the API serves it, with `apiVersion` and `kind`).
@@ -108,20 +260,18 @@ impl ClusterSet {
         let next = merge(CLUSTER_SOURCE, previous.cloned(), seen);
         if next.entries.is_empty() && next.file_problems.is_empty() {
             // Not one of our kinds (or nothing of it to keep).
-            return self.objects.remove(&key).is_some();
+            return self.release(&key);
         }
         if previous == Some(&next) {
             return false;
         }
-        self.objects.insert(key, next);
+        self.hold(key, next);
         true
     }
 
     /// Removes one object; returns whether it was held.
     pub fn remove(&mut self, kind: &str, namespace: &str, name: &str) -> bool {
-        self.objects
-            .remove(&ClusterKey::new(kind, namespace, name))
-            .is_some()
+        self.release(&ClusterKey::new(kind, namespace, name))
     }
 
     /// After a relist of `kind`: removes the objects of that kind not in `present` (they were
@@ -134,18 +284,15 @@ impl ClusterSet {
             .cloned()
             .collect();
         for key in &gone {
-            self.objects.remove(key);
+            self.release(key);
         }
         gone
     }
 
-    /// How many objects of each kind are held.
+    /// How many objects of each kind are held (kept as objects come and go: asked after
+    /// every event).
     pub fn counts(&self) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
-        for key in self.objects.keys() {
-            *counts.entry(key.kind.clone()).or_insert(0) += 1;
-        }
-        counts
+        self.counts.clone()
     }
 
     pub fn len(&self) -> usize {
@@ -160,6 +307,185 @@ impl ClusterSet {
     /// EndpointSlices to Services, implicit namespaces added), with every problem.
     pub fn inventory(&self) -> Inventory {
         assemble(self.objects.values().map(Part::File), &self.opts)
+    }
+
+    /// What changed in the assembled view since the last call (the first call: everything),
+    /// assembling again only the units touched since (see the [module documentation](self)).
+    pub fn take_delta(&mut self) -> InventoryDelta {
+        let mut delta = InventoryDelta::default();
+        let a = &mut self.assembled;
+        let dirty = std::mem::take(&mut a.dirty);
+        // Namespaces whose presence may change: declared or no longer, referred to or no longer.
+        let mut namespaces: BTreeSet<String> = BTreeSet::new();
+        // Addresses whose owners changed.
+        let mut addresses: BTreeSet<(NetworkId, IpAddr)> = BTreeSet::new();
+        for unit in dirty {
+            let old = a.states.remove(&unit).unwrap_or_default();
+            let parts = a
+                .members
+                .get(&unit)
+                .into_iter()
+                .flatten()
+                .filter_map(|key| self.objects.get(key))
+                .map(Part::File);
+            let mut inv = assemble(parts, &self.opts);
+            let mut new = UnitState {
+                problems: std::mem::take(&mut inv.problems),
+                ..UnitState::default()
+            };
+            if let Unit::Namespace(name) = &unit {
+                new.produced = inv
+                    .namespaces
+                    .into_iter()
+                    .find(|n| &n.name == name)
+                    .map(|n| Produced::Namespace(Box::new(n)));
+                namespaces.insert(name.clone());
+            } else if let Some(pod) = inv.pods.pop() {
+                if !pod.host_network {
+                    for iface in &pod.interfaces {
+                        for ip in &iface.ips {
+                            new.addresses
+                                .push((iface.network.clone(), *ip, iface.name.clone()));
+                        }
+                    }
+                }
+                new.produced = Some(Produced::Pod(pod.key.clone()));
+                delta.pods.push(pod);
+            } else if let Some(service) = inv.services.pop() {
+                new.produced = Some(Produced::Service(service.key.clone()));
+                delta.services.push(service);
+            } else if let Some(policy) = inv.policies.pop() {
+                new.produced = Some(Produced::Policy(policy.reference()));
+                delta.policies.push(policy);
+            }
+            // What the unit produced before and not now is removed.
+            match (&old.produced, &new.produced) {
+                (Some(Produced::Pod(k)), n) if n != &Some(Produced::Pod(k.clone())) => {
+                    delta.pods_removed.push(k.clone())
+                }
+                (Some(Produced::Service(k)), n) if n != &Some(Produced::Service(k.clone())) => {
+                    delta.services_removed.push(k.clone())
+                }
+                (Some(Produced::Policy(r)), n) if n != &Some(Produced::Policy(r.clone())) => {
+                    delta.policies_removed.push(r.clone())
+                }
+                _ => {}
+            }
+            for (produced, step) in [(&old.produced, -1isize), (&new.produced, 1)] {
+                if let Some(ns) = produced.as_ref().and_then(Produced::refers_to) {
+                    let n = a.references.entry(ns.to_string()).or_insert(0);
+                    *n = n.checked_add_signed(step).unwrap_or(0);
+                    if *n == 0 {
+                        a.references.remove(ns);
+                    }
+                    namespaces.insert(ns.to_string());
+                }
+            }
+            let pod_of = |state: &UnitState| match &state.produced {
+                Some(Produced::Pod(k)) => Some(k.clone()),
+                _ => None,
+            };
+            if let Some(key) = pod_of(&old) {
+                for (net, ip, _) in &old.addresses {
+                    let slot = (net.clone(), *ip);
+                    if let Some(owners) = a.owners.get_mut(&slot) {
+                        owners.remove(&key);
+                        if owners.is_empty() {
+                            a.owners.remove(&slot);
+                        }
+                    }
+                    addresses.insert(slot);
+                }
+            }
+            if let Some(key) = pod_of(&new) {
+                for (net, ip, _) in &new.addresses {
+                    let slot = (net.clone(), *ip);
+                    a.owners.entry(slot.clone()).or_default().insert(key.clone());
+                    addresses.insert(slot);
+                }
+            }
+            if new.produced.is_some() || !new.problems.is_empty() {
+                a.states.insert(unit, new);
+            }
+        }
+        for name in namespaces {
+            let declared = match a.states.get(&Unit::Namespace(name.clone())) {
+                Some(UnitState {
+                    produced: Some(Produced::Namespace(ns)),
+                    ..
+                }) => Some((**ns).clone()),
+                _ => None,
+            };
+            let implicit = || {
+                a.references.contains_key(&name).then(|| Namespace {
+                    name: name.clone(),
+                    labels: BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), name.clone())]),
+                })
+            };
+            match declared.or_else(implicit) {
+                Some(ns) => {
+                    a.present.insert(name);
+                    delta.namespaces.push(ns);
+                }
+                None => {
+                    if a.present.remove(&name) {
+                        delta.namespaces_removed.push(name);
+                    }
+                }
+            }
+        }
+        for slot in addresses {
+            a.shared.remove(&slot);
+            let Some(owners) = a.owners.get(&slot).filter(|o| o.len() > 1) else {
+                continue;
+            };
+            let mut owners = owners.iter();
+            let Some(first) = owners.next() else {
+                continue;
+            };
+            let problems: Vec<Problem> = owners
+                .flat_map(|key| {
+                    let state = a.states.get(&Unit::Pod(key.namespace.clone(), key.name.clone()));
+                    state
+                        .into_iter()
+                        .flat_map(|s| &s.addresses)
+                        .filter(|(net, ip, _)| net == &slot.0 && ip == &slot.1)
+                        .map(|(net, ip, iface)| Problem {
+                            file: CLUSTER_SOURCE.into(),
+                            kind: "Pod".into(),
+                            object: key.to_string(),
+                            field: String::new(),
+                            reason: format!(
+                                "address {ip} on network {net} (interface {}) is also pod \
+                                 {first}'s (in {CLUSTER_SOURCE}): a rule that allows one of them \
+                                 allows both",
+                                iface.escape_debug()
+                            ),
+                            severity: Severity::Warning,
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            a.shared.insert(slot, problems);
+        }
+        delta
+    }
+
+    /// Every problem of the assembled view as of the last [`ClusterSet::take_delta`]: those of
+    /// each unit, then the shared addresses.
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut units: Vec<(&Unit, &UnitState)> = self
+            .assembled
+            .states
+            .iter()
+            .filter(|(_, s)| !s.problems.is_empty())
+            .collect();
+        units.sort_by(|a, b| a.0.cmp(b.0));
+        units
+            .into_iter()
+            .flat_map(|(_, s)| s.problems.iter().cloned())
+            .chain(self.assembled.shared.values().flatten().cloned())
+            .collect()
     }
 
     /// "The cluster plus these files" (`reach`/`explain`/`validate --kube -f`): the manifests
@@ -497,5 +823,176 @@ mod tests {
             "a uid of the wrong type rejects the pod"
         );
         assert!(inv.problems.iter().any(|p| p.field == "metadata.uid"));
+    }
+
+    /// The engine's view, fed only deltas.
+    #[derive(Debug, Default)]
+    struct Fed {
+        namespaces: BTreeMap<String, Namespace>,
+        pods: BTreeMap<PodKey, netwarden_engine::Pod>,
+        policies: BTreeMap<PolicyRef, netwarden_engine::Policy>,
+        services: BTreeMap<ObjectKey, netwarden_engine::Service>,
+    }
+
+    impl Fed {
+        fn apply(&mut self, d: InventoryDelta) {
+            for k in d.pods_removed {
+                assert!(self.pods.remove(&k).is_some(), "removed pod {k} was fed");
+            }
+            for k in d.services_removed {
+                assert!(self.services.remove(&k).is_some(), "removed service {k} was fed");
+            }
+            for r in d.policies_removed {
+                assert!(self.policies.remove(&r).is_some(), "removed policy {r} was fed");
+            }
+            for n in d.namespaces_removed {
+                assert!(self.namespaces.remove(&n).is_some(), "removed namespace {n} was fed");
+            }
+            self.namespaces
+                .extend(d.namespaces.into_iter().map(|n| (n.name.clone(), n)));
+            self.pods
+                .extend(d.pods.into_iter().map(|p| (p.key.clone(), p)));
+            self.policies
+                .extend(d.policies.into_iter().map(|p| (p.reference(), p)));
+            self.services
+                .extend(d.services.into_iter().map(|s| (s.key.clone(), s)));
+        }
+
+        /// Fails unless the view equals `inv` (problems compared as sorted texts).
+        fn assert_equals(&self, inv: &Inventory, problems: &[Problem]) {
+            let by = |v: &[Namespace]| -> BTreeMap<String, Namespace> {
+                v.iter().map(|n| (n.name.clone(), n.clone())).collect()
+            };
+            assert_eq!(self.namespaces, by(&inv.namespaces), "namespaces");
+            let pods: BTreeMap<_, _> = inv.pods.iter().map(|p| (p.key.clone(), p.clone())).collect();
+            assert_eq!(self.pods, pods, "pods");
+            let policies: BTreeMap<_, _> = inv
+                .policies
+                .iter()
+                .map(|p| (p.reference(), p.clone()))
+                .collect();
+            assert_eq!(self.policies, policies, "policies");
+            let services: BTreeMap<_, _> = inv
+                .services
+                .iter()
+                .map(|s| (s.key.clone(), s.clone()))
+                .collect();
+            assert_eq!(self.services, services, "services");
+            let sorted = |v: &[Problem]| {
+                let mut t: Vec<String> = v.iter().map(ToString::to_string).collect();
+                t.sort();
+                t
+            };
+            assert_eq!(sorted(problems), sorted(&inv.problems), "problems");
+        }
+    }
+
+    /// One of a small universe of objects, so that operations collide: two namespaces, pods
+    /// sharing addresses, DanmEps and slices with and without their pod or Service, valid and
+    /// rejected policies, hostNetwork pods.
+    fn universe_object(pick: u8, variant: u8) -> Value {
+        let ns = ["a", "b"][(variant % 2) as usize];
+        let n = variant % 3;
+        let ip = format!("10.0.0.{}", variant % 4);
+        match pick % 8 {
+            0 => json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": ns, "labels": {"team": format!("t{}", variant % 3)}}}),
+            1 | 2 => json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": format!("p{n}"), "namespace": ns,
+                                     "labels": {"app": format!("app{}", variant % 2)}},
+                        "spec": {"hostNetwork": variant % 5 == 4,
+                                 "containers": [{"name": "c", "image": "x"}]},
+                        "status": {"podIPs": [{"ip": ip}]}}),
+            3 => json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmEp",
+                        "metadata": {"name": format!("ep{}", variant % 2), "namespace": ns},
+                        "spec": {"Pod": format!("p{n}"), "NetworkName": "net",
+                                 "Interface": {"Name": format!("net{}", variant % 2),
+                                               "Address": format!("10.9.0.{}/24", variant % 3)}}}),
+            4 => {
+                let mut svc = json!({"apiVersion": "v1", "kind": "Service",
+                        "metadata": {"name": format!("s{}", variant % 2), "namespace": ns},
+                        "spec": {"clusterIP": format!("10.96.0.{}", variant % 3),
+                                 "ports": [{"port": 80}]}});
+                if variant % 3 == 0 {
+                    svc["spec"]["selector"] = json!({"app": "app0"});
+                }
+                svc
+            }
+            5 => json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                        "metadata": {"name": format!("s{}-x", variant % 2), "namespace": ns,
+                                     "labels": {"kubernetes.io/service-name": format!("s{}", n % 2)}},
+                        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}),
+            6 => {
+                let cidr = if variant % 4 == 3 { "10.0.0.0/99" } else { "10.0.0.0/8" };
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                       "metadata": {"name": format!("np{}", variant % 2), "namespace": ns},
+                       "spec": {"podSelector": {"matchLabels": {"app": format!("app{}", variant % 2)}},
+                                "ingress": [{"from": [{"ipBlock": {"cidr": cidr}}]}]}})
+            }
+            _ => json!({"apiVersion": "k8s.cni.cncf.io/v1beta1", "kind": "MultiNetworkPolicy",
+                        "metadata": {"name": "mnp", "namespace": ns,
+                                     "annotations": {"k8s.v1.cni.cncf.io/policy-for": "net"}},
+                        "spec": {"podSelector": {}, "policyTypes": ["Egress"]}}),
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Upsert(u8, u8),
+        Remove(u8, u8),
+        Retain(u8, u8),
+        Delta,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (any::<u8>(), any::<u8>()).prop_map(|(p, v)| Op::Upsert(p, v)),
+            2 => (any::<u8>(), any::<u8>()).prop_map(|(p, v)| Op::Remove(p, v)),
+            1 => (any::<u8>(), any::<u8>()).prop_map(|(p, v)| Op::Retain(p, v)),
+            2 => Just(Op::Delta),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(400))]
+
+        /// Deltas applied in sequence give exactly the whole view, after any operations.
+        #[test]
+        fn deltas_add_up_to_the_whole_view(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut set = ClusterSet::new(LoadOptions::default());
+            let mut fed = Fed::default();
+            for op in ops {
+                match op {
+                    Op::Upsert(p, v) => {
+                        set.upsert(&universe_object(p, v));
+                    }
+                    Op::Remove(p, v) => {
+                        let key = ClusterKey::of(&universe_object(p, v));
+                        set.remove(&key.kind, &key.namespace, &key.name);
+                    }
+                    Op::Retain(p, v) => {
+                        // A relist of one kind that kept only objects of one namespace.
+                        let kind = ClusterKey::of(&universe_object(p, v)).kind;
+                        let keep: BTreeSet<ClusterKey> = set
+                            .objects
+                            .keys()
+                            .filter(|k| k.kind == kind && k.namespace == ["a", "b"][(v % 2) as usize])
+                            .cloned()
+                            .collect();
+                        set.retain_kind(&kind, &keep);
+                    }
+                    Op::Delta => {
+                        fed.apply(set.take_delta());
+                        fed.assert_equals(&set.inventory(), &set.problems());
+                    }
+                }
+                let counted: usize = set.counts().values().sum();
+                proptest::prop_assert_eq!(counted, set.len());
+            }
+            fed.apply(set.take_delta());
+            fed.assert_equals(&set.inventory(), &set.problems());
+            proptest::prop_assert!(set.take_delta().is_empty(), "nothing changed since");
+        }
     }
 }

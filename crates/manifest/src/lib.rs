@@ -68,6 +68,7 @@
 mod assemble;
 pub mod cluster;
 mod ctx;
+pub mod delta;
 mod files;
 pub mod fuzzing;
 mod json;
@@ -90,6 +91,7 @@ use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
 pub use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
+pub use crate::delta::InventoryDelta;
 use crate::read::FileRead;
 pub use crate::set::{Change, FileChange, ManifestSet};
 

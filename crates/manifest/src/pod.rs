@@ -500,6 +500,13 @@ pub(crate) struct DanmEpRecord {
     netns: Option<String>,
 }
 
+impl DanmEpRecord {
+    /// The pod it describes an interface of: namespace and name.
+    pub(crate) fn pod_key(&self) -> (&str, &str) {
+        (&self.namespace, &self.pod)
+    }
+}
+
 pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord> {
     let meta = read_meta(cx, doc, true)?;
     if get(doc, "spec").is_none() {

@@ -127,6 +127,13 @@ pub(crate) struct SliceRecord {
     addrs: Vec<IpAddr>,
 }
 
+impl SliceRecord {
+    /// The Service it holds endpoints of: namespace and name.
+    pub(crate) fn service_key(&self) -> (&str, &str) {
+        (&self.namespace, &self.service)
+    }
+}
+
 pub(crate) fn read_slice(cx: &mut Ctx<'_>, doc: &Value) -> Option<SliceRecord> {
     let meta = read_meta(cx, doc, true)?;
     let label_field = format!("metadata.labels[\"{SERVICE_NAME_LABEL}\"]");

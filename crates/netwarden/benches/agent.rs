@@ -241,6 +241,37 @@ fn measure(
     out
 }
 
+/// The agent's own account of its passes that followed an object change (`pass: inventory
+/// …`): per step, the median and the largest time.
+fn print_phases(log: &str) {
+    let mut steps: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for line in log.lines() {
+        let Some(pass) = line.split("pass: ").nth(1) else {
+            continue;
+        };
+        if !pass.starts_with("inventory") {
+            continue;
+        }
+        for part in pass.split(", ") {
+            let mut words = part.split_whitespace();
+            if let (Some(step), Some(ms)) = (words.next(), words.next()) {
+                if let Ok(ms) = ms.parse::<f64>() {
+                    steps.entry(step.to_string()).or_default().push(ms);
+                }
+            }
+        }
+    }
+    for (step, mut times) in steps {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "agent passes after a change, {step}: n={} median {:.1} ms, max {:.1} ms",
+            times.len(),
+            times[times.len() / 2],
+            times[times.len() - 1]
+        );
+    }
+}
+
 fn run(sizes: &Sizes) {
     let started = Instant::now();
     let mut generated = cluster(sizes.pods, sizes.policies, 1);
@@ -339,7 +370,7 @@ fn run(sizes: &Sizes) {
     let metrics_arg = metrics.to_string();
     api.clear_requests();
     let spawned = Instant::now();
-    let mut agent = AgentProcess::start(
+    let mut agent = AgentProcess::start_with_env(
         &netwarden_bin!(),
         &[
             "run",
@@ -351,6 +382,8 @@ fn run(sizes: &Sizes) {
             "--metrics-addr",
             &metrics_arg,
         ],
+        // The agent's time per step of each pass (`pass: inventory … ms, …`), read back below.
+        &[("RUST_LOG", "info,netwarden::agent=debug")],
         &log,
     );
     agent.wait_for("/readyz", Duration::from_secs(120), || ready(metrics));
@@ -434,6 +467,7 @@ fn run(sizes: &Sizes) {
         }
     }
 
+    print_phases(&agent.log());
     if let Ok(copy) = std::env::var("NETWARDEN_BENCH_AGENT_LOG") {
         let _ = std::fs::copy(&log, copy);
     }

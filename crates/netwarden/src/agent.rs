@@ -41,7 +41,7 @@ use netwarden_monitor::{
     PodContext,
 };
 use netwarden_render::RenderOptions;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::policy_events::wanted_events;
 use crate::source::{
@@ -226,63 +226,136 @@ pub fn merge_discovered(pod: &mut Pod, discovered: &[DiscoveredInterface]) -> Me
     notes
 }
 
-/// The pods as the manifests describe them, completed from their netns.
+/// What the kernel showed of one pod netns at its last read.
+#[derive(Debug, Clone)]
+enum KernelRead {
+    /// The namespace's identity and its interfaces.
+    Found {
+        id: NetnsId,
+        interfaces: Vec<DiscoveredInterface>,
+    },
+    /// No such file (yet, or any more): the pod is programmed once it exists.
+    Missing,
+    /// The path exists but is no readable netns: the pod is refused (fail closed).
+    Unreadable(String),
+}
+
+impl KernelRead {
+    fn of(path: &std::path::Path) -> KernelRead {
+        let opened =
+            netwarden_dataplane::Netns::open(path).map_err(netwarden_dataplane::DiscoverError::from);
+        let read = opened.and_then(|netns| {
+            netwarden_dataplane::interfaces_of(&netns).map(|interfaces| (netns.id(), interfaces))
+        });
+        match read {
+            Ok((id, interfaces)) => KernelRead::Found { id, interfaces },
+            Err(netwarden_dataplane::DiscoverError::Netns(e))
+                if matches!(&e, netwarden_dataplane::NetnsError::Open { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                KernelRead::Missing
+            }
+            Err(e) => KernelRead::Unreadable(format!(
+                "cannot read the interfaces of {}: {e}",
+                path.display()
+            )),
+        }
+    }
+}
+
+/// The last read of each local pod's netns, by path.
+///
+/// Every tick reads them all again ([`KernelViews::refresh`]: interfaces appear, are renamed,
+/// change address; a netns is recreated). An object event reads only the namespaces not read
+/// yet ([`KernelViews::read_new`]: a new pod, a sandbox recreated under a new path, a netns
+/// that was missing): so a relabel or a policy change reaches the kernel without first
+/// reading every local pod's namespace again.
+#[derive(Debug, Default)]
+struct KernelViews {
+    reads: HashMap<PathBuf, KernelRead>,
+}
+
+impl KernelViews {
+    /// The netns paths of `pods` that are read at all (hostNetwork pods have none of theirs).
+    fn paths(pods: &[Pod]) -> BTreeSet<PathBuf> {
+        pods.iter()
+            .filter(|p| !p.host_network)
+            .filter_map(|p| p.netns.as_deref().map(PathBuf::from))
+            .collect()
+    }
+
+    /// Reads the netns of every pod of `pods` again; forgets the others.
+    fn refresh(&mut self, pods: &[Pod]) {
+        let paths = Self::paths(pods);
+        self.reads = paths
+            .into_iter()
+            .map(|path| {
+                let read = KernelRead::of(&path);
+                (path, read)
+            })
+            .collect();
+    }
+
+    /// Reads the netns of `pods` not read yet (or missing at the last read); forgets the
+    /// netns no pod names any more.
+    fn read_new(&mut self, pods: &[Pod]) {
+        let paths = Self::paths(pods);
+        self.reads.retain(|path, _| paths.contains(path));
+        for path in paths {
+            let known = self
+                .reads
+                .get(&path)
+                .is_some_and(|r| !matches!(r, KernelRead::Missing));
+            if !known {
+                let read = KernelRead::of(&path);
+                self.reads.insert(path, read);
+            }
+        }
+    }
+}
+
+/// The pods as the objects describe them, completed from their netns.
 ///
 /// A pod whose netns exists but cannot be read is left out of `pods` and named in `refused`:
 /// the caller keeps whatever the engine had for it (fail closed), instead of programming it
-/// from the manifests alone and leaving an interface it does not know uncovered.
+/// from the objects alone and leaving an interface it does not know uncovered.
 struct Discovery {
     pods: Vec<Pod>,
     refused: BTreeMap<PodKey, String>,
 }
 
-fn discover(manifest_pods: &[Pod]) -> Discovery {
-    let mut pods = Vec::with_capacity(manifest_pods.len());
+/// Joins the pods with the kernel's last view of their netns (see [`KernelViews`]); a pod
+/// whose netns was not read is taken as the objects describe it (its sync reports the netns).
+fn discover(placed: Vec<Pod>, kernel: &KernelViews) -> Discovery {
+    let mut pods = Vec::with_capacity(placed.len());
     let mut refused = BTreeMap::new();
     // Which pods name each namespace: two pods never share one (a pod annotated with another
     // pod's netns would replace that pod's rules with its own).
     let mut owners: BTreeMap<NetnsId, Vec<PodKey>> = BTreeMap::new();
-    for pod in manifest_pods {
-        let mut pod = pod.clone();
-        let path = match (&pod.netns, pod.host_network) {
-            (Some(path), false) => PathBuf::from(path),
-            _ => {
-                pods.push(pod);
-                continue;
-            }
+    for mut pod in placed {
+        let read = match (&pod.netns, pod.host_network) {
+            (Some(path), false) => kernel.reads.get(std::path::Path::new(path)),
+            _ => None,
         };
-        let found = netwarden_dataplane::Netns::open(&path)
-            .map_err(netwarden_dataplane::DiscoverError::from)
-            .and_then(|netns| {
-                owners.entry(netns.id()).or_default().push(pod.key.clone());
-                netwarden_dataplane::interfaces_of(&netns)
-            });
-        match found {
-            Ok(found) => {
-                let notes = merge_discovered(&mut pod, &found);
+        match read {
+            Some(KernelRead::Found { id, interfaces }) => {
+                owners.entry(*id).or_default().push(pod.key.clone());
+                let notes = merge_discovered(&mut pod, interfaces);
                 for name in notes.unmatched {
                     warn!(
                         "{}: the addresses of interface {name:?} are on no interface of {}",
                         pod.key,
-                        path.display()
+                        pod.netns.as_deref().unwrap_or_default()
                     );
                 }
                 pods.push(pod);
             }
-            // No netns yet (or any more): the pod is programmed once it exists; its sync
-            // reports and retries.
-            Err(netwarden_dataplane::DiscoverError::Netns(e))
-                if matches!(&e, netwarden_dataplane::NetnsError::Open { source, .. }
-                    if source.kind() == std::io::ErrorKind::NotFound) =>
-            {
-                pods.push(pod);
+            Some(KernelRead::Unreadable(why)) => {
+                refused.insert(pod.key.clone(), why.clone());
             }
-            Err(e) => {
-                refused.insert(
-                    pod.key.clone(),
-                    format!("cannot read the interfaces of {}: {e}", path.display()),
-                );
-            }
+            // No netns yet (or any more), or none to read: the pod is programmed once it
+            // exists; its sync reports and retries.
+            Some(KernelRead::Missing) | None => pods.push(pod),
         }
     }
     for (id, keys) in owners.into_iter().filter(|(_, keys)| keys.len() > 1) {
@@ -400,6 +473,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     }
     // What the engine was last fed, to remove what disappears.
     let mut fed: Option<Inventory> = None;
+    // The local pods' netns as the kernel last showed them.
+    let mut kernel = KernelViews::default();
     // What was last reported: a line is logged when it appears, not at every tick, and
     // again if it goes away and comes back. Only current lines are kept (bounded memory).
     let mut problems_shown: BTreeSet<String> = BTreeSet::new();
@@ -445,15 +520,20 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             continue;
         }
         let fresh = poll.changed || fed.is_none();
+        let mut phases = Phases::start();
         if fresh {
             let inventory = source.inventory();
+            phases.mark("inventory");
             let problems = inventory.problems.iter().map(ToString::to_string);
             warn_new(problems.collect(), &mut problems_shown);
             netns_source.refresh(&local_pods(&inventory, &locality));
             let placed = place_pods(&inventory.pods, &locality, netns_source.as_ref());
-            let found = discover(&placed);
+            kernel.read_new(&placed);
+            let found = discover(placed, &kernel);
+            phases.mark("netns");
             let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
             apply_inventory(&mut engine, fed.as_ref(), &inventory, &found.pods, &keep);
+            phases.mark("engine");
             warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
             // Events on bad policies: the whole current set is offered; the publisher queues
@@ -463,6 +543,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                     events.offer(&wanted_events(&inventory, &engine, &kube.policies()));
                 }
             }
+            phases.mark("events");
             fed = Some(inventory);
         } else if let Some(inventory) = &fed {
             // The kernel's side of the pods may change without the objects: interfaces
@@ -472,10 +553,14 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             // set again with it, so the engine names it dirty and it is applied at once.
             let local = local_pods(inventory, &locality);
             netns_source.refresh(&local);
-            let found = discover(&place_pods(&local, &locality, netns_source.as_ref()));
+            let placed = place_pods(&local, &locality, netns_source.as_ref());
+            kernel.refresh(&placed);
+            let found = discover(placed, &kernel);
+            phases.mark("netns");
             for pod in found.pods {
                 engine.set_pod(pod);
             }
+            phases.mark("engine");
             warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
         } else {
@@ -500,6 +585,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         );
         if !dirty.is_empty() || once {
             let report = syncer.sync(&mut engine, dirty.clone());
+            phases.mark("sync");
             syncer.set_converge_removals(false);
             // Nothing marks a failed pod dirty again (its netns may not exist yet, or the
             // failure may pass), nor a local pod whose netns is not known yet: retry them,
@@ -534,6 +620,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 });
             }
         }
+        if phases.any() {
+            debug!("pass: {phases}");
+        }
         if let Some(monitor) = monitor.as_ref() {
             if let Some(at) = oldest.take().filter(|_| fresh) {
                 monitor.metrics.observe_event_to_apply(at.elapsed());
@@ -544,6 +633,43 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 Some(why) => Err(why.clone()),
             });
         }
+    }
+}
+
+/// Where one pass of the agent loop spent its time, logged at debug level
+/// (`RUST_LOG=netwarden=debug`): which step a slow event-to-apply comes from.
+struct Phases {
+    since: Instant,
+    spent: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            since: Instant::now(),
+            spent: Vec::new(),
+        }
+    }
+
+    /// The time since the last mark was spent on `step`.
+    fn mark(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.spent.push((step, now - self.since));
+        self.since = now;
+    }
+
+    fn any(&self) -> bool {
+        !self.spent.is_empty()
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, spent)) in self.spent.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{step} {:.1} ms", spent.as_secs_f64() * 1e3)?;
+        }
+        Ok(())
     }
 }
 

@@ -45,7 +45,7 @@ pub fn wanted_events(
             .push(line);
     }
     for policy in &inventory.policies {
-        if engine.targets(policy).is_empty() {
+        if !engine.selects_any_pod(policy) {
             let key = ClusterKey::new(
                 policy.kind.as_str(),
                 &policy.key.namespace,
