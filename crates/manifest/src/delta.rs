@@ -104,7 +104,7 @@ spec: {podSelector: {}}
     const AFTER: &str = r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: a, namespace: y, labels: {app: a}}
+metadata: {name: a, namespace: z, labels: {app: a}}
 status: {podIPs: [{ip: 10.0.0.1}]}
 "#;
 
