@@ -474,14 +474,12 @@ impl Engine {
     /// Whether a policy selects any pod: [`Engine::targets`] without collecting them, stopping
     /// at the first (cheap enough to ask of every policy after every change).
     pub fn selects_any_pod(&self, policy: &Policy) -> bool {
-        let Some(names) = self.pods_by_namespace.get(&policy.key.namespace) else {
-            return false;
-        };
-        names.iter().any(|name| {
-            self.pods
-                .get(&ObjectKey::new(policy.key.namespace.clone(), name.clone()))
-                .is_some_and(|pod| selects(policy, pod))
-        })
+        // Pods are ordered by namespace first: the policy's namespace is one range.
+        let namespace = &policy.key.namespace;
+        self.pods
+            .range(PodKey::new(namespace.clone(), String::new())..)
+            .take_while(|(key, _)| &key.namespace == namespace)
+            .any(|(_, pod)| selects(policy, pod))
     }
 
     /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):

@@ -232,6 +232,14 @@ proptest! {
     }
 
     #[test]
+    fn selects_any_pod_agrees_with_targets(pods in arb_pods(), policies in arb_policies()) {
+        let engine = build(&pods, &policies);
+        for policy in &policies {
+            prop_assert_eq!(engine.selects_any_pod(policy), !engine.targets(policy).is_empty(), "{}", policy.key);
+        }
+    }
+
+    #[test]
     fn a_policy_selecting_no_pod_changes_nothing(pods in arb_pods(), policies in arb_policies(), extra in arb_policy(9)) {
         let before = matrix(&mut build(&pods, &policies));
         let mut none = extra;

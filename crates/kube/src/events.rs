@@ -235,6 +235,19 @@ pub struct EventCounters {
     pub failed: AtomicU64,
 }
 
+impl EventCounters {
+    /// Every counter, named by outcome (as `/metrics` labels them).
+    pub fn snapshot(&self) -> [(&'static str, u64); 4] {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("created", n(&self.created)),
+            ("existed", n(&self.existed)),
+            ("dropped", n(&self.dropped)),
+            ("failed", n(&self.failed)),
+        ]
+    }
+}
+
 /// Queues Events for a background task that writes them; see the module docs.
 pub struct EventPublisher {
     tx: mpsc::Sender<PolicyEvent>,

@@ -41,7 +41,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use netwarden_manifest::{ClusterKey, ClusterSet, Inventory, LoadOptions};
+use netwarden_manifest::{ClusterKey, ClusterSet, Inventory, InventoryDelta, LoadOptions, Problem};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
@@ -218,9 +218,18 @@ impl KubeSource {
         std::mem::take(&mut *pending)
     }
 
-    /// The cluster as reduced now.
+    /// The cluster as reduced now, assembled whole (for analysis; the agent takes deltas).
     pub fn inventory(&self) -> Inventory {
         lock(&self.shared.cluster).inventory()
+    }
+
+    /// What changed since the last call (the first call: everything), with every current
+    /// problem: only the objects touched since are assembled again
+    /// ([`ClusterSet::take_delta`]).
+    pub fn take_delta(&self) -> (InventoryDelta, Vec<Problem>) {
+        let mut cluster = lock(&self.shared.cluster);
+        let delta = cluster.take_delta();
+        (delta, cluster.problems())
     }
 
     /// Objects held per kind.
@@ -235,6 +244,11 @@ impl KubeSource {
     /// The identity (uid, generation, apiVersion) of each policy object held.
     pub fn policies(&self) -> BTreeMap<ClusterKey, PolicyObject> {
         lock(&self.shared.policies).clone()
+    }
+
+    /// The identity of one policy object, if it is held.
+    pub fn policy(&self, key: &ClusterKey) -> Option<PolicyObject> {
+        lock(&self.shared.policies).get(key).cloned()
     }
 
     /// The Event publisher (`None` without [`KubeOptions::events_as`]).

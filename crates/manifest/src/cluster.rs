@@ -38,9 +38,7 @@ use crate::assemble::{assemble, Part};
 use crate::files;
 use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
-use crate::{
-    Inventory, InventoryDelta, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL,
-};
+use crate::{Inventory, InventoryDelta, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL};
 
 /// What problems name as the "file" of an object read from the cluster.
 pub const CLUSTER_SOURCE: &str = "cluster";
@@ -400,7 +398,10 @@ impl ClusterSet {
             if let Some(key) = pod_of(&new) {
                 for (net, ip, _) in &new.addresses {
                     let slot = (net.clone(), *ip);
-                    a.owners.entry(slot.clone()).or_default().insert(key.clone());
+                    a.owners
+                        .entry(slot.clone())
+                        .or_default()
+                        .insert(key.clone());
                     addresses.insert(slot);
                 }
             }
@@ -445,7 +446,9 @@ impl ClusterSet {
             };
             let problems: Vec<Problem> = owners
                 .flat_map(|key| {
-                    let state = a.states.get(&Unit::Pod(key.namespace.clone(), key.name.clone()));
+                    let state = a
+                        .states
+                        .get(&Unit::Pod(key.namespace.clone(), key.name.clone()));
                     state
                         .into_iter()
                         .flat_map(|s| &s.addresses)
@@ -840,13 +843,22 @@ mod tests {
                 assert!(self.pods.remove(&k).is_some(), "removed pod {k} was fed");
             }
             for k in d.services_removed {
-                assert!(self.services.remove(&k).is_some(), "removed service {k} was fed");
+                assert!(
+                    self.services.remove(&k).is_some(),
+                    "removed service {k} was fed"
+                );
             }
             for r in d.policies_removed {
-                assert!(self.policies.remove(&r).is_some(), "removed policy {r} was fed");
+                assert!(
+                    self.policies.remove(&r).is_some(),
+                    "removed policy {r} was fed"
+                );
             }
             for n in d.namespaces_removed {
-                assert!(self.namespaces.remove(&n).is_some(), "removed namespace {n} was fed");
+                assert!(
+                    self.namespaces.remove(&n).is_some(),
+                    "removed namespace {n} was fed"
+                );
             }
             self.namespaces
                 .extend(d.namespaces.into_iter().map(|n| (n.name.clone(), n)));
@@ -864,7 +876,11 @@ mod tests {
                 v.iter().map(|n| (n.name.clone(), n.clone())).collect()
             };
             assert_eq!(self.namespaces, by(&inv.namespaces), "namespaces");
-            let pods: BTreeMap<_, _> = inv.pods.iter().map(|p| (p.key.clone(), p.clone())).collect();
+            let pods: BTreeMap<_, _> = inv
+                .pods
+                .iter()
+                .map(|p| (p.key.clone(), p.clone()))
+                .collect();
             assert_eq!(self.pods, pods, "pods");
             let policies: BTreeMap<_, _> = inv
                 .policies
@@ -913,7 +929,7 @@ mod tests {
                         "metadata": {"name": format!("s{}", variant % 2), "namespace": ns},
                         "spec": {"clusterIP": format!("10.96.0.{}", variant % 3),
                                  "ports": [{"port": 80}]}});
-                if variant % 3 == 0 {
+                if variant.is_multiple_of(3) {
                     svc["spec"]["selector"] = json!({"app": "app0"});
                 }
                 svc
@@ -923,7 +939,11 @@ mod tests {
                                      "labels": {"kubernetes.io/service-name": format!("s{}", n % 2)}},
                         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}),
             6 => {
-                let cidr = if variant % 4 == 3 { "10.0.0.0/99" } else { "10.0.0.0/8" };
+                let cidr = if variant % 4 == 3 {
+                    "10.0.0.0/99"
+                } else {
+                    "10.0.0.0/8"
+                };
                 json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                        "metadata": {"name": format!("np{}", variant % 2), "namespace": ns},
                        "spec": {"podSelector": {"matchLabels": {"app": format!("app{}", variant % 2)}},

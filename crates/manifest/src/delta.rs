@@ -123,6 +123,8 @@ status: {podIPs: [{ip: 10.0.0.1}]}
         assert_eq!(delta.policies_removed.len(), 1);
         assert_eq!(delta.namespaces_removed, ["x"]);
         assert_eq!(delta.namespaces.len(), 1);
-        assert!(InventoryDelta::between(Some(&after), &after).pods_removed.is_empty());
+        assert!(InventoryDelta::between(Some(&after), &after)
+            .pods_removed
+            .is_empty());
     }
 }

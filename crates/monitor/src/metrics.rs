@@ -77,6 +77,8 @@ pub struct Metrics {
     /// Per watched kind: (relists after the first, errors).
     watch: Mutex<BTreeMap<String, (u64, u64)>>,
     objects: Mutex<BTreeMap<String, usize>>,
+    /// Kubernetes Events on policies, per outcome (`created`, `existed`, `dropped`, `failed`).
+    kube_events: Mutex<BTreeMap<&'static str, u64>>,
     event_to_apply: Mutex<Histogram>,
     health: Health,
 }
@@ -212,6 +214,13 @@ impl Metrics {
     /// The objects held per kind.
     pub fn set_objects(&self, counts: BTreeMap<String, usize>) {
         *self.objects.lock().unwrap_or_else(|p| p.into_inner()) = counts;
+    }
+
+    /// The Kubernetes Event publisher's counters so far, per outcome: `created` (this node
+    /// wrote it), `existed` (another node had: one Event per policy cluster-wide), `dropped`
+    /// (queue full), `failed` (the API refused it).
+    pub fn set_kube_events(&self, outcomes: [(&'static str, u64); 4]) {
+        *self.kube_events.lock().unwrap_or_else(|p| p.into_inner()) = outcomes.into();
     }
 
     /// Time from receiving a watch event to the end of the sync that applied it.
@@ -388,6 +397,19 @@ impl Metrics {
                 .iter()
             {
                 let _ = writeln!(out, "{name}{{kind=\"{}\"}} {n}", escape_label(kind));
+            }
+            let events = self.kube_events.lock().unwrap_or_else(|p| p.into_inner());
+            if !events.is_empty() {
+                let name = "netwarden_kube_events_total";
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} Kubernetes Events on policies (invalid, selecting nothing), by \
+                     outcome: created here, existed (another node wrote it), dropped, failed."
+                );
+                let _ = writeln!(out, "# TYPE {name} counter");
+                for (outcome, n) in events.iter() {
+                    let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {n}");
+                }
             }
             self.event_to_apply
                 .lock()
@@ -678,6 +700,16 @@ mod tests {
         );
         assert!(text.contains("netwarden_watch_errors_total{kind=\"Pod\"} 5\n"));
         assert!(text.contains("netwarden_objects{kind=\"Pod\"} 7\n"));
+        assert!(!text.contains("netwarden_kube_events_total"));
+        m.set_kube_events([
+            ("created", 1),
+            ("existed", 2),
+            ("dropped", 0),
+            ("failed", 3),
+        ]);
+        let text = m.render();
+        assert!(text.contains("netwarden_kube_events_total{outcome=\"existed\"} 2\n"));
+        assert!(text.contains("netwarden_kube_events_total{outcome=\"failed\"} 3\n"));
         assert!(text.contains("netwarden_event_to_apply_seconds_bucket{le=\"0.005\"} 1\n"));
         assert!(text.contains("netwarden_event_to_apply_seconds_count 1\n"));
     }

@@ -241,7 +241,7 @@ fn measure(
     out
 }
 
-/// The agent's own account of its passes that followed an object change (`pass: inventory
+/// The agent's own account of its passes that followed an object change (`pass: objects
 /// …`): per step, the median and the largest time.
 fn print_phases(log: &str) {
     let mut steps: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -249,7 +249,7 @@ fn print_phases(log: &str) {
         let Some(pass) = line.split("pass: ").nth(1) else {
             continue;
         };
-        if !pass.starts_with("inventory") {
+        if !pass.starts_with("objects") {
             continue;
         }
         for part in pass.split(", ") {
@@ -382,7 +382,7 @@ fn run(sizes: &Sizes) {
             "--metrics-addr",
             &metrics_arg,
         ],
-        // The agent's time per step of each pass (`pass: inventory … ms, …`), read back below.
+        // The agent's time per step of each pass (`pass: objects … ms, …`), read back below.
         &[("RUST_LOG", "info,netwarden::agent=debug")],
         &log,
     );

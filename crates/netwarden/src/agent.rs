@@ -32,10 +32,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use netwarden_dataplane::{Backend, DiscoveredInterface, NetnsId};
-use netwarden_engine::{
-    Engine, EngineOptions, NetworkId, NetworkType, ObjectKey, Pod, PodInterface, PodKey, PolicyRef,
-};
-use netwarden_manifest::{Inventory, LoadOptions};
+use netwarden_engine::{Engine, EngineOptions, NetworkId, NetworkType, Pod, PodInterface, PodKey};
+use netwarden_manifest::{InventoryDelta, LoadOptions};
 use netwarden_monitor::{
     serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
     PodContext,
@@ -160,6 +158,9 @@ impl Monitor {
             self.metrics.set_watch_counters(kind, k.restarts, k.errors);
         }
         self.metrics.set_objects(kube.counts());
+        if let Some(events) = kube.events() {
+            self.metrics.set_kube_events(events.counters().snapshot());
+        }
     }
 }
 
@@ -242,8 +243,8 @@ enum KernelRead {
 
 impl KernelRead {
     fn of(path: &std::path::Path) -> KernelRead {
-        let opened =
-            netwarden_dataplane::Netns::open(path).map_err(netwarden_dataplane::DiscoverError::from);
+        let opened = netwarden_dataplane::Netns::open(path)
+            .map_err(netwarden_dataplane::DiscoverError::from);
         let read = opened.and_then(|netns| {
             netwarden_dataplane::interfaces_of(&netns).map(|interfaces| (netns.id(), interfaces))
         });
@@ -375,54 +376,52 @@ fn discover(placed: Vec<Pod>, kernel: &KernelViews) -> Discovery {
     Discovery { pods, refused }
 }
 
-/// Feeds `engine` with `next`, removing what `previous` had and `next` lacks. Unchanged objects
-/// are ignored by the engine itself, so only affected pods become dirty. Pods in `keep` are
-/// neither set nor removed (their last state stays: see [`Discovery`]).
-pub fn apply_inventory(
+/// Feeds `engine` what `delta` says, except local pods: those are kept in `local` as the
+/// objects describe them (the caller joins them with their netns and the kernel's view, then
+/// sets them). Remote pods are peers only: set without a netns, whatever they are annotated
+/// with. Removals come first. Returns whether `local` changed.
+pub fn apply_delta(
     engine: &mut Engine,
-    previous: Option<&Inventory>,
-    next: &Inventory,
-    pods: &[Pod],
-    keep: &BTreeSet<PodKey>,
-) {
-    if let Some(prev) = previous {
-        let present: BTreeSet<&PodKey> = next.pods.iter().map(|p| &p.key).collect();
-        for p in prev.pods.iter().filter(|p| !present.contains(&p.key)) {
-            engine.remove_pod(&p.key);
+    delta: InventoryDelta,
+    locality: &Locality,
+    local: &mut BTreeMap<PodKey, Pod>,
+) -> bool {
+    let mut local_changed = false;
+    for key in &delta.pods_removed {
+        local_changed |= local.remove(key).is_some();
+        engine.remove_pod(key);
+    }
+    for reference in &delta.policies_removed {
+        engine.remove_policy(reference);
+    }
+    for key in &delta.services_removed {
+        engine.remove_service(key);
+    }
+    for name in &delta.namespaces_removed {
+        engine.remove_namespace(name);
+    }
+    for namespace in delta.namespaces {
+        engine.set_namespace(namespace);
+    }
+    for mut pod in delta.pods {
+        if locality.is_local(&pod) {
+            local.insert(pod.key.clone(), pod);
+            local_changed = true;
+        } else {
+            // No longer local (deleted and created on another node under the same name): its
+            // rules here are removed by the sync (it was programmed).
+            local_changed |= local.remove(&pod.key).is_some();
+            pod.netns = None;
+            engine.set_pod(pod);
         }
-        let policies: BTreeSet<PolicyRef> = next.policies.iter().map(|p| p.reference()).collect();
-        for p in prev
-            .policies
-            .iter()
-            .filter(|p| !policies.contains(&p.reference()))
-        {
-            engine.remove_policy(&p.reference());
-        }
-        let services: BTreeSet<&ObjectKey> = next.services.iter().map(|s| &s.key).collect();
-        for s in prev.services.iter().filter(|s| !services.contains(&s.key)) {
-            engine.remove_service(&s.key);
-        }
-        let namespaces: BTreeSet<&String> = next.namespaces.iter().map(|n| &n.name).collect();
-        for n in prev
-            .namespaces
-            .iter()
-            .filter(|n| !namespaces.contains(&n.name))
-        {
-            engine.remove_namespace(&n.name);
-        }
     }
-    for ns in &next.namespaces {
-        engine.set_namespace(ns.clone());
+    for policy in delta.policies {
+        engine.set_policy(policy);
     }
-    for pod in pods.iter().filter(|p| !keep.contains(&p.key)) {
-        engine.set_pod(pod.clone());
+    for service in delta.services {
+        engine.set_service(service);
     }
-    for policy in &next.policies {
-        engine.set_policy(policy.clone());
-    }
-    for service in &next.services {
-        engine.set_service(service.clone());
-    }
+    local_changed
 }
 
 /// Of the pods the engine names dirty, those this agent syncs: its local pods, and the pods it
@@ -471,8 +470,11 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             signal_hook::flag::register(signal, stop.clone())?;
         }
     }
-    // What the engine was last fed, to remove what disappears.
-    let mut fed: Option<Inventory> = None;
+    // Whether the engine was fed once (the first take of the source is everything).
+    let mut fed_once = false;
+    // The local pods as the objects describe them (netns and interfaces are joined at each
+    // placement: see `discover`).
+    let mut local: BTreeMap<PodKey, Pod> = BTreeMap::new();
     // The local pods' netns as the kernel last showed them.
     let mut kernel = KernelViews::default();
     // What was last reported: a line is logged when it appears, not at every tick, and
@@ -482,7 +484,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     // Pods whose last sync failed: when to retry them, and the delay that led there.
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     // Pods refused by the last discovery (their netns cannot be read safely).
-    let mut refused_now;
+    let mut refused_now = 0;
     // The oldest change received and not applied yet (cluster only).
     let mut oldest: Option<Instant> = None;
     let mut wait = Duration::ZERO;
@@ -519,52 +521,51 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             // A partial view (some kinds not listed yet) is never applied.
             continue;
         }
-        let fresh = poll.changed || fed.is_none();
+        let fresh = poll.changed || !fed_once;
         let mut phases = Phases::start();
+        let mut place_local = false;
         if fresh {
-            let inventory = source.inventory();
-            phases.mark("inventory");
-            let problems = inventory.problems.iter().map(ToString::to_string);
+            let update = source.take_update();
+            phases.mark("objects");
+            let problems = update.problems.iter().map(ToString::to_string);
             warn_new(problems.collect(), &mut problems_shown);
-            netns_source.refresh(&local_pods(&inventory, &locality));
-            let placed = place_pods(&inventory.pods, &locality, netns_source.as_ref());
-            kernel.read_new(&placed);
-            let found = discover(placed, &kernel);
-            phases.mark("netns");
-            let keep: BTreeSet<PodKey> = found.refused.keys().cloned().collect();
-            apply_inventory(&mut engine, fed.as_ref(), &inventory, &found.pods, &keep);
+            place_local =
+                apply_delta(&mut engine, update.delta, &locality, &mut local) || !fed_once;
             phases.mark("engine");
-            warn_new(refusal_lines(&found.refused), &mut refusals_shown);
-            refused_now = found.refused.len();
+            fed_once = true;
             // Events on bad policies: the whole current set is offered; the publisher queues
             // only what is new and never waits (see netwarden_kube::events).
             if let Some(kube) = source.kube() {
                 if let Some(events) = kube.events() {
-                    events.offer(&wanted_events(&inventory, &engine, &kube.policies()));
+                    let identity = |key: &netwarden_manifest::ClusterKey| kube.policy(key);
+                    events.offer(&wanted_events(&update.problems, &engine, &identity));
                 }
             }
             phases.mark("events");
-            fed = Some(inventory);
-        } else if let Some(inventory) = &fed {
-            // The kernel's side of the pods may change without the objects: interfaces
-            // appear, are renamed, change address.
-            // Only local pods have a netns to read (remote pods are not even copied).
-            // A sandbox recreated by the runtime shows here as a new netns path: the pod is
-            // set again with it, so the engine names it dirty and it is applied at once.
-            let local = local_pods(inventory, &locality);
-            netns_source.refresh(&local);
-            let placed = place_pods(&local, &locality, netns_source.as_ref());
-            kernel.refresh(&placed);
+        }
+        if place_local || (!fresh && fed_once) {
+            // Local pods: their netns (from the runtime or the objects) and what the kernel
+            // shows there. After an object change only namespaces not read yet are read (a new
+            // pod, a recreated sandbox); every tick reads them all again, since the kernel's side
+            // changes without the objects: interfaces appear, are renamed, change address, and
+            // a sandbox recreated by the runtime shows as a new netns path (the pod is set again
+            // with it, so the engine names it dirty and it is applied at once).
+            let local_now: Vec<Pod> = local.values().cloned().collect();
+            netns_source.refresh(&local_now);
+            let placed = place_pods(&local_now, &locality, netns_source.as_ref());
+            if fresh {
+                kernel.read_new(&placed);
+            } else {
+                kernel.refresh(&placed);
+            }
             let found = discover(placed, &kernel);
             phases.mark("netns");
             for pod in found.pods {
                 engine.set_pod(pod);
             }
-            phases.mark("engine");
+            phases.mark("local");
             warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
-        } else {
-            refused_now = 0;
         }
         let mut dirty = engine.take_dirty();
         // Remote pods are peers only: their own rules are another node's job. A pod that was
@@ -583,6 +584,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 .filter(|(_, (at, _))| *at <= tick)
                 .map(|(key, _)| key.clone()),
         );
+        phases.mark("dirty");
         if !dirty.is_empty() || once {
             let report = syncer.sync(&mut engine, dirty.clone());
             phases.mark("sync");
@@ -699,16 +701,6 @@ fn netns_source(source: &SourceConfig) -> Result<Box<dyn NetnsSource>> {
     })
 }
 
-/// The pods of `inventory` this agent programs.
-fn local_pods(inventory: &Inventory, locality: &Locality) -> Vec<Pod> {
-    inventory
-        .pods
-        .iter()
-        .filter(|p| locality.is_local(p))
-        .cloned()
-        .collect()
-}
-
 /// One line per refused pod.
 fn refusal_lines(refused: &BTreeMap<PodKey, String>) -> BTreeSet<String> {
     refused
@@ -822,6 +814,42 @@ mod tests {
             to_sync(dirty, &engine, &Locality::All, &programmed),
             BTreeSet::from([key("a"), key("b")])
         );
+    }
+
+    #[test]
+    fn local_pods_wait_for_their_netns_and_remote_pods_are_peers() {
+        let mut engine = Engine::new(EngineOptions::default());
+        let on = |name: &str, node: &str| {
+            let mut p = pod("ns", name, &[], &["10.0.0.1"]);
+            p.node_name = Some(node.into());
+            p.netns = Some(format!("/run/netns/{name}"));
+            p
+        };
+        let node = Locality::Node("n1".into());
+        let mut local = BTreeMap::new();
+        let delta = InventoryDelta {
+            pods: vec![on("a", "n1"), on("b", "n2")],
+            ..InventoryDelta::default()
+        };
+        assert!(apply_delta(&mut engine, delta, &node, &mut local));
+        let key = |n: &str| PodKey::new("ns", n);
+        assert!(local.contains_key(&key("a")), "kept aside until placed");
+        assert!(engine.pod(&key("a")).is_none());
+        let remote = engine.pod(&key("b")).expect("a peer");
+        assert_eq!(remote.netns, None, "never programmed here");
+        // A change of a remote pod leaves the local ones alone.
+        let delta = InventoryDelta {
+            pods: vec![on("b", "n3")],
+            ..InventoryDelta::default()
+        };
+        assert!(!apply_delta(&mut engine, delta, &node, &mut local));
+        let delta = InventoryDelta {
+            pods_removed: vec![key("a"), key("b")],
+            ..InventoryDelta::default()
+        };
+        assert!(apply_delta(&mut engine, delta, &node, &mut local));
+        assert!(local.is_empty());
+        assert!(engine.pod(&key("b")).is_none());
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! Which Kubernetes Events the agent wants on policy objects (issue 8, item 4): a policy with a
 //! load error (`InvalidPolicy`) or one that selects no pod anywhere in the cluster
-//! (`SelectsNoPods`). A pure function of what the agent already holds — the inventory's
-//! problems, the engine's pods (every pod of the cluster: remote pods are peers, so the engine
-//! has them all) and the policies' identities from the watchers; writing them, once per
+//! (`SelectsNoPods`). A pure function of what the agent already holds — the current problems,
+//! the engine's policies and pods (every pod of the cluster: remote pods are peers, so the
+//! engine has them all) and the policies' identities from the watchers; writing them, once per
 //! cluster, is [`netwarden_kube::events`]' job.
 
 use std::collections::BTreeMap;
 
 use netwarden_engine::Engine;
 use netwarden_kube::{EventReason, PolicyEvent, PolicyObject};
-use netwarden_manifest::{ClusterKey, Inventory};
+use netwarden_manifest::{ClusterKey, Problem, Severity};
 
 /// The note of a `SelectsNoPods` Event: names the field, holds no object text.
 pub const SELECTS_NO_PODS_NOTE: &str =
@@ -18,16 +18,18 @@ pub const SELECTS_NO_PODS_NOTE: &str =
 /// The kinds Events are written about.
 const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy"];
 
-/// The Events wanted now, sorted. A policy whose identity the watchers do not hold (it cannot
-/// be referenced) gets none. Several errors of one policy make one Event, their lines joined
-/// (problem lines already escape object text).
+/// The Events wanted now, sorted. A policy whose identity the watchers do not hold
+/// (`identity` answers `None`: it cannot be referenced) gets none. Several errors of one
+/// policy make one Event, their lines joined (problem lines already escape object text).
+/// Cheap enough to ask after every change: one selector scan per policy, stopping at the first
+/// pod selected.
 pub fn wanted_events(
-    inventory: &Inventory,
+    problems: &[Problem],
     engine: &Engine,
-    identities: &BTreeMap<ClusterKey, PolicyObject>,
+    identity: &dyn Fn(&ClusterKey) -> Option<PolicyObject>,
 ) -> Vec<PolicyEvent> {
     let mut notes: BTreeMap<(ClusterKey, EventReason), Vec<String>> = BTreeMap::new();
-    for problem in inventory.errors() {
+    for problem in problems.iter().filter(|p| p.severity == Severity::Error) {
         if !POLICY_KINDS.contains(&problem.kind.as_str()) {
             continue;
         }
@@ -44,7 +46,7 @@ pub fn wanted_events(
             .or_default()
             .push(line);
     }
-    for policy in &inventory.policies {
+    for policy in engine.policies() {
         if !engine.selects_any_pod(policy) {
             let key = ClusterKey::new(
                 policy.kind.as_str(),
@@ -63,7 +65,7 @@ pub fn wanted_events(
             lines.sort();
             lines.dedup();
             Some(PolicyEvent {
-                policy: identities.get(&key)?.clone(),
+                policy: identity(&key)?,
                 reason,
                 note: lines.join("; "),
             })
@@ -74,8 +76,9 @@ pub fn wanted_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::Locality;
     use netwarden_engine::EngineOptions;
-    use netwarden_manifest::{parse_str, LoadOptions};
+    use netwarden_manifest::{parse_str, InventoryDelta, LoadOptions};
 
     const OBJECTS: &str = r#"
 apiVersion: v1
@@ -118,18 +121,19 @@ spec:
     fn invalid_and_empty_policies_want_one_event_each() {
         let inventory = parse_str("cluster", OBJECTS, &LoadOptions::default());
         let mut engine = Engine::new(EngineOptions::default());
-        crate::agent::apply_inventory(
+        crate::agent::apply_delta(
             &mut engine,
-            None,
-            &inventory,
-            &inventory.pods,
-            &Default::default(),
+            InventoryDelta::between(None, &inventory),
+            // Every pod remote: set as a peer (local pods wait for their netns).
+            &Locality::Node("another-node".into()),
+            &mut BTreeMap::new(),
         );
         let identities: BTreeMap<_, _> = ["web-in", "nobody", "broken"]
             .into_iter()
             .map(identity)
             .collect();
-        let wanted = wanted_events(&inventory, &engine, &identities);
+        let known = |key: &ClusterKey| identities.get(key).cloned();
+        let wanted = wanted_events(&inventory.problems, &engine, &known);
         let got: Vec<(&str, EventReason)> = wanted
             .iter()
             .map(|e| (e.policy.key.name.as_str(), e.reason))
@@ -151,6 +155,6 @@ spec:
         );
         assert_eq!(wanted[1].note, SELECTS_NO_PODS_NOTE);
         // Without an identity, no Event (nothing to reference).
-        assert!(wanted_events(&inventory, &engine, &BTreeMap::new()).is_empty());
+        assert!(wanted_events(&inventory.problems, &engine, &|_| None).is_empty());
     }
 }

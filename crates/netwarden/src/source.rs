@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use netwarden_cri::{CriClient, NetnsResolver, PodNetns};
 use netwarden_engine::Pod;
 use netwarden_kube::{KubeOptions, KubeSource};
-use netwarden_manifest::{Inventory, LoadOptions, ManifestSet};
+use netwarden_manifest::{Inventory, InventoryDelta, LoadOptions, ManifestSet, Problem};
 use tracing::{info, warn};
 
 /// How the agent reads its objects.
@@ -45,18 +45,28 @@ pub struct Poll {
     pub oldest: Option<Instant>,
 }
 
+/// What changed in a source's objects, as the engine takes it, and every current problem.
+#[derive(Debug, Default)]
+pub struct Update {
+    pub delta: InventoryDelta,
+    pub problems: Vec<Problem>,
+}
+
 /// A live source of objects.
 pub enum ObjectSource {
-    Files(ManifestSet),
+    /// Manifest files, with the inventory last handed over (files are re-read whole; the
+    /// delta is their difference).
+    Files(Box<ManifestSet>, Option<Inventory>),
     Kube(KubeSource),
 }
 
 impl ObjectSource {
     pub fn start(config: &SourceConfig, load: &LoadOptions) -> anyhow::Result<ObjectSource> {
         Ok(match config {
-            SourceConfig::Files(paths) => {
-                ObjectSource::Files(ManifestSet::new(paths.clone(), load.clone()))
-            }
+            SourceConfig::Files(paths) => ObjectSource::Files(
+                Box::new(ManifestSet::new(paths.clone(), load.clone())),
+                None,
+            ),
             SourceConfig::Kube {
                 kubeconfig,
                 node_name,
@@ -76,7 +86,7 @@ impl ObjectSource {
     /// and says what changed.
     pub fn poll(&mut self, wait: Duration) -> Poll {
         match self {
-            ObjectSource::Files(manifests) => {
+            ObjectSource::Files(manifests, _) => {
                 std::thread::sleep(wait);
                 let changes = manifests.refresh();
                 for change in &changes {
@@ -97,10 +107,20 @@ impl ObjectSource {
         }
     }
 
-    pub fn inventory(&self) -> Inventory {
+    /// What changed since the last call (the first call: everything).
+    pub fn take_update(&mut self) -> Update {
         match self {
-            ObjectSource::Files(manifests) => manifests.inventory().clone(),
-            ObjectSource::Kube(kube) => kube.inventory(),
+            ObjectSource::Files(manifests, last) => {
+                let next = manifests.inventory().clone();
+                let delta = InventoryDelta::between(last.as_ref(), &next);
+                let problems = next.problems.clone();
+                *last = Some(next);
+                Update { delta, problems }
+            }
+            ObjectSource::Kube(kube) => {
+                let (delta, problems) = kube.take_delta();
+                Update { delta, problems }
+            }
         }
     }
 
@@ -109,7 +129,7 @@ impl ObjectSource {
     /// window), so nothing is applied.
     pub fn synced_once(&self) -> bool {
         match self {
-            ObjectSource::Files(_) => true,
+            ObjectSource::Files(..) => true,
             ObjectSource::Kube(kube) => kube.status().synced_once(),
         }
     }
@@ -117,7 +137,7 @@ impl ObjectSource {
     /// Why the view is not current (`None`: it is).
     pub fn not_ready_reason(&self) -> Option<String> {
         match self {
-            ObjectSource::Files(_) => None,
+            ObjectSource::Files(..) => None,
             ObjectSource::Kube(kube) => kube.status().not_ready_reason(),
         }
     }
@@ -125,7 +145,7 @@ impl ObjectSource {
     pub fn kube(&self) -> Option<&KubeSource> {
         match self {
             ObjectSource::Kube(kube) => Some(kube),
-            ObjectSource::Files(_) => None,
+            ObjectSource::Files(..) => None,
         }
     }
 }

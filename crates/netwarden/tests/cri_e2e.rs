@@ -7,6 +7,11 @@
 //! Then `web`'s sandbox is stopped and removed and a new one is run with the same metadata
 //! (a new sandbox id and netns path, as kubelet does): the agent programs the new netns with
 //! no API event, and the connections are probed again.
+//!
+//! Last, containerd is frozen (SIGSTOP: its socket takes connections, nothing answers, the
+//! worst a runtime does): the rules stay, the connections behave as before, and a policy
+//! change made during the outage is still applied to the netns the agent knows; thawed, the
+//! runtime is asked again and a second change applies too.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -151,5 +156,50 @@ fn netns_from_containerd_and_a_recreated_sandbox() {
     );
     assert_connects(&client, &format!("{web_ip2}:8080"), "new sandbox: 8080");
     assert_refused(&client, &format!("{web_ip2}:8081"), "new sandbox: 8081");
+    agent.assert_running();
+
+    // The runtime hangs: nothing changes by itself, and object changes still apply.
+    let rules_before = rules_snapshot("nft", &web2);
+    containerd.freeze(true);
+    std::thread::sleep(Duration::from_secs(5));
+    agent.assert_running();
+    assert_eq!(
+        rules_snapshot("nft", &web2),
+        rules_before,
+        "a hung runtime changes no rule; log:\n{}",
+        agent.log()
+    );
+    assert_refused(&client, &format!("{web_ip2}:8081"), "runtime hung: 8081");
+    assert_connects(&client, &format!("{web_ip2}:8080"), "runtime hung: 8080");
+    let allow = |ports: &[u16]| {
+        let ports: Vec<Value> = ports
+            .iter()
+            .map(|p| json!({"protocol": "TCP", "port": p}))
+            .collect();
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "web-in", "namespace": NS},
+            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
+                                  "ports": ports}]},
+        })
+    };
+    api.update(allow(&[8080, 8081])).unwrap();
+    converge(&mut agent, &web2, &client, &format!("{web_ip2}:8081"), true);
+    assert!(
+        agent.log().contains("the network namespaces known stay"),
+        "the outage is reported; log:\n{}",
+        agent.log()
+    );
+    containerd.freeze(false);
+    api.update(allow(&[8080])).unwrap();
+    converge(
+        &mut agent,
+        &web2,
+        &client,
+        &format!("{web_ip2}:8081"),
+        false,
+    );
+    assert_connects(&client, &format!("{web_ip2}:8080"), "runtime back: 8080");
     agent.assert_running();
 }

@@ -446,6 +446,23 @@ impl Containerd {
         serde_json::json!({"ip": ip, "pid": info["pid"], "netns": netns})
     }
 
+    /// Freezes (`true`: SIGSTOP) or thaws (`false`: SIGCONT) containerd itself: its socket
+    /// accepts connections but nothing answers, the worst a runtime does to its clients. The
+    /// sandboxes keep running (their shims are other processes). Thaw before the drop: the
+    /// drop cleans up through CRI.
+    pub fn freeze(&self, frozen: bool) {
+        let Some(child) = &self.child else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let signal = if frozen {
+            nix::sys::signal::Signal::SIGSTOP
+        } else {
+            nix::sys::signal::Signal::SIGCONT
+        };
+        nix::sys::signal::kill(pid, signal).expect("signal containerd");
+    }
+
     /// Stops and removes a sandbox (its netns, veth and IP go with it).
     pub fn stop_and_remove(&self, id: &str) {
         if let Err(e) = self.try_stop_and_remove(id) {
@@ -830,6 +847,8 @@ fn tail(text: &str, lines: usize) -> String {
 
 impl Drop for Containerd {
     fn drop(&mut self) {
+        // A test that failed while containerd was frozen: thaw it, or nothing below answers.
+        self.freeze(false);
         // 1. Through CRI, as kubelet would: every sandbox (all of them are this instance's).
         let mut ids = self.sandbox_ids();
         ids.extend(self.names.sandbox_ids());
