@@ -28,7 +28,7 @@ pub mod fuzzing;
 pub mod generate;
 pub mod rules;
 
-pub use engine::{DnsMode, Engine, EngineOptions};
+pub use engine::{selects, DnsMode, Engine, EngineOptions};
 pub use rules::*;
 pub mod testing;
 pub mod verdict;

@@ -282,7 +282,8 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, KubeErro
 }
 
 /// Asks discovery, every `interval`, for the first served version of an optional kind; then
-/// watches it. Says once that the kind is absent.
+/// watches it, until it is no longer served (its CRD deleted: see [`watch`]), and asks again.
+/// Says once that the kind is absent.
 async fn discover_then_watch(
     client: Client,
     shared: Arc<Shared>,
@@ -297,7 +298,9 @@ async fn discover_then_watch(
                     info!("{} is now served ({version}): watching it", kind.kind);
                 }
                 shared.status(|s| s.set_state(kind.kind, KindState::Watching { version }));
-                return watch(client, shared, kind, version).await;
+                watch(client.clone(), shared.clone(), kind, version).await;
+                // The watch ended: the kind is no longer served at `version`.
+                warned = true;
             }
             Ok(None) => {
                 if !warned {
@@ -367,7 +370,17 @@ fn to_json(object: &DynamicObject, resource: &ApiResource) -> Option<Value> {
     Some(value)
 }
 
-/// Watches one kind cluster-wide, forever (the watcher retries with backoff).
+/// Whether an optional kind watched at `version` is no longer served there: its CRD was
+/// deleted (or that version removed). Then it holds no object any more — the API server
+/// deletes a CRD's objects with it — and the watch ends (its objects are dropped, the kind is
+/// absent, not failing); [`discover_then_watch`] looks for it again. A discovery that fails
+/// says nothing: the watcher keeps retrying.
+async fn no_longer_served(client: &Client, kind: &WatchedKind, version: &str) -> bool {
+    kind.optional && matches!(served_version(client, kind).await, Ok(v) if v != Some(version))
+}
+
+/// Watches one kind cluster-wide: forever (the watcher retries with backoff), or, for an
+/// optional kind, until it is no longer served.
 async fn watch(
     client: Client,
     shared: Arc<Shared>,
@@ -375,7 +388,7 @@ async fn watch(
     version: &'static str,
 ) {
     let resource = api_resource(kind, version);
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     // Objects seen by the list in progress, to drop those deleted while the watch was down.
@@ -401,6 +414,20 @@ async fn watch(
         let event = match item {
             Ok(event) => event,
             Err(e) => {
+                if no_longer_served(&client, kind, version).await {
+                    info!(
+                        "{} is no longer served at {version} (CRD deleted?): its objects are \
+                         gone; watching for it to return",
+                        kind.kind
+                    );
+                    let gone = lock(&shared.cluster).retain_kind(kind.kind, &BTreeSet::new());
+                    lock(&shared.policies).retain(|k, _| k.kind != kind.kind);
+                    shared.status(|s| s.gone(kind.kind));
+                    if !gone.is_empty() {
+                        shared.changed(received);
+                    }
+                    return;
+                }
                 warn!("watch of {}: {e} (retrying)", kind.kind);
                 shared.status(|s| s.failed(kind.kind, e.to_string()));
                 continue;

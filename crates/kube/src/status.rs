@@ -88,6 +88,15 @@ impl WatchStatus {
         self.get(kind).failing = None;
     }
 
+    /// An optional kind is no longer served (its CRD was deleted while watched): absent, and
+    /// its watch's errors are no reason to be unready any more.
+    pub fn gone(&mut self, kind: &'static str) {
+        let k = self.get(kind);
+        k.state = KindState::Absent;
+        k.failing = None;
+        k.listed_once = false;
+    }
+
     pub fn failed(&mut self, kind: &'static str, error: String) {
         let k = self.get(kind);
         k.errors += 1;

@@ -1,7 +1,8 @@
 //! The watchers against the fake API server (real list/watch over HTTP, no root): objects
 //! reduced into the inventory, irrelevant updates waking nothing, optional kinds absent then
 //! picked up, MultiNetworkPolicy at the version served, deletes missed during an outage
-//! dropped by the relist, readiness following the API, one watch per kind.
+//! dropped by the relist, readiness following the API, one watch per kind; a CRD deleted while
+//! watched.
 
 use std::time::{Duration, Instant};
 
@@ -108,5 +109,56 @@ fn watchers_feed_the_cluster_set() {
     let requests = api.requests();
     let pod_lists = requests.lists("Pod");
     assert!((1..=3).contains(&pod_lists), "Pod lists: {pod_lists}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A CRD deleted while watched: its objects go (the API server deletes them with it), the kind
+/// is absent rather than failing (the agent stays ready), and it is watched again when the CRD
+/// returns.
+#[test]
+fn a_crd_deleted_while_watched_is_absent_then_watched_again() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("nw-kube-crd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    api.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
+        .unwrap();
+    api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+    let policy = json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmNetworkPolicy",
+                        "metadata": {"name": "p", "namespace": "ns"},
+                        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}});
+    api.create(policy.clone()).unwrap();
+    let source = KubeSource::start(KubeOptions {
+        kubeconfig: Some(kubeconfig),
+        load: LoadOptions::default(),
+        discovery_interval: Duration::from_millis(200),
+        events_as: None,
+    })
+    .unwrap();
+    until("the policy", &source, |s| {
+        s.status().synced_once() && s.inventory().policies.len() == 1
+    });
+
+    api.uninstall_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+    api.drop_watches();
+    until("the kind absent, its policy gone", &source, |s| {
+        s.status().kinds["DanmNetworkPolicy"].state == KindState::Absent
+            && s.inventory().policies.is_empty()
+    });
+    assert_eq!(
+        source.status().not_ready_reason(),
+        None,
+        "a CRD that is gone is no outage"
+    );
+
+    api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+    api.create(policy).unwrap();
+    until("watched again, with its policy", &source, |s| {
+        s.status().kinds["DanmNetworkPolicy"].listed_once && s.inventory().policies.len() == 1
+    });
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -485,6 +485,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut retry: BTreeMap<PodKey, (Instant, Duration)> = BTreeMap::new();
     // Pods refused by the last discovery (their netns cannot be read safely).
     let mut refused_now = 0;
+    let mut refused_keys: BTreeSet<PodKey> = BTreeSet::new();
+    // The problems of the objects as last taken.
+    let mut problems_now: Vec<netwarden_manifest::Problem> = Vec::new();
     // The oldest change received and not applied yet (cluster only).
     let mut oldest: Option<Instant> = None;
     let mut wait = Duration::ZERO;
@@ -533,15 +536,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 apply_delta(&mut engine, update.delta, &locality, &mut local) || !fed_once;
             phases.mark("engine");
             fed_once = true;
-            // Events on bad policies: the whole current set is offered; the publisher queues
-            // only what is new and never waits (see netwarden_kube::events).
-            if let Some(kube) = source.kube() {
-                if let Some(events) = kube.events() {
-                    let identity = |key: &netwarden_manifest::ClusterKey| kube.policy(key);
-                    events.offer(&wanted_events(&update.problems, &engine, &identity));
-                }
-            }
-            phases.mark("events");
+            problems_now = update.problems;
         }
         if place_local || (!fresh && fed_once) {
             // Local pods: their netns (from the runtime or the objects) and what the kernel
@@ -566,6 +561,21 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             phases.mark("local");
             warn_new(refusal_lines(&found.refused), &mut refusals_shown);
             refused_now = found.refused.len();
+            refused_keys = found.refused.into_keys().collect();
+        }
+        // Events on bad policies, once local pods are placed (a new local pod is selected
+        // before its policy is judged): the whole current set is offered; the publisher
+        // queues only what is new and never waits (see netwarden_kube::events).
+        if fresh {
+            if let Some(events) = source.kube().and_then(|kube| kube.events()) {
+                let unplaced: Vec<&Pod> =
+                    refused_keys.iter().filter_map(|k| local.get(k)).collect();
+                let identity = |key: &netwarden_manifest::ClusterKey| {
+                    source.kube().and_then(|kube| kube.policy(key))
+                };
+                events.offer(&wanted_events(&problems_now, &engine, &unplaced, &identity));
+                phases.mark("events");
+            }
         }
         let mut dirty = engine.take_dirty();
         // Remote pods are peers only: their own rules are another node's job. A pod that was

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use netwarden_engine::Engine;
+use netwarden_engine::{selects, Engine, Pod};
 use netwarden_kube::{EventReason, PolicyEvent, PolicyObject};
 use netwarden_manifest::{ClusterKey, Problem, Severity};
 
@@ -23,9 +23,14 @@ const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNet
 /// policy make one Event, their lines joined (problem lines already escape object text).
 /// Cheap enough to ask after every change: one selector scan per policy, stopping at the first
 /// pod selected.
+///
+/// `unplaced` are pods that exist but that the engine does not hold: local pods refused for
+/// now (their netns cannot be read). They still count as selected, or a policy selecting only
+/// them would be reported as selecting nothing.
 pub fn wanted_events(
     problems: &[Problem],
     engine: &Engine,
+    unplaced: &[&Pod],
     identity: &dyn Fn(&ClusterKey) -> Option<PolicyObject>,
 ) -> Vec<PolicyEvent> {
     let mut notes: BTreeMap<(ClusterKey, EventReason), Vec<String>> = BTreeMap::new();
@@ -47,7 +52,7 @@ pub fn wanted_events(
             .push(line);
     }
     for policy in engine.policies() {
-        if !engine.selects_any_pod(policy) {
+        if !engine.selects_any_pod(policy) && !unplaced.iter().any(|pod| selects(policy, pod)) {
             let key = ClusterKey::new(
                 policy.kind.as_str(),
                 &policy.key.namespace,
@@ -133,7 +138,7 @@ spec:
             .map(identity)
             .collect();
         let known = |key: &ClusterKey| identities.get(key).cloned();
-        let wanted = wanted_events(&inventory.problems, &engine, &known);
+        let wanted = wanted_events(&inventory.problems, &engine, &[], &known);
         let got: Vec<(&str, EventReason)> = wanted
             .iter()
             .map(|e| (e.policy.key.name.as_str(), e.reason))
@@ -155,6 +160,11 @@ spec:
         );
         assert_eq!(wanted[1].note, SELECTS_NO_PODS_NOTE);
         // Without an identity, no Event (nothing to reference).
-        assert!(wanted_events(&inventory.problems, &engine, &|_| None).is_empty());
+        assert!(wanted_events(&inventory.problems, &engine, &[], &|_| None).is_empty());
+        // A pod the engine does not hold yet (refused for now) is still selected.
+        let mut nobody = netwarden_engine::testing::pod("ns", "x", &[("app", "nobody")], &[]);
+        nobody.node_name = Some("n1".into());
+        let wanted = wanted_events(&inventory.problems, &engine, &[&nobody], &known);
+        assert_eq!(wanted.len(), 1, "only the invalid policy: {wanted:#?}");
     }
 }
