@@ -27,6 +27,8 @@
 //! enabled, which is the default in packaged containerd used by kubelet).
 
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod info;
 pub mod resolver;
 
