@@ -286,7 +286,7 @@ fn generated_path(c: &mut Cursor) -> String {
     ];
     let mut s = String::new();
     for _ in 0..c.below(12) {
-        s.push_str(&c.pick(PIECES));
+        s.push_str(c.pick(PIECES));
     }
     if c.below(8) == 0 {
         let n = usize::from(c.byte()) * 24;
@@ -473,7 +473,8 @@ impl Described {
         let Some(text) = map.get(INFO_KEY) else {
             return Expected::MissingInfoKey;
         };
-        if *text != self.json().to_string() {
+        let whole = self.json().to_string();
+        if *text != whole {
             // Cut short: JSON text cut inside its outermost value never parses, but a
             // cut scalar (`-1` of `-1e400`, say) might.
             if serde_json::from_str::<Value>(text).is_err() {
