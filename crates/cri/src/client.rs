@@ -294,7 +294,7 @@ impl CriClient {
 /// Cross-checks the verbose info with the sandbox's declared network namespace mode, when the
 /// runtime reports one: NODE must come with no path (host network), POD with a path. A
 /// disagreement is an error (`(mode, what the info said)`): fail closed rather than guess.
-fn check_mode(
+pub(crate) fn check_mode(
     mode: Option<i32>,
     from_info: Option<PathBuf>,
 ) -> Result<Option<PathBuf>, (&'static str, String)> {

@@ -18,21 +18,44 @@
 //!
 //! A host-network sandbox has no `network` entry in its spec's namespaces (it shares the
 //! node's) and an empty `NetNSPath`: that is `Ok(None)`. Everything else that does not name a
-//! path — no `info` key, JSON that does not parse, a spec without `linux`, sources that
-//! disagree — is an error naming the field: the caller must not mistake an unreadable answer
-//! for a host-network pod (that pod would go unisolated).
+//! path — no `info` key, JSON that does not parse, a spec whose `linux` is missing or not an
+//! object, a `Metadata` without its `NetNSPath` string, sources that disagree — is an error
+//! naming the field: the caller must not mistake an unreadable answer for a host-network pod
+//! (that pod would go unisolated).
+//!
+//! The answer comes from another process (the runtime, or whatever listens on its socket), so
+//! a path is only returned when it is a plain absolute path ([`MAX_NETNS_PATH`] bytes at most,
+//! no control character — NUL included — and no `..` component): the agent opens it as root
+//! (the dataplane then refuses anything but a network namespace other than its own). An
+//! error's message is one line of at most [`MAX_ERROR_LEN`] bytes however long or odd the
+//! runtime's text: it is logged, and shown in the pod's status.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
 /// The key of `PodSandboxStatusResponse.info` that holds the JSON, for every runtime above.
 pub const INFO_KEY: &str = "info";
 
+/// The longest netns path accepted, in bytes: `PATH_MAX` less its terminating NUL (the kernel
+/// refuses longer ones anyway, with a less telling error).
+pub const MAX_NETNS_PATH: usize = 4095;
+
+/// The longest an [`InfoError`]'s message can be, in bytes.
+pub const MAX_ERROR_LEN: usize = 1024;
+
+/// How much of a runtime's string (a path, a key) an error quotes, in bytes of escaped text
+/// (one escaped character more at most): with [`MAX_KEYS_LISTED`], what keeps a message
+/// under [`MAX_ERROR_LEN`].
+const MAX_QUOTED: usize = 96;
+
+/// How many of the info's keys [`InfoError::MissingInfoKey`] lists.
+const MAX_KEYS_LISTED: usize = 6;
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InfoError {
-    #[error("verbose info has no {INFO_KEY:?} key (keys: {keys:?}): is verbose=true, and is this a runtime netwarden knows (containerd 1.6+, CRI-O)?")]
+    #[error("verbose info has no {INFO_KEY:?} key (keys: {}): is verbose=true, and is this a runtime netwarden knows (containerd 1.6+, CRI-O)?", quoted_keys(.keys))]
     MissingInfoKey { keys: Vec<String> },
     #[error("verbose info[{INFO_KEY:?}] is not JSON: {reason}")]
     Json { reason: String },
@@ -40,7 +63,7 @@ pub enum InfoError {
     Field { field: String, reason: String },
     #[error("verbose info names neither runtimeSpec.linux.namespaces nor sandboxMetadata.Metadata.NetNSPath: the sandbox's network namespace cannot be told")]
     NoNamespaceSource,
-    #[error("verbose info disagrees on the network namespace: runtimeSpec says {spec:?}, sandboxMetadata.Metadata.NetNSPath says {metadata:?}")]
+    #[error("verbose info disagrees on the network namespace: runtimeSpec says {}, sandboxMetadata.Metadata.NetNSPath says {}", quoted_path(.spec), quoted_path(.metadata))]
     Disagree {
         spec: Option<PathBuf>,
         metadata: Option<PathBuf>,
@@ -83,9 +106,12 @@ pub fn netns_from_verbose_info(
 /// without a path would mean "a new namespace", which no runtime leaves in a created
 /// sandbox's spec: it is an error rather than a guess.
 fn netns_in_spec(spec: &Value) -> Result<Option<PathBuf>, InfoError> {
-    let linux = spec
-        .get("linux")
-        .ok_or_else(|| field("runtimeSpec.linux", "missing"))?;
+    // `linux` of the wrong type would otherwise read as "no namespaces": host network.
+    let linux = match spec.get("linux") {
+        Some(linux @ Value::Object(_)) => linux,
+        None | Some(Value::Null) => return Err(field("runtimeSpec.linux", "missing")),
+        Some(_) => return Err(field("runtimeSpec.linux", "is not an object")),
+    };
     let namespaces = match linux.get("namespaces") {
         // No namespaces at all: the sandbox shares every namespace with the node.
         None | Some(Value::Null) => return Ok(None),
@@ -118,7 +144,7 @@ fn netns_in_spec(spec: &Value) -> Result<Option<PathBuf>, InfoError> {
                 ))
             }
         };
-        found = Some(absolute(
+        found = Some(netns_path(
             format!("runtimeSpec.linux.namespaces[{i}].path"),
             path,
         )?);
@@ -127,28 +153,74 @@ fn netns_in_spec(spec: &Value) -> Result<Option<PathBuf>, InfoError> {
 }
 
 /// `sandboxMetadata.Metadata.NetNSPath` (containerd 2.x): empty for a host-network sandbox.
+/// containerd writes the field always (a Go string without `omitempty`), so a record without
+/// it is not one this reader knows, not a host-network sandbox.
 fn netns_in_metadata(meta: &Value) -> Result<Option<PathBuf>, InfoError> {
-    let path = meta
-        .get("Metadata")
-        .ok_or_else(|| field("sandboxMetadata.Metadata", "missing"))?
-        .get("NetNSPath");
-    match path {
-        None | Some(Value::Null) => Ok(None),
+    let metadata = match meta.get("Metadata") {
+        Some(metadata @ Value::Object(_)) => metadata,
+        None | Some(Value::Null) => return Err(field("sandboxMetadata.Metadata", "missing")),
+        Some(_) => return Err(field("sandboxMetadata.Metadata", "is not an object")),
+    };
+    const NAME: &str = "sandboxMetadata.Metadata.NetNSPath";
+    match metadata.get("NetNSPath") {
+        None | Some(Value::Null) => Err(field(NAME, "missing")),
         Some(Value::String(p)) if p.is_empty() => Ok(None),
-        Some(Value::String(p)) => absolute("sandboxMetadata.Metadata.NetNSPath", p).map(Some),
-        Some(_) => Err(field(
-            "sandboxMetadata.Metadata.NetNSPath",
-            "is not a string",
-        )),
+        Some(Value::String(p)) => netns_path(NAME, p).map(Some),
+        Some(_) => Err(field(NAME, "is not a string")),
     }
 }
 
-fn absolute(name: impl Into<String>, path: &str) -> Result<PathBuf, InfoError> {
-    if path.starts_with('/') {
-        Ok(PathBuf::from(path))
+/// `path` as a netns path the agent may open, or an error naming the field (see the module
+/// documentation for what is accepted).
+fn netns_path(name: impl Into<String>, path: &str) -> Result<PathBuf, InfoError> {
+    let problem = if !path.starts_with('/') {
+        "is not an absolute path"
+    } else if path.len() > MAX_NETNS_PATH {
+        "is longer than PATH_MAX"
+    } else if path.chars().any(char::is_control) {
+        "has a control character"
+    } else if Path::new(path)
+        .components()
+        .any(|c| c == Component::ParentDir)
+    {
+        "has a \"..\" component"
     } else {
-        Err(field(name, format!("{path:?} is not an absolute path")))
+        return Ok(PathBuf::from(path));
+    };
+    Err(field(name, format!("{} {problem}", quoted(path))))
+}
+
+/// A runtime's string as an error shows it: quoted with Rust's escapes (so one line, whatever
+/// it holds), cut once the escaped text reaches [`MAX_QUOTED`] bytes.
+fn quoted(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if out.len() >= MAX_QUOTED {
+            return format!("{out}\"... ({} bytes)", s.len());
+        }
+        out.extend(c.escape_debug());
     }
+    out.push('"');
+    out
+}
+
+fn quoted_path(path: &Option<PathBuf>) -> String {
+    match path {
+        Some(p) => quoted(&p.to_string_lossy()),
+        None => "none (host network)".to_string(),
+    }
+}
+
+fn quoted_keys(keys: &[String]) -> String {
+    let mut shown: Vec<String> = keys
+        .iter()
+        .take(MAX_KEYS_LISTED)
+        .map(|k| quoted(k))
+        .collect();
+    if keys.len() > MAX_KEYS_LISTED {
+        shown.push(format!("and {} more", keys.len() - MAX_KEYS_LISTED));
+    }
+    format!("[{}]", shown.join(", "))
 }
 
 fn field(name: impl Into<String>, reason: impl Into<String>) -> InfoError {
@@ -320,5 +392,119 @@ mod tests {
             netns_from_verbose_info(&info(json)),
             Err(InfoError::Disagree { .. })
         ));
+    }
+
+    /// Found while writing the fuzz target's reference: a `linux` or `Metadata` of the wrong
+    /// type (or a record without `NetNSPath`) read as "no network namespace", i.e. host
+    /// network, and the pod would have gone unisolated.
+    #[test]
+    fn a_section_of_the_wrong_type_is_not_host_network() {
+        let cases = [
+            (r#"{"runtimeSpec":{"linux":7}}"#, "runtimeSpec.linux"),
+            (r#"{"runtimeSpec":{"linux":[]}}"#, "runtimeSpec.linux"),
+            (r#"{"runtimeSpec":{"linux":null}}"#, "runtimeSpec.linux"),
+            (r#"{"runtimeSpec":{"linux":"x"}}"#, "runtimeSpec.linux"),
+            (
+                r#"{"sandboxMetadata":{"Metadata":7}}"#,
+                "sandboxMetadata.Metadata",
+            ),
+            (
+                r#"{"sandboxMetadata":{"Metadata":null}}"#,
+                "sandboxMetadata.Metadata",
+            ),
+            (
+                r#"{"sandboxMetadata":{"Metadata":{}}}"#,
+                "sandboxMetadata.Metadata.NetNSPath",
+            ),
+            (
+                r#"{"sandboxMetadata":{"Metadata":{"NetNSPath":null}}}"#,
+                "sandboxMetadata.Metadata.NetNSPath",
+            ),
+        ];
+        for (json, want) in cases {
+            match netns_from_verbose_info(&info(json)) {
+                Err(InfoError::Field { field, .. }) => assert_eq!(field, want, "{json}"),
+                other => panic!("{json}: {other:?}"),
+            }
+        }
+    }
+
+    /// A hostile or broken runtime cannot make the agent open a path with `..`, a NUL or a
+    /// newline in it, or one the kernel would refuse as too long.
+    #[test]
+    fn only_plain_absolute_paths_are_returned() {
+        let long = format!("/{}", "a".repeat(MAX_NETNS_PATH));
+        let bad = [
+            "/var/run/netns/../../etc/shadow",
+            "/..",
+            "/a/..",
+            "/var/run/netns/x\\u0000y",
+            "/var/run/netns/x\\ny",
+            "/var/run/netns/x\\u001b[2J",
+            &long,
+        ];
+        for path in bad {
+            for json in [
+                format!(
+                    r#"{{"runtimeSpec":{{"linux":{{"namespaces":[{{"type":"network","path":"{path}"}}]}}}}}}"#
+                ),
+                format!(r#"{{"sandboxMetadata":{{"Metadata":{{"NetNSPath":"{path}"}}}}}}"#),
+            ] {
+                let got = netns_from_verbose_info(&info(&json));
+                let Err(e @ InfoError::Field { .. }) = &got else {
+                    panic!("{path:?}: {got:?}");
+                };
+                let message = e.to_string();
+                assert!(message.len() <= MAX_ERROR_LEN, "{message}");
+                assert!(!message.chars().any(char::is_control), "{message:?}");
+            }
+        }
+        // Odd but plain: accepted as written (the dataplane checks what the file is).
+        let at_limit = format!("/{}", "a".repeat(MAX_NETNS_PATH - 1));
+        for path in [
+            "/var/run/netns/a..b",
+            "/var/run/netns/./x",
+            "//x",
+            "/",
+            &at_limit,
+        ] {
+            let json = format!(r#"{{"sandboxMetadata":{{"Metadata":{{"NetNSPath":"{path}"}}}}}}"#);
+            assert_eq!(
+                netns_from_verbose_info(&info(&json)),
+                Ok(path_of(path)),
+                "{path}"
+            );
+        }
+    }
+
+    fn path_of(p: &str) -> Option<PathBuf> {
+        Some(PathBuf::from(p))
+    }
+
+    #[test]
+    fn errors_quote_at_most_a_bounded_part_of_the_runtime_text() {
+        let many: HashMap<String, String> = (0..1000)
+            .map(|i| (format!("key-{i}-{}", "\n".repeat(300)), String::new()))
+            .collect();
+        let message = netns_from_verbose_info(&many).unwrap_err().to_string();
+        assert!(message.len() <= MAX_ERROR_LEN, "{} bytes", message.len());
+        assert!(message.contains("and 994 more"), "{message}");
+        assert!(!message.contains('\n'));
+        let a = format!("/{}", "\u{10ffff}".repeat(1000));
+        let b = format!("/{}", "\u{7}".repeat(MAX_NETNS_PATH - 1));
+        let json = serde_json::json!({
+            "runtimeSpec": {"linux": {"namespaces": [{"type": "network", "path": a}]}},
+            "sandboxMetadata": {"Metadata": {"NetNSPath": "/other"}},
+        });
+        let message = netns_from_verbose_info(&info(&json.to_string()))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("... (4001 bytes)"), "{message}");
+        assert!(message.len() <= MAX_ERROR_LEN, "{} bytes", message.len());
+        let message = quoted_keys(&[b]);
+        assert!(
+            message.len() < 200 && !message.chars().any(char::is_control),
+            "{message}"
+        );
     }
 }

@@ -9,6 +9,8 @@
 //!   [`default_endpoint`]) and only reads: ListPodSandbox, PodSandboxStatus(verbose).
 //! - [`netns_from_verbose_info`] is the pure reading of the verbose info; [`info`] documents
 //!   each shape and where in the runtimes' sources it comes from.
+//! - [`fuzzing`] (hidden) states what the reader keeps on any answer, for the `cri_info` fuzz
+//!   target and its CI replay (`tests/fuzz_info.rs`).
 //! - [`NetnsResolver`] turns the pods the agent needs into netns paths, choosing the newest
 //!   READY sandbox of each ([`choose_sandbox`]) and asking about each sandbox once.
 //!
@@ -27,6 +29,8 @@
 //! enabled, which is the default in packaged containerd used by kubelet).
 
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod info;
 pub mod resolver;
 

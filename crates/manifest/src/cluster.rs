@@ -38,7 +38,9 @@ use crate::assemble::{assemble, Part};
 use crate::files;
 use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
-use crate::{Inventory, InventoryDelta, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL};
+use crate::{
+    validate, Inventory, InventoryDelta, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL,
+};
 
 /// What problems name as the "file" of an object read from the cluster.
 pub const CLUSTER_SOURCE: &str = "cluster";
@@ -64,6 +66,21 @@ impl ClusterKey {
         }
     }
 
+    /// `ns/name`, or `name` for a cluster-scoped kind, as problems name objects: escaped and
+    /// shortened as the loader does (the parts are whatever the object said, valid or not).
+    pub fn object(&self) -> String {
+        let name = if self.name.is_empty() {
+            "(no name)".to_string()
+        } else {
+            validate::shorten(&self.name)
+        };
+        if self.namespace.is_empty() {
+            name
+        } else {
+            format!("{}/{name}", validate::shorten(&self.namespace))
+        }
+    }
+
     /// The key of an object as the API serves it (missing parts read as `""`: such an object
     /// is still held, with the reader's problem, so that its delete finds it).
     pub fn of(object: &Value) -> Self {
@@ -78,12 +95,15 @@ impl ClusterKey {
 }
 
 impl fmt::Display for ClusterKey {
+    /// `Kind ns/name` (`Kind name` when cluster-scoped). A missing kind or name is said so:
+    /// the text labels the object's problems, which must name something.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            write!(f, "{} {}", self.kind, self.name)
+        let kind = if self.kind.is_empty() {
+            "(no kind)".to_string()
         } else {
-            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-        }
+            validate::shorten(&self.kind)
+        };
+        write!(f, "{kind} {}", self.object())
     }
 }
 
@@ -255,7 +275,15 @@ impl ClusterSet {
         };
         seen.add_value(CLUSTER_SOURCE, &key.to_string(), object);
         let previous = self.objects.get(&key);
-        let next = merge(CLUSTER_SOURCE, previous.cloned(), seen);
+        let mut next = merge(CLUSTER_SOURCE, previous.cloned(), seen);
+        // What the merge says about the "file" as a whole (keeping the last good version of
+        // a version it cannot identify) names no object; here the file is this object.
+        for problem in &mut next.file_problems {
+            if problem.object.is_empty() {
+                problem.kind.clone_from(&key.kind);
+                problem.object = key.object();
+            }
+        }
         if next.entries.is_empty() && next.file_problems.is_empty() {
             // Not one of our kinds (or nothing of it to keep).
             return self.release(&key);
@@ -1013,6 +1041,93 @@ mod tests {
             fed.apply(set.take_delta());
             fed.assert_equals(&set.inventory(), &set.problems());
             proptest::prop_assert!(set.take_delta().is_empty(), "nothing changed since");
+        }
+    }
+
+    /// Found by the `cluster` fuzz target: a version that cannot be identified (here an
+    /// apiVersion netwarden does not read) keeps the last good one with a warning that named
+    /// no object, since every cluster object's "file" is `cluster`.
+    #[test]
+    fn keeping_the_last_good_version_names_the_object() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        let good = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                          "metadata": {"name": "p", "namespace": "ns"},
+                          "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}});
+        set.upsert(&good);
+        let mut odd = good.clone();
+        odd["apiVersion"] = json!("networking.k8s.io/v2");
+        assert!(set.upsert(&odd));
+        let inv = set.inventory();
+        assert_eq!(inv.policies.len(), 1, "the last good version stays");
+        let kept = inv
+            .problems
+            .iter()
+            .find(|p| p.reason.contains("last good version"))
+            .expect("a warning says the last good version is kept");
+        assert_eq!(
+            (kept.kind.as_str(), kept.object.as_str()),
+            ("NetworkPolicy", "ns/p"),
+            "{kept:?}"
+        );
+        assert!(
+            inv.problems.iter().all(|p| !p.object.trim().is_empty()),
+            "{:?}",
+            inv.problems
+        );
+    }
+
+    #[test]
+    fn keys_missing_a_part_still_name_something() {
+        assert_eq!(
+            ClusterKey::new("", "", "").to_string(),
+            "(no kind) (no name)"
+        );
+        assert_eq!(
+            ClusterKey::new("Pod", "ns", "").to_string(),
+            "Pod ns/(no name)"
+        );
+        assert_eq!(
+            ClusterKey::new("Namespace", "", "a").to_string(),
+            "Namespace a"
+        );
+    }
+
+    /// Found by the `cluster` fuzz target: a near miss of our kinds (a wrong apiVersion) with
+    /// an empty name gave a problem whose object was empty; the key's label names it now, as
+    /// `#N` does in a file.
+    #[test]
+    fn a_near_miss_without_a_name_is_still_named() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        set.upsert(&json!({"apiVersion": "v1", "kind": "EndpointSlice",
+                           "metadata": {"name": "", "namespace": "ns"}}));
+        let inv = set.inventory();
+        let problem = inv
+            .problems
+            .iter()
+            .find(|p| p.field == "apiVersion")
+            .expect("the apiVersion is reported");
+        assert_eq!(problem.object, "EndpointSlice ns/(no name)", "{problem:?}");
+        let inv = parse_str(
+            "f.yaml",
+            "apiVersion: v1\nkind: EndpointSlice\nmetadata: {name: ''}\n",
+            &LoadOptions::default(),
+        );
+        assert_eq!(inv.problems[0].object, "#1", "{:?}", inv.problems);
+    }
+
+    /// Found by the `cluster` fuzz target: the key labels the problems of an object that
+    /// cannot be identified, and it quoted a namespace holding a newline as it was (a forged
+    /// log line). The API server validates names; the reader must not rely on it.
+    #[test]
+    fn a_key_label_is_one_escaped_line() {
+        let key = ClusterKey::new("Pod\n", "a\nb", "c\u{1b}[2J");
+        assert_eq!(key.to_string(), "Pod\\n a\\nb/c\\u{1b}[2J");
+        let mut set = ClusterSet::new(LoadOptions::default());
+        set.upsert(&json!({"kind": true, "metadata": {"name": "c", "namespace": "a\nb"}}));
+        let inv = set.inventory();
+        assert!(!inv.problems.is_empty());
+        for p in &inv.problems {
+            assert!(!p.object.chars().any(char::is_control), "{p:?}");
         }
     }
 }

@@ -16,6 +16,12 @@
 //!   name;
 //! - problems are one bounded line each (no control characters, at most [`MAX_PROBLEM_PART`]
 //!   bytes per part), so hostile input cannot flood or forge log lines.
+//!
+//! [`check_cluster`] does the same for [`crate::ClusterSet`], the agent's reduction of watched
+//! objects, over histories of watch events (see [`cluster`] for its invariants); its target is
+//! `fuzz/fuzz_targets/cluster.rs`, its CI test `tests/fuzz_cluster.rs`.
+
+pub mod cluster;
 
 use ipnet::IpNet;
 use netwarden_engine::{
@@ -26,6 +32,8 @@ use serde_json::Value;
 use crate::assemble::{assemble, Part};
 use crate::read::FileRead;
 use crate::{files, validate, Inventory, LoadOptions, Loader, Problem};
+
+pub use cluster::check_cluster;
 
 /// The longest a problem's file, kind, object, field or reason may be.
 pub const MAX_PROBLEM_PART: usize = 1024;

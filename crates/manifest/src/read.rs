@@ -283,7 +283,8 @@ impl FileRead {
 /// the name is not a string.
 fn name_label(doc: &Value) -> Option<String> {
     let meta = get(doc, "metadata")?;
-    let name = get(meta, "name")?.as_str()?;
+    // An empty name names nothing: the caller's label (`#N`, the cluster key) does.
+    let name = get(meta, "name")?.as_str().filter(|n| !n.is_empty())?;
     Some(match get(meta, "namespace").and_then(Value::as_str) {
         Some(ns) => format!("{}/{}", validate::shorten(ns), validate::shorten(name)),
         None => validate::shorten(name),
