@@ -6,31 +6,16 @@
 use std::path::Path;
 
 use netwarden_cri::fuzzing::check_info;
+use netwarden_testing::{check_reporting, replay_seeds};
 use proptest::prelude::*;
 
 fn check(label: &str, data: &[u8]) {
-    if let Err(panic) = std::panic::catch_unwind(|| check_info(data)) {
-        eprintln!("input that broke an invariant ({label}): {data:?}");
-        std::panic::resume_unwind(panic);
-    }
+    check_reporting(label, data, check_info);
 }
 
 #[test]
 fn seed_corpus_keeps_every_invariant() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/cri_info");
-    let mut seeds: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    seeds.sort();
-    assert!(
-        seeds.len() >= 10,
-        "seed corpus missing under {}",
-        dir.display()
-    );
-    for path in seeds {
-        check(&path.display().to_string(), &std::fs::read(&path).unwrap());
-    }
+    replay_seeds("cri_info", 10, check_info);
 }
 
 /// The fixtures of the runtimes' answers, as they are and cut at every point (a runtime

@@ -3,34 +3,17 @@
 //! committed seed corpus (`fuzz/seeds/cluster`, reproducers of past findings included) and
 //! over random inputs. `PROPTEST_CASES` raises the count for a longer run.
 
-use std::path::Path;
-
 use netwarden_manifest::fuzzing::check_cluster;
+use netwarden_testing::{check_reporting, replay_seeds};
 use proptest::prelude::*;
 
 fn check(label: &str, data: &[u8]) {
-    if let Err(panic) = std::panic::catch_unwind(|| check_cluster(data)) {
-        eprintln!("input that broke an invariant ({label}): {data:?}");
-        std::panic::resume_unwind(panic);
-    }
+    check_reporting(label, data, check_cluster);
 }
 
 #[test]
 fn seed_corpus_keeps_every_invariant() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/cluster");
-    let mut seeds: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    seeds.sort();
-    assert!(
-        seeds.len() >= 10,
-        "seed corpus missing under {}",
-        dir.display()
-    );
-    for path in seeds {
-        check(&path.display().to_string(), &std::fs::read(&path).unwrap());
-    }
+    replay_seeds("cluster", 10, check_cluster);
 }
 
 proptest! {

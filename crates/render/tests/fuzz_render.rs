@@ -3,37 +3,23 @@
 //! rule. Over the committed seed corpus (`fuzz/seeds/render`) and random inputs;
 //! `PROPTEST_CASES` raises the count for a long run.
 
-use std::path::Path;
-
 use netwarden_render::fuzzing::{check_render, pod_rules_from_bytes};
 use netwarden_render::RenderOptions;
+use netwarden_testing::{check_reporting, replay_seeds};
 use proptest::prelude::*;
 
+/// The render invariants on the rules `data` decodes to.
+fn render_safely(data: &[u8]) {
+    check_render(&pod_rules_from_bytes(data), &RenderOptions::default());
+}
+
 fn check(label: &str, data: &[u8]) {
-    let rules = pod_rules_from_bytes(data);
-    if let Err(panic) = std::panic::catch_unwind(|| check_render(&rules, &RenderOptions::default()))
-    {
-        eprintln!("input that broke an invariant ({label}): {data:?}");
-        std::panic::resume_unwind(panic);
-    }
+    check_reporting(label, data, render_safely);
 }
 
 #[test]
 fn seed_corpus_renders_safely() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/render");
-    let mut seeds: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    seeds.sort();
-    assert!(
-        seeds.len() >= 8,
-        "seed corpus missing under {}",
-        dir.display()
-    );
-    for path in seeds {
-        check(&path.display().to_string(), &std::fs::read(&path).unwrap());
-    }
+    replay_seeds("render", 8, render_safely);
 }
 
 proptest! {

