@@ -185,10 +185,8 @@ struct UnitState {
 /// namespaces objects refer to, which pods hold each address).
 #[derive(Debug, Default)]
 struct Assembled {
-    /// Each held object's unit.
-    unit_of: HashMap<ClusterKey, Unit>,
-    /// Each unit's objects.
-    members: HashMap<Unit, BTreeSet<ClusterKey>>,
+    /// Each unit's objects, sorted (most units have one: a `Vec`, not a tree, per unit).
+    members: HashMap<Unit, Vec<ClusterKey>>,
     /// Units touched since the last delta.
     dirty: BTreeSet<Unit>,
     states: HashMap<Unit, UnitState>,
@@ -197,9 +195,23 @@ struct Assembled {
     /// The namespaces the last delta left in the engine's view.
     present: BTreeSet<String>,
     /// The pods holding each (network, address) (hostNetwork pods left out).
-    owners: HashMap<(NetworkId, IpAddr), BTreeSet<PodKey>>,
+    owners: HashMap<(NetworkId, IpAddr), Vec<PodKey>>,
     /// Addresses held by more than one pod, with the problems saying so.
     shared: BTreeMap<(NetworkId, IpAddr), Vec<Problem>>,
+}
+
+/// Adds `item` to the sorted `list` unless it is there.
+fn insert_sorted<T: Ord>(list: &mut Vec<T>, item: T) {
+    if let Err(at) = list.binary_search(&item) {
+        list.insert(at, item);
+    }
+}
+
+/// Removes `item` from the sorted `list` if it is there.
+fn remove_sorted<T: Ord>(list: &mut Vec<T>, item: &T) {
+    if let Ok(at) = list.binary_search(item) {
+        list.remove(at);
+    }
 }
 
 /// The cluster's objects, reduced; see the [module documentation](self).
@@ -231,20 +243,21 @@ impl ClusterSet {
         self.release(&key);
         *self.counts.entry(key.kind.clone()).or_insert(0) += 1;
         let a = &mut self.assembled;
-        a.members
-            .entry(unit.clone())
-            .or_default()
-            .insert(key.clone());
-        a.unit_of.insert(key.clone(), unit.clone());
+        insert_sorted(
+            a.members
+                .entry(unit.clone())
+                .or_insert_with(|| Vec::with_capacity(1)),
+            key.clone(),
+        );
         a.dirty.insert(unit);
         self.objects.insert(key, read);
     }
 
     /// Stops holding `key`; whether it was held.
     fn release(&mut self, key: &ClusterKey) -> bool {
-        if self.objects.remove(key).is_none() {
+        let Some(read) = self.objects.remove(key) else {
             return false;
-        }
+        };
         if let Some(n) = self.counts.get_mut(&key.kind) {
             *n -= 1;
             if *n == 0 {
@@ -252,15 +265,14 @@ impl ClusterSet {
             }
         }
         let a = &mut self.assembled;
-        if let Some(unit) = a.unit_of.remove(key) {
-            if let Some(members) = a.members.get_mut(&unit) {
-                members.remove(key);
-                if members.is_empty() {
-                    a.members.remove(&unit);
-                }
+        let unit = Unit::of(key, &read);
+        if let Some(members) = a.members.get_mut(&unit) {
+            remove_sorted(members, key);
+            if members.is_empty() {
+                a.members.remove(&unit);
             }
-            a.dirty.insert(unit);
         }
+        a.dirty.insert(unit);
         true
     }
 
@@ -415,7 +427,7 @@ impl ClusterSet {
                 for (net, ip, _) in &old.addresses {
                     let slot = (net.clone(), *ip);
                     if let Some(owners) = a.owners.get_mut(&slot) {
-                        owners.remove(&key);
+                        remove_sorted(owners, &key);
                         if owners.is_empty() {
                             a.owners.remove(&slot);
                         }
@@ -426,10 +438,12 @@ impl ClusterSet {
             if let Some(key) = pod_of(&new) {
                 for (net, ip, _) in &new.addresses {
                     let slot = (net.clone(), *ip);
-                    a.owners
-                        .entry(slot.clone())
-                        .or_default()
-                        .insert(key.clone());
+                    insert_sorted(
+                        a.owners
+                            .entry(slot.clone())
+                            .or_insert_with(|| Vec::with_capacity(1)),
+                        key.clone(),
+                    );
                     addresses.insert(slot);
                 }
             }

@@ -448,6 +448,9 @@ pub fn to_sync(
         .collect()
 }
 
+/// The shortest time between two judgements of the policies for Kubernetes Events.
+const EVENTS_EVERY: Duration = Duration::from_secs(1);
+
 /// The shortest time between two trims of the allocator (see [`crate::memory`]).
 const TRIM_EVERY: Duration = Duration::from_secs(10);
 
@@ -496,6 +499,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut refused_now = 0;
     let mut refused_keys: BTreeSet<PodKey> = BTreeSet::new();
     let mut trimmer = crate::memory::Trimmer::new(TRIM_EVERY);
+    // Whether objects changed since policies were last judged for Events, and when that was.
+    let mut events_due = false;
+    let mut events_judged: Option<Instant> = None;
     // The problems of the objects as last taken.
     let mut problems_now: Vec<netwarden_manifest::Problem> = Vec::new();
     // The oldest change received and not applied yet (cluster only).
@@ -633,7 +639,12 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         // before its policy is judged) and after the sync (enforcement does not wait for
         // them): the whole current set is offered; the publisher queues only what is new and
         // never waits (see netwarden_kube::events).
-        if fresh {
+        // At most once per EVENTS_EVERY: judging every policy takes milliseconds per thousand
+        // policies, and an Event a second later is as good; a burst of changes is judged once.
+        events_due |= fresh;
+        if events_due && events_judged.is_none_or(|at| at.elapsed() >= EVENTS_EVERY) {
+            events_due = false;
+            events_judged = Some(Instant::now());
             if let Some(events) = source.kube().and_then(|kube| kube.events()) {
                 let unplaced: Vec<&Pod> =
                     refused_keys.iter().filter_map(|k| local.get(k)).collect();

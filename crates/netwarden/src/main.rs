@@ -884,6 +884,11 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// mimalloc hands freed pages back to the kernel by itself (see `Cargo.toml`); glibc's malloc,
+/// still used by libnftables, is trimmed by the agent (`netwarden::memory`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
