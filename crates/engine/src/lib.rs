@@ -27,6 +27,7 @@ pub mod engine;
 pub mod fuzzing;
 pub mod generate;
 pub mod rules;
+pub mod sorted;
 
 pub use engine::{selects, DnsMode, Engine, EngineOptions};
 pub use rules::*;

@@ -31,6 +31,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use netwarden_engine::sorted::{insert_sorted, remove_sorted};
 use netwarden_engine::{Namespace, NetworkId, ObjectKey, PodKey, PolicyRef};
 use serde_json::Value;
 
@@ -198,20 +199,6 @@ struct Assembled {
     owners: HashMap<(NetworkId, IpAddr), Vec<PodKey>>,
     /// Addresses held by more than one pod, with the problems saying so.
     shared: BTreeMap<(NetworkId, IpAddr), Vec<Problem>>,
-}
-
-/// Adds `item` to the sorted `list` unless it is there.
-fn insert_sorted<T: Ord>(list: &mut Vec<T>, item: T) {
-    if let Err(at) = list.binary_search(&item) {
-        list.insert(at, item);
-    }
-}
-
-/// Removes `item` from the sorted `list` if it is there.
-fn remove_sorted<T: Ord>(list: &mut Vec<T>, item: &T) {
-    if let Ok(at) = list.binary_search(item) {
-        list.remove(at);
-    }
 }
 
 /// The cluster's objects, reduced; see the [module documentation](self).
