@@ -487,8 +487,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     // The local pods as the objects describe them (netns and interfaces are joined at each
     // placement: see `discover`).
     let mut local: BTreeMap<PodKey, Pod> = BTreeMap::new();
-    // The local pods' netns as the kernel last showed them.
+    // The local pods' netns as the kernel last showed them, and when all were last read.
     let mut kernel = KernelViews::default();
+    let mut kernel_read: Option<Instant> = None;
     // What was last reported: a line is logged when it appears, not at every tick, and
     // again if it goes away and comes back. Only current lines are kept (bounded memory).
     let mut problems_shown: BTreeSet<String> = BTreeSet::new();
@@ -554,20 +555,26 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             fed_once = true;
             problems_now = update.problems;
         }
-        if place_local || (!fresh && fed_once) {
+        // Every `--interval`, whatever the objects do (a busy cluster changes something every
+        // few hundred milliseconds), the kernel's side is read again: it changes without the
+        // objects.
+        let kernel_due =
+            fed_once && kernel_read.is_none_or(|at: Instant| at.elapsed() >= config.interval);
+        if place_local || kernel_due {
             // Local pods: their netns (from the runtime or the objects) and what the kernel
             // shows there. After an object change only namespaces not read yet are read (a new
-            // pod, a recreated sandbox); every tick reads them all again, since the kernel's side
-            // changes without the objects: interfaces appear, are renamed, change address, and
-            // a sandbox recreated by the runtime shows as a new netns path (the pod is set again
-            // with it, so the engine names it dirty and it is applied at once).
+            // pod, a recreated sandbox); when due, all of them are read again: interfaces
+            // appear, are renamed, change address, and a sandbox recreated by the runtime shows
+            // as a new netns path (the pod is set again with it, so the engine names it dirty
+            // and it is applied at once).
             let local_now: Vec<Pod> = local.values().cloned().collect();
             netns_source.refresh(&local_now);
             let placed = place_pods(&local_now, &locality, netns_source.as_ref());
-            if fresh {
-                kernel.read_new(&placed);
-            } else {
+            if kernel_due {
                 kernel.refresh(&placed);
+                kernel_read = Some(Instant::now());
+            } else {
+                kernel.read_new(&placed);
             }
             let found = discover(placed, &kernel);
             phases.mark("netns");

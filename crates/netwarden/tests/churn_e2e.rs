@@ -265,23 +265,34 @@ fn churn(backend: &str, tag: &str) {
     // No leak.
     let end = ProcessStats::of(agent.pid());
     // Every thread of the agent is where it started (a thread left in a pod netns pins it).
+    // Short-lived workers enter pod netns by design (reading a pod's interfaces every
+    // `--interval`, applying): a thread counts as left only if it is still in a pod netns a
+    // second later.
     let own = std::fs::read_link("/proc/self/ns/net").unwrap();
-    for task in std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
-        .unwrap()
-        .flatten()
-    {
-        let Ok(ns) = std::fs::read_link(task.path().join("ns/net")) else {
-            continue; // the thread ended meanwhile
-        };
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        assert_eq!(
-            ns,
-            own,
-            "agent thread {} ({}) left in a pod netns",
-            comm.trim(),
-            task.file_name().to_string_lossy()
-        );
-    }
+    let elsewhere = || -> BTreeMap<String, String> {
+        std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+            .unwrap()
+            .flatten()
+            .filter_map(|task| {
+                // A thread that ended meanwhile has no ns link any more.
+                let ns = std::fs::read_link(task.path().join("ns/net")).ok()?;
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                let id = task.file_name().to_string_lossy().into_owned();
+                (ns != own).then(|| (id, comm.trim().to_string()))
+            })
+            .collect()
+    };
+    let first = elsewhere();
+    std::thread::sleep(Duration::from_secs(1));
+    let still: Vec<String> = elsewhere()
+        .into_iter()
+        .filter(|(id, _)| first.contains_key(id))
+        .map(|(id, comm)| format!("{comm} ({id})"))
+        .collect();
+    assert!(
+        still.is_empty(),
+        "agent threads left in a pod netns: {still:?}"
+    );
     let warm = warm.expect("warm-up stats");
     let live = c.pods.len();
     eprintln!(
