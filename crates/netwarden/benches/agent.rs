@@ -21,8 +21,10 @@
 //!    remote pod's IP changed (a local pod's policy allows it as a peer). Each sample runs
 //!    from the moment the object is written to the API server until the kernel announces the
 //!    new ruleset of the affected pod's netns (`nft monitor`, started inside that netns: the
-//!    `# new generation` line printed when the transaction commits).
-//! 3. **Agent RSS** (VmRSS and VmHWM from `/proc`) after the initial sync and at the end.
+//!    `# new generation` line printed when a transaction commits; an apply that adds sets
+//!    commits them first, then the rules, so the last commit of the apply counts).
+//! 3. **Agent RSS** (VmRSS and VmHWM from `/proc`) after the initial sync, right after the
+//!    measurements, and at rest (past the agent's 10 s allocator trim period).
 //! 4. **API load**: the requests the API server saw, per kind and verb, during the initial
 //!    sync and during the measurements (steady state must show no LIST at all).
 //!
@@ -70,6 +72,8 @@ const QUICK: Sizes = Sizes {
 };
 
 const NODE: &str = "bench-node";
+/// Commits of one apply follow each other within this; the next change comes later (40 ms+).
+const QUIET: Duration = Duration::from_millis(25);
 /// The namespace the bench's own objects live in (the generator's first namespace).
 const BENCH_NS: &str = "ns0";
 
@@ -153,6 +157,17 @@ impl Monitor {
         }
     }
 
+    /// The last generation of the apply that follows `since`: the first after `since`, then
+    /// any that follow it within `quiet` of each other (an apply that adds sets commits them
+    /// first, then the rules that use them: the rules are in place at the last commit).
+    fn applied_after(&self, since: Instant, limit: Duration, quiet: Duration) -> Option<Instant> {
+        let mut last = self.next_after(since, limit)?;
+        while let Ok(at) = self.generations.recv_timeout(quiet) {
+            last = at;
+        }
+        Some(last)
+    }
+
     /// Forgets generations announced so far.
     fn drain(&self) {
         while self.generations.try_recv().is_ok() {}
@@ -228,7 +243,8 @@ fn measure(
         monitor.drain();
         let start = Instant::now();
         change(k);
-        let Some(at) = monitor.next_after(start, Duration::from_secs(10)) else {
+        let applied = monitor.applied_after(start, Duration::from_secs(10), QUIET);
+        let Some(at) = applied else {
             agent.assert_running();
             panic!(
                 "sample {k}: no new ruleset in {} within 10 s; agent log:\n{}",
