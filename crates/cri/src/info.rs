@@ -366,9 +366,14 @@ mod tests {
                 "sandboxMetadata.Metadata.NetNSPath",
             ),
         ];
+        assert_field_errors(&cases);
+    }
+
+    /// Each info is refused with an error naming the field given beside it.
+    fn assert_field_errors(cases: &[(&str, &str)]) {
         for (json, want) in cases {
             match netns_from_verbose_info(&info(json)) {
-                Err(InfoError::Field { field, .. }) => assert_eq!(field, want, "{json}"),
+                Err(InfoError::Field { field, .. }) => assert_eq!(field, *want, "{json}"),
                 other => panic!("{json}: {other:?}"),
             }
         }
@@ -421,12 +426,7 @@ mod tests {
                 "sandboxMetadata.Metadata.NetNSPath",
             ),
         ];
-        for (json, want) in cases {
-            match netns_from_verbose_info(&info(json)) {
-                Err(InfoError::Field { field, .. }) => assert_eq!(field, want, "{json}"),
-                other => panic!("{json}: {other:?}"),
-            }
-        }
+        assert_field_errors(&cases);
     }
 
     /// A hostile or broken runtime cannot make the agent open a path with `..`, a NUL or a

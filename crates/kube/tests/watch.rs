@@ -32,18 +32,32 @@ fn until(what: &str, source: &KubeSource, mut cond: impl FnMut(&KubeSource) -> b
     }
 }
 
-#[test]
-fn watchers_feed_the_cluster_set() {
+/// A fake API server serving namespace `ns`, its runtime, a scratch directory
+/// (`nw-kube-<tag>-<pid>`) and a kubeconfig for it there.
+fn api_with_namespace(
+    tag: &str,
+) -> (
+    tokio::runtime::Runtime,
+    FakeApiServer,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let api = runtime
         .block_on(FakeApiServer::start(ServerOptions::default()))
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("nw-kube-watch-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("nw-kube-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
     api.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
         .unwrap();
+    (runtime, api, dir, kubeconfig)
+}
+
+#[test]
+fn watchers_feed_the_cluster_set() {
+    let (runtime, api, dir, kubeconfig) = api_with_namespace("watch");
     api.create(pod("a", "web", "n1")).unwrap();
     // Only v1beta1 of MultiNetworkPolicy is served; DanmEp is not installed at all.
     api.install_crd("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
@@ -117,16 +131,7 @@ fn watchers_feed_the_cluster_set() {
 /// returns.
 #[test]
 fn a_crd_deleted_while_watched_is_absent_then_watched_again() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime
-        .block_on(FakeApiServer::start(ServerOptions::default()))
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("nw-kube-crd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
-    api.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}))
-        .unwrap();
+    let (_runtime, api, dir, kubeconfig) = api_with_namespace("crd");
     api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
     let policy = json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmNetworkPolicy",
                         "metadata": {"name": "p", "namespace": "ns"},
