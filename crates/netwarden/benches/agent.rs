@@ -183,16 +183,18 @@ impl Drop for Monitor {
 
 /// `(VmRSS, VmHWM)` of `pid`, MiB.
 fn memory_mib(pid: u32) -> (f64, f64) {
+    (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"))
+}
+
+/// One `/proc/PID/status` field, MiB (`NaN` when absent).
+fn status_mib(pid: u32, name: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(f64::NAN, |kib| kib / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    status
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 /// Requests per (verb, kind) the API server saw since it was last cleared.
@@ -477,7 +479,12 @@ fn run(sizes: &Sizes, full: bool) {
     // At rest the agent hands freed memory back within its trim period (10 s).
     std::thread::sleep(Duration::from_secs(if full { 12 } else { 0 }));
     let (rss_rest, _) = memory_mib(agent.pid());
-    println!("agent RSS at rest: {rss_rest:.1} MiB");
+    // Anonymous memory is the heap (and stacks); file pages are the binary and libraries.
+    println!(
+        "agent RSS at rest: {rss_rest:.1} MiB (anonymous {:.1}, files {:.1})",
+        status_mib(agent.pid(), "RssAnon:"),
+        status_mib(agent.pid(), "RssFile:"),
+    );
     if let Some(text) = http_get(metrics, "/metrics") {
         for line in text.lines().filter(|l| {
             l.starts_with("netwarden_event_to_apply_seconds_count")
