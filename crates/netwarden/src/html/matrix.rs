@@ -489,22 +489,20 @@ const MATRIX_JS: &str = include_str!("matrix.js");
 
 /// The page: the data block, the controls, and the script that draws the matrices.
 pub fn render(page: &MatrixPage) -> String {
-    let legend = match page.kind {
-        PageKind::Reach => [
+    let legend: &[(&str, &str)] = match page.kind {
+        PageKind::Reach => &[
             ("allowed", "allowed"),
             ("denied", "denied"),
             ("would-deny", "would-deny (allowed now, denied by monitored policies)"),
             ("would-allow", "would-allow (denied now, allowed by monitored policies)"),
             ("none", "no probe"),
-        ]
-        .as_slice(),
-        PageKind::Diff => [
+        ],
+        PageKind::Diff => &[
             ("newly-denied", "newly denied"),
             ("newly-allowed", "newly allowed"),
             ("staged-change", "staged view changes"),
             ("none", "unchanged"),
-        ]
-        .as_slice(),
+        ],
     };
     let mut legend_html = String::new();
     for (class, text) in legend {

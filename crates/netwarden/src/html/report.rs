@@ -36,11 +36,14 @@ impl Axis {
     pub fn spanning(first: Timestamp, last: Timestamp) -> Axis {
         let (first_s, last_s) = (first.0.div_euclid(1_000_000), last.0.div_euclid(1_000_000));
         let span = (last_s - first_s).max(0) + 1;
+        // Buckets needed for `span` seconds at `width` each, rounding up.
+        let needed = |width: i64| span / width + i64::from(span % width != 0);
+        // One bucket is kept for the start's rounding down to a multiple of the width.
         let width = NICE_WIDTHS
             .iter()
             .copied()
-            .find(|w| (span + w - 1) / w <= MAX_BUCKETS - 1)
-            .unwrap_or_else(|| (span + MAX_BUCKETS - 2) / (MAX_BUCKETS - 1) / 86400 * 86400 + 86400);
+            .find(|w| needed(*w) < MAX_BUCKETS)
+            .unwrap_or_else(|| (span / (MAX_BUCKETS - 1) / 86400 + 1) * 86400);
         let start = first_s.div_euclid(width) * width;
         let buckets = ((last_s - start) / width + 1) as usize;
         Axis {
