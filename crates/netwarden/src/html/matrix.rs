@@ -560,7 +560,7 @@ mod tests {
         assert_eq!(decode_cells(&text, 1).unwrap(), grid);
         let wide = [0, 61, 62, 3843, 3843, 3843];
         let text = encode_cells(&wide, 6, 2);
-        assert_eq!(text, "00z10zz*3;");
+        assert_eq!(text, "000z10zz*3;");
         assert_eq!(decode_cells(&text, 2).unwrap(), wide);
         assert_eq!((digits_for(0), digits_for(61), digits_for(62)), (1, 1, 2));
         assert_eq!(decode_cells("1*x;", 1), None);
@@ -625,7 +625,7 @@ mod tests {
 
     fn change(from: &str, to: &str, before: bool, after: bool, policies: &[&str]) -> ChangeRow {
         let key = |s: &str| {
-            let (ns, name) = s.split_once('/').unwrap();
+            let (ns, name) = s.rsplit_once('/').unwrap();
             PodKey::new(ns, name)
         };
         ChangeRow {

@@ -345,7 +345,8 @@ mod tests {
         let html = render(&page);
         assert_eq!(html.matches("<svg class=\"chart\"").count(), 2);
         assert_eq!(html.matches("<rect class=\"b\"").count(), 4);
-        assert!(html.contains("would deny"));
+        // The last would-deny (300 s) is older than the 60 s window before 600 s.
+        assert!(html.contains("<span class=\"status ready-to-promote\">ready to promote</span>"));
     }
 
     #[test]
