@@ -13,8 +13,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use netwarden_testing::{docs_text, netwarden_bin, output_within, TempDir};
+use netwarden_testing::{docs_text, netwarden_bin, wait_until, TempDir};
 use serde_json::Value;
+
+/// Runs `cmd` with stdout and stderr in files (pages and DOMs are larger than a pipe's buffer,
+/// which a reader that waits for the exit first would deadlock on); kills it and panics after
+/// `limit`. Returns (success, stdout, stderr).
+fn run_captured(cmd: &mut Command, limit: Duration, what: &str) -> (bool, Vec<u8>, String) {
+    let dir = TempDir::new("captured");
+    let (out, err) = (dir.path.join("stdout"), dir.path.join("stderr"));
+    let mut child = cmd
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    if !wait_until(limit, || child.try_wait().expect("try_wait").is_some()) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what}: still running after {limit:?}");
+    }
+    let ok = child.wait().expect("wait").success();
+    let stderr = String::from_utf8_lossy(&std::fs::read(&err).unwrap()).into_owned();
+    (ok, std::fs::read(&out).unwrap(), stderr)
+}
 
 /// The browser, or `None` (skip) when it is missing outside CI.
 fn chromium() -> Option<PathBuf> {
@@ -42,7 +63,12 @@ struct Loaded {
 
 /// Runs chromium headless on `file#fragment` with a fresh profile; `extra` adds the action
 /// (`--dump-dom`, `--screenshot=...`).
-fn run_chromium(browser: &Path, file: &Path, fragment: &str, extra: &[String]) -> (String, Vec<String>) {
+fn run_chromium(
+    browser: &Path,
+    file: &Path,
+    fragment: &str,
+    extra: &[String],
+) -> (String, Vec<String>) {
     let profile = TempDir::new("chromium-profile");
     let url = format!("file://{}{fragment}", file.display());
     let mut cmd = Command::new(browser);
@@ -62,23 +88,27 @@ fn run_chromium(browser: &Path, file: &Path, fragment: &str, extra: &[String]) -
     .arg(format!("--user-data-dir={}", profile.path.display()))
     .args(extra)
     .arg(&url);
-    let out = output_within(&mut cmd, Duration::from_secs(180), &format!("chromium {url}"));
-    assert!(
-        out.status.success(),
-        "chromium {url}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (ok, stdout, stderr) = run_captured(
+        &mut cmd,
+        Duration::from_secs(300),
+        &format!("chromium {url}"),
     );
-    let console = String::from_utf8_lossy(&out.stderr)
+    assert!(ok, "chromium {url}: {stderr}");
+    let console = stderr
         .lines()
         .filter(|l| l.contains(":CONSOLE"))
         .map(str::to_owned)
         .collect();
-    (String::from_utf8_lossy(&out.stdout).into_owned(), console)
+    (String::from_utf8_lossy(&stdout).into_owned(), console)
 }
 
 fn load(browser: &Path, file: &Path, fragment: &str) -> Loaded {
     let (dom, console) = run_chromium(browser, file, fragment, &["--dump-dom".to_owned()]);
-    assert!(dom.contains("</html>"), "no DOM for {}: {dom}", file.display());
+    assert!(
+        dom.contains("</html>"),
+        "no DOM for {}: {dom}",
+        file.display()
+    );
     Loaded { dom, console }
 }
 
@@ -88,9 +118,15 @@ fn screenshot(browser: &Path, file: &Path, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let png = dir.join(name);
     let _ = std::fs::remove_file(&png);
-    let (_, console) = run_chromium(browser, file, "", &[format!("--screenshot={}", png.display())]);
+    let (_, console) = run_chromium(
+        browser,
+        file,
+        "",
+        &[format!("--screenshot={}", png.display())],
+    );
     assert!(console.is_empty(), "console: {console:#?}");
-    let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot {}: {e}", png.display()));
+    let bytes =
+        std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot {}: {e}", png.display()));
     assert!(bytes.len() > 1000, "screenshot of {} bytes", bytes.len());
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
     png
@@ -98,17 +134,13 @@ fn screenshot(browser: &Path, file: &Path, name: &str) -> PathBuf {
 
 /// Runs netwarden; its stdout.
 fn netwarden(args: &[&str]) -> Vec<u8> {
-    let out = output_within(
+    let (ok, stdout, stderr) = run_captured(
         Command::new(netwarden_bin!()).args(args),
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         &format!("netwarden {args:?}"),
     );
-    assert!(
-        out.status.success(),
-        "netwarden {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    assert!(ok, "netwarden {args:?}: {stderr}");
+    stdout
 }
 
 /// The attributes of the tag starting at `tag` (`<td class="x" data-a="1">`), unescaped.
@@ -154,15 +186,25 @@ fn dom_cells(dom: &str) -> BTreeMap<CellKey, String> {
         } else if tag.starts_with("<th ") {
             let a = attrs();
             if a.get("class").map(String::as_str) == Some("col") {
-                cols.push((format!("{}/{}", a["data-ns"], a["data-pod"]), a["data-iface"].clone()));
+                cols.push((
+                    format!("{}/{}", a["data-ns"], a["data-pod"]),
+                    a["data-iface"].clone(),
+                ));
             }
         } else if tag.starts_with("<tr ") {
             let a = attrs();
             if let Some(pod) = a.get("data-pod") {
-                row = Some((format!("{}/{pod}", a["data-ns"]), a["data-iface"].clone(), 0));
+                row = Some((
+                    format!("{}/{pod}", a["data-ns"]),
+                    a["data-iface"].clone(),
+                    0,
+                ));
             }
         } else if tag.starts_with("<td") {
-            let (m, (from, from_if, n)) = (matrix.as_ref().expect("td in a matrix"), row.as_mut().expect("td in a row"));
+            let (m, (from, from_if, n)) = (
+                matrix.as_ref().expect("td in a matrix"),
+                row.as_mut().expect("td in a row"),
+            );
             let (to, to_if) = &cols[*n];
             *n += 1;
             let key = (
@@ -176,7 +218,10 @@ fn dom_cells(dom: &str) -> BTreeMap<CellKey, String> {
                 to_if.clone(),
             );
             let state = attributes(tag)["class"].clone();
-            assert!(cells.insert(key.clone(), state).is_none(), "cell twice: {key:?}");
+            assert!(
+                cells.insert(key.clone(), state).is_none(),
+                "cell twice: {key:?}"
+            );
         }
     }
     cells
@@ -187,7 +232,10 @@ fn json_cells(json: &Value) -> BTreeMap<CellKey, String> {
     let mut cells = BTreeMap::new();
     for p in json["probes"].as_array().unwrap() {
         let s = |k: &str| p[k].as_str().unwrap().to_owned();
-        let state = match (p["allowed"].as_bool().unwrap(), p["staged_allowed"].as_bool().unwrap()) {
+        let state = match (
+            p["allowed"].as_bool().unwrap(),
+            p["staged_allowed"].as_bool().unwrap(),
+        ) {
             (true, true) => "allowed",
             (false, false) => "denied",
             (true, false) => "would-deny",
@@ -203,19 +251,29 @@ fn json_cells(json: &Value) -> BTreeMap<CellKey, String> {
             s("to"),
             s("to_interface"),
         );
-        assert!(cells.insert(key.clone(), state.to_owned()).is_none(), "probe twice: {key:?}");
+        assert!(
+            cells.insert(key.clone(), state.to_owned()).is_none(),
+            "probe twice: {key:?}"
+        );
     }
     cells
 }
 
 /// `reach -o html` and `-o json` on `input` with `ports`: the page (all matrices drawn) shows
 /// exactly the JSON's cells; returns the page's path and size.
-fn reach_page_equals_json(browser: &Path, dir: &TempDir, input: &str, ports: &[&str], name: &str) -> (PathBuf, usize) {
+fn reach_page_equals_json(
+    browser: &Path,
+    dir: &TempDir,
+    input: &str,
+    ports: &[&str],
+    name: &str,
+) -> (PathBuf, usize) {
     let mut args = vec!["reach", "-f", input];
     for p in ports {
         args.extend(["--port", p]);
     }
-    let json: Value = serde_json::from_slice(&netwarden(&[&args[..], &["-o", "json"]].concat())).unwrap();
+    let json: Value =
+        serde_json::from_slice(&netwarden(&[&args[..], &["-o", "json"]].concat())).unwrap();
     let html = netwarden(&[&args[..], &["-o", "html"]].concat());
     let page = dir.path.join(name);
     std::fs::write(&page, &html).unwrap();
@@ -243,7 +301,11 @@ fn the_console_check_sees_script_errors() {
     let Some(browser) = chromium() else { return };
     let dir = TempDir::new("html-sentinel");
     let page = dir.path.join("broken.html");
-    std::fs::write(&page, "<!DOCTYPE html><p>x</p><script>throw new Error('nw-sentinel')</script>").unwrap();
+    std::fs::write(
+        &page,
+        "<!DOCTYPE html><p>x</p><script>throw new Error('nw-sentinel')</script>",
+    )
+    .unwrap();
     let loaded = load(&browser, &page, "");
     assert!(
         loaded.console.iter().any(|l| l.contains("nw-sentinel")),
@@ -271,7 +333,10 @@ fn reach_page_on_the_examples_equals_reach_json() {
 /// all three kinds, monitored policies.
 fn generated(dir: &TempDir, pods: usize, policies: usize) -> String {
     let cluster = netwarden_engine::generate::cluster(pods, policies, 7);
-    dir.write("cluster.yaml", &docs_text(&netwarden::synthetic::api_objects(&cluster)));
+    dir.write(
+        "cluster.yaml",
+        &docs_text(&netwarden::synthetic::api_objects(&cluster)),
+    );
     dir.path.join("cluster.yaml").display().to_string()
 }
 
@@ -280,7 +345,13 @@ fn reach_page_on_a_generated_cluster_equals_reach_json() {
     let Some(browser) = chromium() else { return };
     let dir = TempDir::new("html-generated");
     let input = generated(&dir, 60, 30);
-    let (page, _) = reach_page_equals_json(&browser, &dir, &input, &["80/TCP", "53/UDP"], "generated.html");
+    let (page, _) = reach_page_equals_json(
+        &browser,
+        &dir,
+        &input,
+        &["80/TCP", "53/UDP"],
+        "generated.html",
+    );
     screenshot(&browser, &page, "reach-generated.png");
 }
 
@@ -294,10 +365,14 @@ fn reach_page_for_500_pods_stays_small_and_loads() {
     std::fs::write(&page, &html).unwrap();
     let probes = {
         let json: Value =
-            serde_json::from_slice(&netwarden(&["reach", "-f", &input, "--port", "80/TCP"])).unwrap();
+            serde_json::from_slice(&netwarden(&["reach", "-f", &input, "--port", "80/TCP"]))
+                .unwrap();
         json["probes"].as_array().unwrap().len()
     };
-    eprintln!("500 pods, 80/TCP: {probes} probes, page {} bytes", html.len());
+    eprintln!(
+        "500 pods, 80/TCP: {probes} probes, page {} bytes",
+        html.len()
+    );
     // The compact data block: well under the 250,000+ cells' worth of markup.
     assert!(html.len() < 2_000_000, "{} bytes", html.len());
     // The default view (one matrix) draws with no error.
@@ -322,10 +397,15 @@ fn report_page_loads_and_charts() {
         })
         .to_string()
     };
-    let lines: Vec<String> = [(0, "shop/new"), (30, "shop/new"), (600, "shop/new"), (700, "shop/<i>x</i>")]
-        .iter()
-        .map(|(t, p)| event(*t, p))
-        .collect();
+    let lines: Vec<String> = [
+        (0, "shop/new"),
+        (30, "shop/new"),
+        (600, "shop/new"),
+        (700, "shop/<i>x</i>"),
+    ]
+    .iter()
+    .map(|(t, p)| event(*t, p))
+    .collect();
     dir.write("events.jsonl", &(lines.join("\n") + "\n"));
     let events = dir.path.join("events.jsonl").display().to_string();
     let html = netwarden(&["report", "-e", &events, "-o", "html"]);
@@ -333,9 +413,17 @@ fn report_page_loads_and_charts() {
     std::fs::write(&page, &html).unwrap();
     let loaded = load(&browser, &page, "");
     assert!(loaded.console.is_empty(), "console: {:#?}", loaded.console);
-    assert_eq!(loaded.dom.matches("<svg class=\"chart\"").count(), 2, "one chart per policy");
+    assert_eq!(
+        loaded.dom.matches("<svg class=\"chart\"").count(),
+        2,
+        "one chart per policy"
+    );
     // 0 s to 700 s in 30 s buckets: shop/new in buckets 0, 1 and 20, the other in 23.
-    assert_eq!(loaded.dom.matches("<rect class=\"b\"").count(), 4, "buckets with events");
+    assert_eq!(
+        loaded.dom.matches("<rect class=\"b\"").count(),
+        4,
+        "buckets with events"
+    );
     assert!(loaded.dom.contains("shop/&lt;i&gt;x&lt;/i&gt;") && !loaded.dom.contains("<i>"));
     screenshot(&browser, &page, "report.png");
 }
@@ -362,13 +450,22 @@ fn diff_page_with_hostile_names_loads_and_keeps_them_text() {
         staged_after: after,
         policies: vec![format!("NetworkPolicy x/{hostile}")],
     };
-    let page = diff_page([row(hostile, "b", true, false), row("a", "b", false, true)], hostile);
+    let page = diff_page(
+        [row(hostile, "b", true, false), row("a", "b", false, true)],
+        hostile,
+    );
     let file = dir.path.join("diff.html");
     std::fs::write(&file, render(&page)).unwrap();
     let loaded = load(&browser, &file, "#all");
     assert!(loaded.console.is_empty(), "console: {:#?}", loaded.console);
-    assert!(!loaded.dom.contains("<img"), "markup from a name was parsed");
-    assert!(!loaded.dom.contains("data-pwned"), "a handler from a name ran");
+    assert!(
+        !loaded.dom.contains("<img"),
+        "markup from a name was parsed"
+    );
+    assert!(
+        !loaded.dom.contains("data-pwned"),
+        "a handler from a name ran"
+    );
     let cells = dom_cells(&loaded.dom);
     let states: Vec<&str> = cells.values().map(String::as_str).collect();
     // Rows x/<hostile> and x/a sort as `<` < `a`; one column y/b.

@@ -493,8 +493,14 @@ pub fn render(page: &MatrixPage) -> String {
         PageKind::Reach => &[
             ("allowed", "allowed"),
             ("denied", "denied"),
-            ("would-deny", "would-deny (allowed now, denied by monitored policies)"),
-            ("would-allow", "would-allow (denied now, allowed by monitored policies)"),
+            (
+                "would-deny",
+                "would-deny (allowed now, denied by monitored policies)",
+            ),
+            (
+                "would-allow",
+                "would-allow (denied now, allowed by monitored policies)",
+            ),
             ("none", "no probe"),
         ],
         PageKind::Diff => &[
@@ -511,7 +517,11 @@ pub fn render(page: &MatrixPage) -> String {
             escape(text)
         ));
     }
-    let cells: usize = page.matrices.iter().map(|m| m.rows.len() * m.cols.len()).sum();
+    let cells: usize = page
+        .matrices
+        .iter()
+        .map(|m| m.rows.len() * m.cols.len())
+        .sum();
     let body = format!(
         "<h1>{title}</h1>\
 <p class=\"muted\">{pods} pod interface(s), {matrices} matrix(es), {cells} cell(s). \
@@ -544,7 +554,13 @@ mod tests {
         e.set_pod(pod("x", "a", &[("app", "a")], &["10.0.0.1", "fd00::1"]));
         e.set_pod(pod("x", "b", &[("app", "b")], &["10.0.0.2", "fd00::2"]));
         e.set_pod(pod("y", "c", &[("app", "c")], &["10.0.0.3"]));
-        e.set_policy(netpol("x", "b", selector(&[("app", "b")]), Some(vec![]), None));
+        e.set_policy(netpol(
+            "x",
+            "b",
+            selector(&[("app", "b")]),
+            Some(vec![]),
+            None,
+        ));
         let mut monitored = netpol("y", "c", selector(&[("app", "c")]), Some(vec![]), None);
         monitored.mode = Mode::Monitor;
         e.set_policy(monitored);
@@ -583,7 +599,9 @@ mod tests {
             let m = page
                 .matrices
                 .iter()
-                .find(|m| m.port == probe.port && m.protocol == probe.protocol && m.family == probe.family)
+                .find(|m| {
+                    m.port == probe.port && m.protocol == probe.protocol && m.family == probe.family
+                })
                 .unwrap();
             let cells = decode_cells(&m.cells, page.width).unwrap();
             let index = |list: &[u32], key: &PodKey| {
@@ -597,12 +615,19 @@ mod tests {
             let (r, c) = (index(&m.rows, &probe.from), index(&m.cols, &probe.to));
             let code = cells[r * m.cols.len() + c] as usize;
             let class = &page.classes[code - 1];
-            assert_eq!(class.state, CellState::of_verdict(probe.allowed, probe.staged_allowed));
+            assert_eq!(
+                class.state,
+                CellState::of_verdict(probe.allowed, probe.staged_allowed)
+            );
             seen += 1;
         }
         assert_eq!(seen, 2 * (9 + 4));
         // Namespace grouping: members sorted, x before y.
-        let names: Vec<String> = page.members.iter().map(|m| format!("{}/{}", m.namespace, m.pod)).collect();
+        let names: Vec<String> = page
+            .members
+            .iter()
+            .map(|m| format!("{}/{}", m.namespace, m.pod))
+            .collect();
         assert_eq!(names, ["x/a", "x/b", "y/c"]);
         // Cells decided the same way share a class: far fewer classes than cells.
         assert!(page.classes.len() < 10, "{:?}", page.classes);
@@ -616,9 +641,19 @@ mod tests {
         assert_eq!(x.monitored_policies, ["NetworkPolicy y/c"]);
         let staged = x.ingress.staged.as_ref().expect("staged ingress differs");
         assert!(staged.isolated && !staged.allowed && staged.rules.is_empty());
-        let denied = page.classes.iter().find(|c| c.state == CellState::Denied).unwrap();
+        let denied = page
+            .classes
+            .iter()
+            .find(|c| c.state == CellState::Denied)
+            .unwrap();
         assert_eq!(
-            denied.explanation.as_ref().unwrap().ingress.enforced.policies,
+            denied
+                .explanation
+                .as_ref()
+                .unwrap()
+                .ingress
+                .enforced
+                .policies,
             ["NetworkPolicy x/b"]
         );
     }
@@ -686,13 +721,23 @@ mod tests {
     #[test]
     fn hostile_names_stay_text() {
         let hostile = "</script><img src=x onerror=alert(1)><!--";
-        let page = diff_page([change(&format!("{hostile}/a"), "x/b", true, false, &[hostile])], hostile);
+        let page = diff_page(
+            [change(
+                &format!("{hostile}/a"),
+                "x/b",
+                true,
+                false,
+                &[hostile],
+            )],
+            hostile,
+        );
         let html = render(&page);
         assert!(!html.contains("<img"), "markup injected");
         assert!(!html.contains("<!--"), "comment injected");
         // The only `</script>` ends are the page's own two scripts.
         assert_eq!(html.matches("</script>").count(), 2);
-        assert!(html.contains("<title>&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&lt;!--</title>"));
+        assert!(html
+            .contains("<title>&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&lt;!--</title>"));
         // The data block still holds the names unchanged.
         let start = html.find("id=\"data\">").unwrap() + "id=\"data\">".len();
         let end = start + html[start..].find("</script>").unwrap();

@@ -92,7 +92,9 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("<title>&lt;t&gt;</title>"));
         assert!(page.contains("default-src 'none'"));
-        for external in ["http://", "https://", "src=\"", "href=\"", "@import", "url("] {
+        for external in [
+            "http://", "https://", "src=\"", "href=\"", "@import", "url(",
+        ] {
             assert!(!page.contains(external), "{external} in the page");
         }
     }

@@ -229,7 +229,9 @@ pub fn render(page: &ReportPage) -> String {
     match page.axis {
         None => body.push_str("<p>No would-deny events.</p>"),
         Some(axis) => {
-            let clean_from = r.now.minus(std::time::Duration::from_secs(r.clean_for_seconds));
+            let clean_from = r
+                .now
+                .minus(std::time::Duration::from_secs(r.clean_for_seconds));
             let _ = write!(
                 body,
                 "<p class=\"muted\">{} s per bar; the dashed line is where the clean window starts.</p>",
@@ -308,7 +310,10 @@ mod tests {
 
     #[test]
     fn axis_uses_nice_widths() {
-        let a = Axis::spanning(Timestamp::from_secs(1000), Timestamp::from_secs(1000 + 3599));
+        let a = Axis::spanning(
+            Timestamp::from_secs(1000),
+            Timestamp::from_secs(1000 + 3599),
+        );
         // One hour from 1000 s: 60 one-minute buckets are too many, so five minutes.
         assert_eq!((a.bucket_seconds, a.buckets), (300, 13));
         assert_eq!(a.start, Timestamp::from_secs(900));
@@ -338,7 +343,11 @@ mod tests {
         let series = |p: &str| page.series.iter().find(|s| s.policy == p).unwrap();
         assert_eq!(series("x/new").counts.iter().sum::<u64>(), 3);
         assert_eq!(
-            (series("x/new").counts[0], series("x/new").counts[1], series("x/new").counts[30]),
+            (
+                series("x/new").counts[0],
+                series("x/new").counts[1],
+                series("x/new").counts[30]
+            ),
             (1, 1, 1)
         );
         assert_eq!(series("x/other").counts.iter().sum::<u64>(), 1);
