@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the system tools netwarden and its tests use (Debian), only those missing.
+# Installs the system tools netwarden and its tests use (Debian), only those missing
+# (chromium: the HTML pages are tested in a real headless browser).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for tool in nft:nftables iptables:iptables ipset:ipset ip:iproute2 protoc:protobuf-compiler conntrack:conntrack nsenter:util-linux; do
+for tool in nft:nftables iptables:iptables ipset:ipset ip:iproute2 protoc:protobuf-compiler conntrack:conntrack nsenter:util-linux chromium:chromium; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then

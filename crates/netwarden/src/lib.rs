@@ -9,6 +9,7 @@ pub mod cli_args;
 pub mod crd;
 pub mod demo;
 pub mod explain;
+pub mod html;
 pub mod inventory;
 /// The kinds the agent watches and the permissions that follows (owned by the watchers' crate).
 pub use netwarden_kube::kinds;

@@ -81,8 +81,10 @@ struct ReportArgs {
     /// Manifests: list the monitored policies that logged nothing at all, too.
     #[arg(short = 'f', long = "filename", num_args = 1..)]
     paths: Vec<PathBuf>,
-    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    /// `table`, `json`, or `html`: one self-contained page (no external fetches) with the
+    /// would-deny counts over time per policy, the statuses and the flows.
+    #[arg(short = 'o', long, value_enum, default_value_t = PageOutput::Table)]
+    output: PageOutput,
 }
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -434,6 +436,15 @@ enum Output {
     Json,
 }
 
+/// The outputs of the commands that also draw a page (`reach`, `report`).
+#[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+enum PageOutput {
+    #[default]
+    Table,
+    Json,
+    Html,
+}
+
 #[derive(Args)]
 struct ReachArgs {
     #[command(flatten)]
@@ -450,8 +461,12 @@ struct ReachArgs {
     /// Destinations: `ns/pod`, `ns/*` or `*`.
     #[arg(long, default_value = "*")]
     to: PodSelectorArg,
-    #[arg(short = 'o', long, value_enum, default_value_t = Output::Json)]
-    output: Output,
+    /// `json` (SPEC 6), `table` (one matrix per network, port and family), or `html`: one
+    /// self-contained page (no external fetches) with the matrices coloured allowed / denied /
+    /// would-deny / would-allow, grouped by namespace, filters by network and namespace, and
+    /// each cell's explanation on hover or click.
+    #[arg(short = 'o', long, value_enum, default_value_t = PageOutput::Json)]
+    output: PageOutput,
 }
 
 #[derive(Args)]
@@ -629,8 +644,9 @@ fn reach_command(args: ReachArgs) -> Result<ExitCode> {
             to: args.to,
         },
         match args.output {
-            Output::Json => reach::ReachFormat::Json,
-            Output::Table => reach::ReachFormat::Table,
+            PageOutput::Json => reach::ReachFormat::Json,
+            PageOutput::Table => reach::ReachFormat::Table,
+            PageOutput::Html => reach::ReachFormat::Html,
         },
         std::io::stdout().lock(),
     )
@@ -808,8 +824,12 @@ fn report_command(args: ReportArgs) -> Result<ExitCode> {
         args.clean_for,
     );
     match args.output {
-        Output::Json => println!("{}", report.render_json()),
-        Output::Table => print!("{}", report.render_text()),
+        PageOutput::Json => println!("{}", report.render_json()),
+        PageOutput::Table => print!("{}", report.render_text()),
+        PageOutput::Html => {
+            let page = netwarden::html::report::report_page(&report, &events, "netwarden report");
+            print!("{}", netwarden::html::report::render(&page));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -74,6 +74,8 @@ pub struct ReachReport {
 pub enum ReachFormat {
     Json,
     Table,
+    /// One self-contained page with the matrices (see [`crate::html`]).
+    Html,
 }
 
 /// An interface taking part in a network: pod, interface rules, first address per family.
@@ -143,6 +145,12 @@ impl<'a> Reach<'a> {
     /// Every probe, computed as it is consumed, in the contract's order: network, source pod,
     /// destination pod, port (as given), family.
     pub fn probes(&self) -> impl Iterator<Item = Probe> + '_ {
+        self.explained_probes().map(|(probe, _)| probe)
+    }
+
+    /// [`Reach::probes`], each with the verdict that decided it (the policies and rules of
+    /// both sides, as `explain` shows them): what the HTML page explains a cell with.
+    pub fn explained_probes(&self) -> impl Iterator<Item = (Probe, FlowVerdict)> + '_ {
         let query = self.query;
         self.networks.iter().flat_map(move |(network, members)| {
             let sources = members.iter().filter(|m| query.from.matches(m.pod));
@@ -294,9 +302,9 @@ impl<'a> Reach<'a> {
         dst: &Member<'_>,
         port: PortProto,
         family: Family,
-    ) -> Option<Probe> {
+    ) -> Option<(Probe, FlowVerdict)> {
         let (s, d, verdict) = self.flow(src, dst, port, family)?;
-        Some(Probe {
+        let probe = Probe {
             from: src.pod.clone(),
             to: dst.pod.clone(),
             network: network.clone(),
@@ -310,8 +318,9 @@ impl<'a> Reach<'a> {
             from_interface: src.rules.name.clone(),
             to_interface: dst.rules.name.clone(),
             cause: verdict.cause,
-            monitored_policies: verdict.monitored_policies,
-        })
+            monitored_policies: verdict.monitored_policies.clone(),
+        };
+        Some((probe, verdict))
     }
 }
 
@@ -341,6 +350,10 @@ pub fn command(
     match format {
         ReachFormat::Json => reach.write_json(&mut out)?,
         ReachFormat::Table => reach.write_table(&mut out)?,
+        ReachFormat::Html => {
+            let page = crate::html::matrix::reach_page(&reach, "netwarden reach");
+            out.write_all(crate::html::matrix::render(&page).as_bytes())?;
+        }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
