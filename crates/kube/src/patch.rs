@@ -40,10 +40,7 @@ async fn api(
         })?
         .ok_or(KubeError::NotServed { kind: kind.kind })?;
     let resource = api_resource(kind, version);
-    Ok((
-        Api::namespaced_with(client, namespace, &resource),
-        resource,
-    ))
+    Ok((Api::namespaced_with(client, namespace, &resource), resource))
 }
 
 /// The object `namespace/name` of `kind` as JSON (with apiVersion and kind), or `None` when

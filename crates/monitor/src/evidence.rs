@@ -63,9 +63,16 @@ pub enum Failing {
     },
     NoTraffic,
     /// A status record in the window carries `null` for this counter.
-    NotCounted { counter: &'static str },
-    WouldDeny { count: u64 },
-    EventsLost { nflog_dropped: u64, rate_limited: u64 },
+    NotCounted {
+        counter: &'static str,
+    },
+    WouldDeny {
+        count: u64,
+    },
+    EventsLost {
+        nflog_dropped: u64,
+        rate_limited: u64,
+    },
 }
 
 impl fmt::Display for Failing {
@@ -83,7 +90,10 @@ impl fmt::Display for Failing {
             ),
             Failing::NoTraffic => write!(f, "no traffic on its pods"),
             Failing::NotCounted { counter } => {
-                write!(f, "{counter} not counted by the agent (null in its status records)")
+                write!(
+                    f,
+                    "{counter} not counted by the agent (null in its status records)"
+                )
             }
             Failing::WouldDeny { count } => write!(f, "{count} would-deny in the window"),
             Failing::EventsLost {

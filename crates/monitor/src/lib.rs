@@ -33,6 +33,7 @@ pub use event::{
     build_event, read_events, read_events_file, BadLine, Cause, Event, EventAction, EventSink,
     FanoutSink, JsonLinesSink, MemorySink, PodContext, Unrecognized,
 };
+pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
 pub use metrics::{serve_metrics, serve_metrics_on, Metrics};
 pub use nflog::{
     Collector, ListenerConfig, ListenerExit, NflogError, NflogSocket, RawRecord, Received,
@@ -40,7 +41,6 @@ pub use nflog::{
 };
 pub use nlmsg::{parse_netlink, parse_nflog_message, NflogRecord, NlItem, ParseError};
 pub use pipeline::EventProcessor;
-pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
 pub use report::{
     aggregate, aggregate_with, workload_name, workload_of, PolicyRow, PolicyStatus, Report,
 };

@@ -502,8 +502,10 @@ impl Listener {
                                 // A huge "gap" would be a reordering or a rebind: not a loss.
                                 if gap > 0 && gap < 1 << 30 {
                                     self.metrics.add_nflog_dropped_kernel(u64::from(gap));
-                                    self.metrics
-                                        .add_nflog_dropped_pod(&ctx.pod.to_string(), u64::from(gap));
+                                    self.metrics.add_nflog_dropped_pod(
+                                        &ctx.pod.to_string(),
+                                        u64::from(gap),
+                                    );
                                 }
                             }
                             last_seq = Some(seq);

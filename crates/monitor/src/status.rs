@@ -200,6 +200,9 @@ mod tests {
         assert!(bad[1].1.contains("unknown variant"), "{bad:?}");
         // A stream written before status records existed reads as before.
         let old = read_stream(event.as_bytes()).unwrap();
-        assert_eq!((old.events.len(), old.statuses.len(), old.bad.len()), (1, 0, 0));
+        assert_eq!(
+            (old.events.len(), old.statuses.len(), old.bad.len()),
+            (1, 0, 0)
+        );
     }
 }

@@ -235,7 +235,10 @@ mod tests {
             Timestamp::from_secs(10).since(Timestamp::from_secs(4)),
             d(6)
         );
-        assert_eq!(Timestamp::from_secs(4).since(Timestamp::from_secs(10)), d(0));
+        assert_eq!(
+            Timestamp::from_secs(4).since(Timestamp::from_secs(10)),
+            d(0)
+        );
     }
 
     #[test]

@@ -15,12 +15,7 @@ fn judge(stream: &str) -> netwarden_monitor::PolicyRow {
     let read = read_stream_file(&path).unwrap();
     assert!(read.bad.is_empty(), "{stream}: {:?}", read.bad);
     let now = Timestamp::parse_rfc3339("2026-01-01T12:00:00Z").unwrap();
-    let report = aggregate(
-        &read.events,
-        &read.statuses,
-        now,
-        Duration::from_secs(3600),
-    );
+    let report = aggregate(&read.events, &read.statuses, now, Duration::from_secs(3600));
     let rows: Vec<_> = report
         .policies
         .into_iter()
@@ -79,7 +74,10 @@ fn each_condition_has_its_verdict_and_reason() {
 
 #[test]
 fn typed_conditions_and_combined_evidence() {
-    assert_eq!(judge("no-evidence.jsonl").failing, vec![Failing::NoEvidence]);
+    assert_eq!(
+        judge("no-evidence.jsonl").failing,
+        vec![Failing::NoEvidence]
+    );
     assert_eq!(
         judge("too-short.jsonl").failing,
         vec![Failing::MonitoredTooShort {
@@ -102,9 +100,7 @@ fn typed_conditions_and_combined_evidence() {
     // The would-deny of node-b is seen both as an event and in its status counter: counted once.
     let not_ready = judge("multi-node-not-ready.jsonl");
     assert_eq!(not_ready.would_deny, 1);
-    assert!(not_ready
-        .failing
-        .contains(&Failing::WouldDeny { count: 1 }));
+    assert!(not_ready.failing.contains(&Failing::WouldDeny { count: 1 }));
 }
 
 #[test]

@@ -136,8 +136,11 @@ impl Monitor {
 
     /// Follows the monitored policies and the local pods they cover (see `status_tracker`).
     fn track(&mut self, engine: &Engine, syncer: &dyn Reconciler) {
-        let programmed: BTreeSet<String> =
-            syncer.programmed().keys().map(ToString::to_string).collect();
+        let programmed: BTreeSet<String> = syncer
+            .programmed()
+            .keys()
+            .map(ToString::to_string)
+            .collect();
         let rules = syncer
             .programmed()
             .keys()

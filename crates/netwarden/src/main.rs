@@ -938,8 +938,7 @@ fn promote_command(args: PromoteArgs) -> Result<ExitCode> {
     if args.dry_run {
         println!("dry run: {} {} left in monitor mode", edit.kind, edit.key);
     } else {
-        promote::write_atomically(path, &edit.text)
-            .map_err(|e| anyhow!("writing {label}: {e}"))?;
+        promote::write_atomically(path, &edit.text).map_err(|e| anyhow!("writing {label}: {e}"))?;
         println!("{} {} promoted to enforce in {label}", edit.kind, edit.key);
     }
     Ok(ExitCode::SUCCESS)
@@ -959,7 +958,8 @@ fn promote_in_cluster(
         .collect();
     let mut found = Vec::new();
     for kind in kinds {
-        match netwarden_kube::get_object(kubeconfig, kind, &target.key.namespace, &target.key.name) {
+        match netwarden_kube::get_object(kubeconfig, kind, &target.key.namespace, &target.key.name)
+        {
             Ok(Some(object)) => found.push((kind, object)),
             Ok(None) => {}
             // A kind the cluster does not serve holds no such policy.
@@ -978,7 +978,10 @@ fn promote_in_cluster(
         [one] => one,
         many => bail!(
             "{target} is ambiguous: {} (name it with --kind)",
-            many.iter().map(|(k, _)| k.kind).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|(k, _)| k.kind)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let policy = promote::check_served(object, target, opts)?;
@@ -990,7 +993,10 @@ fn promote_in_cluster(
         serde_json::to_string(&patch)?
     );
     if args.dry_run {
-        println!("dry run: {} {} left in monitor mode", policy.kind, policy.key);
+        println!(
+            "dry run: {} {} left in monitor mode",
+            policy.kind, policy.key
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let after = netwarden_kube::merge_patch(
@@ -1003,10 +1009,17 @@ fn promote_in_cluster(
     // What the cluster holds now must read as enforced, as the agent will read it.
     match promote::check_served(&after, target, opts) {
         Err(promote::PromoteError::NotMonitored { .. }) => {}
-        Ok(_) => bail!("{} {}: still monitored after the patch", policy.kind, policy.key),
+        Ok(_) => bail!(
+            "{} {}: still monitored after the patch",
+            policy.kind,
+            policy.key
+        ),
         Err(e) => return Err(e.into()),
     }
-    println!("{} {} promoted to enforce in the cluster", policy.kind, policy.key);
+    println!(
+        "{} {} promoted to enforce in the cluster",
+        policy.kind, policy.key
+    );
     Ok(ExitCode::SUCCESS)
 }
 

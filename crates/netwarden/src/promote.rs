@@ -24,8 +24,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use netwarden_engine::{Mode, ObjectKey, Policy, PolicyKind};
-use netwarden_manifest::{KUBE_ROUTER_MONITOR, KUBE_ROUTER_STAGED, MODE};
 use netwarden_manifest::{parse_str, Inventory, LoadOptions};
+use netwarden_manifest::{KUBE_ROUTER_MONITOR, KUBE_ROUTER_STAGED, MODE};
 use serde_json::{json, Map, Value};
 
 /// The mode annotation keys, each with the value that means enforce.
@@ -127,7 +127,8 @@ fn candidates(text: &str) -> Vec<ValueEdit> {
             let Some(after_colon) = after_key.strip_prefix(':') else {
                 continue;
             };
-            let value_at = rest + 1 + (after_colon.len() - after_colon.trim_start_matches([' ', '\t']).len());
+            let value_at =
+                rest + 1 + (after_colon.len() - after_colon.trim_start_matches([' ', '\t']).len());
             let value_text = &text[value_at..];
             let (quote, len) = match value_text.as_bytes().first() {
                 Some(b'"') => (Quote::Double, value_text[1..].find('"').map(|i| i + 2)),
@@ -176,8 +177,16 @@ fn apply(text: &str, edits: &[&ValueEdit]) -> String {
 }
 
 /// The one policy of `inventory` that `target` names.
-fn find<'a>(inventory: &'a Inventory, target: &Target, place: &str) -> Result<&'a Policy, PromoteError> {
-    let found: Vec<&Policy> = inventory.policies.iter().filter(|p| target.matches(p)).collect();
+fn find<'a>(
+    inventory: &'a Inventory,
+    target: &Target,
+    place: &str,
+) -> Result<&'a Policy, PromoteError> {
+    let found: Vec<&Policy> = inventory
+        .policies
+        .iter()
+        .filter(|p| target.matches(p))
+        .collect();
     match found.as_slice() {
         [] => Err(PromoteError::NotFound {
             target: target.to_string(),
@@ -292,7 +301,9 @@ pub fn describe(file: &str, original: &str, edit: &FileEdit) -> String {
         done_lines.push(line_no);
         let old_line = original.lines().nth(line_no - 1).unwrap_or("");
         let new_line = edit.text.lines().nth(line_no - 1).unwrap_or("");
-        out.push_str(&format!("{file}:{line_no}: - {old_line}\n{file}:{line_no}: + {new_line}\n"));
+        out.push_str(&format!(
+            "{file}:{line_no}: - {old_line}\n{file}:{line_no}: + {new_line}\n"
+        ));
     }
     out
 }
@@ -317,7 +328,11 @@ pub fn annotation_patch(object: &Value) -> Value {
 
 /// Reduces one served object (JSON) the way the agent would, to check it is the monitored
 /// policy `target` names.
-pub fn check_served(object: &Value, target: &Target, opts: &LoadOptions) -> Result<Policy, PromoteError> {
+pub fn check_served(
+    object: &Value,
+    target: &Target,
+    opts: &LoadOptions,
+) -> Result<Policy, PromoteError> {
     let mut loader = netwarden_manifest::Loader::new(opts.clone());
     loader.add_value("cluster", "cluster", object);
     let inventory = loader.finish();
@@ -357,7 +372,10 @@ pub fn files_holding(
 /// Writes `text` to `path` through a temporary file in the same directory and a rename, so a
 /// reader (the agent's file watch) never sees half a file; the file's permissions are kept.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.netwarden-promote.{}", std::process::id()));
     std::fs::write(&tmp, text)?;
@@ -487,7 +505,9 @@ spec:
         let edit = plan_text("f.yaml", &both, &kinded, &opts).unwrap();
         assert_eq!(edit.edits.len(), 1);
         assert!(edit.text.contains("netwarden.io/mode: monitor   # trial"));
-        assert!(edit.text.contains("policy-for: shop/storage, netwarden.io/mode: enforce}"));
+        assert!(edit
+            .text
+            .contains("policy-for: shop/storage, netwarden.io/mode: enforce}"));
     }
 
     #[test]

@@ -214,7 +214,12 @@ mod tests {
         dropped.insert("shop/b".into(), 2);
         let r = t.records("node-a", &counters!(), at(210));
         assert_eq!(
-            (r[0].monitored_since, r[0].would_deny, r[0].nflog_dropped, r[0].pods),
+            (
+                r[0].monitored_since,
+                r[0].would_deny,
+                r[0].nflog_dropped,
+                r[0].pods
+            ),
             (at(100), 2, 4, 1)
         );
 

@@ -42,7 +42,13 @@ fn promotes_in_a_file_changing_only_the_mode_value() {
     let (path, original) = policies_file(&dir);
     let file = path.to_str().unwrap();
 
-    let dry = netwarden(&["promote", "web/frontend-same-namespace", "-f", file, "--dry-run"]);
+    let dry = netwarden(&[
+        "promote",
+        "web/frontend-same-namespace",
+        "-f",
+        file,
+        "--dry-run",
+    ]);
     assert!(dry.status.success(), "{}", text(&dry.stderr));
     let out = text(&dry.stdout);
     assert!(out.contains("-     netwarden.io/mode: monitor"), "{out}");
@@ -114,7 +120,12 @@ fn require_ready_follows_the_report_verdict() {
     );
     let quiet = dir.path.join("quiet.jsonl");
     let refused = netwarden(&[
-        "promote", policy, "-f", file, "--require-ready", "-e",
+        "promote",
+        policy,
+        "-f",
+        file,
+        "--require-ready",
+        "-e",
         quiet.to_str().unwrap(),
     ]);
     assert_eq!(refused.status.code(), Some(2));
@@ -140,7 +151,12 @@ fn require_ready_follows_the_report_verdict() {
     );
     let busy = dir.path.join("busy.jsonl");
     let ok = netwarden(&[
-        "promote", policy, "-f", file, "--require-ready", "-e",
+        "promote",
+        policy,
+        "-f",
+        file,
+        "--require-ready",
+        "-e",
         busy.to_str().unwrap(),
     ]);
     assert!(ok.status.success(), "{}", text(&ok.stderr));
