@@ -175,7 +175,7 @@ mod tests {
     }
 
     fn pods(names: &[&str]) -> BTreeSet<PodKey> {
-        names.iter().map(|n| ObjectKey::new("shop", n)).collect()
+        names.iter().map(|n| ObjectKey::new("shop", *n)).collect()
     }
 
     #[test]

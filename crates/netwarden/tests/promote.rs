@@ -85,8 +85,9 @@ fn promotes_in_a_file_changing_only_the_mode_value() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), promoted);
 }
 
+/// Whole seconds, so every record of a test names the same `monitored_since` (one episode).
 fn status(policy: &str, minutes_ago: i64, since_minutes_ago: i64, connections: u64) -> String {
-    let now = Timestamp::now().micros();
+    let now = Timestamp::now().micros() / 3_600_000_000 * 3_600_000_000;
     StatusRecord {
         time: Timestamp(now - minutes_ago * 60_000_000),
         node: "node-a".into(),
