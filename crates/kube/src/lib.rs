@@ -23,12 +23,14 @@
 //! synchronous and blocks in [`KubeSource::wait`].
 //!
 //! [`list_once`] is the other way in: one LIST per kind and no watch, for the analysis
-//! commands (`reach`, `explain`, `validate --kube`).
+//! commands (`reach`, `explain`, `validate --kube`); [`get_object`] and [`merge_patch`] the
+//! one write a user command makes (`promote --kube`).
 #![forbid(unsafe_code)]
 
 pub mod events;
 pub mod kinds;
 pub mod list;
+pub mod patch;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +50,7 @@ use tracing::{debug, info, warn};
 pub use crate::events::{EventPublisher, EventReason, PolicyEvent, PolicyObject};
 pub use crate::kinds::{watched, WatchedKind, WATCHED_KINDS};
 pub use crate::list::{list_once, ListOptions, Listed};
+pub use crate::patch::{get_object, merge_patch};
 pub use crate::status::{KindState, KindStatus, WatchStatus};
 
 /// How to reach the cluster and what to watch.
@@ -87,6 +90,15 @@ pub enum KubeError {
     List {
         kind: &'static str,
         api_version: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{kind} is not served by the cluster (CRD not installed?)")]
+    NotServed { kind: &'static str },
+    #[error("{kind} {name}: {source}")]
+    Object {
+        kind: &'static str,
+        name: String,
         #[source]
         source: kube::Error,
     },

@@ -18,6 +18,7 @@ use netwarden_render::{log_keys, parse_log_prefix, LogAction, LogKeyInfo};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::nlmsg::NflogRecord;
+use crate::status::StatusRecord;
 use crate::time::Timestamp;
 
 /// What the collector knows about the pod whose netns a listener watches.
@@ -214,6 +215,8 @@ pub fn build_event(
 /// Where events go.
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: &Event) -> io::Result<()>;
+    /// A status record goes to the same stream as the events (see [`crate::status`]).
+    fn emit_status(&self, status: &StatusRecord) -> io::Result<()>;
 }
 
 /// Writes one JSON line per event to stdout and/or a file (appended).
@@ -237,9 +240,8 @@ impl JsonLinesSink {
     }
 }
 
-impl EventSink for JsonLinesSink {
-    fn emit(&self, event: &Event) -> io::Result<()> {
-        let mut line = event.to_json_line();
+impl JsonLinesSink {
+    fn write_line(&self, mut line: String) -> io::Result<()> {
         line.push('\n');
         if self.stdout {
             let mut out = io::stdout().lock();
@@ -254,10 +256,21 @@ impl EventSink for JsonLinesSink {
     }
 }
 
+impl EventSink for JsonLinesSink {
+    fn emit(&self, event: &Event) -> io::Result<()> {
+        self.write_line(event.to_json_line())
+    }
+
+    fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
+        self.write_line(status.to_json_line())
+    }
+}
+
 /// Keeps events in memory (tests, `lab check`). Clones share the same list.
 #[derive(Debug, Clone, Default)]
 pub struct MemorySink {
     events: Arc<Mutex<Vec<Event>>>,
+    statuses: Arc<Mutex<Vec<StatusRecord>>>,
 }
 
 impl MemorySink {
@@ -268,6 +281,14 @@ impl MemorySink {
     /// A copy of the events so far.
     pub fn events(&self) -> Vec<Event> {
         self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A copy of the status records so far.
+    pub fn statuses(&self) -> Vec<StatusRecord> {
+        self.statuses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -287,20 +308,39 @@ impl EventSink for MemorySink {
             .push(event.clone());
         Ok(())
     }
+
+    fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(status.clone());
+        Ok(())
+    }
 }
 
 /// Sends every event to several sinks.
 pub struct FanoutSink(pub Vec<Box<dyn EventSink>>);
 
-impl EventSink for FanoutSink {
-    fn emit(&self, event: &Event) -> io::Result<()> {
+impl FanoutSink {
+    /// Calls `emit` on every sink, even after one failed; returns the first error.
+    fn each(&self, emit: impl Fn(&dyn EventSink) -> io::Result<()>) -> io::Result<()> {
         let mut first_err = None;
         for sink in &self.0 {
-            if let Err(e) = sink.emit(event) {
+            if let Err(e) = emit(sink.as_ref()) {
                 first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl EventSink for FanoutSink {
+    fn emit(&self, event: &Event) -> io::Result<()> {
+        self.each(|sink| sink.emit(event))
+    }
+
+    fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
+        self.each(|sink| sink.emit_status(status))
     }
 }
 
@@ -318,24 +358,11 @@ pub fn read_events_file(path: &Path) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
 }
 
 /// Reads JSON-lines events; blank lines are skipped, bad lines are returned beside the good
-/// ones so one corrupt line (a crash mid-write) does not hide the rest.
+/// ones so one corrupt line (a crash mid-write) does not hide the rest. Status records
+/// ([`crate::status`]) are valid lines and skipped here; [`crate::status::read_stream`] keeps them.
 pub fn read_events(reader: impl BufRead) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
-    let mut events = Vec::new();
-    let mut bad = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Event>(&line) {
-            Ok(e) => events.push(e),
-            Err(e) => bad.push(BadLine {
-                line: i + 1,
-                reason: e.to_string(),
-            }),
-        }
-    }
-    Ok((events, bad))
+    let stream = crate::status::read_stream(reader)?;
+    Ok((stream.events, stream.bad))
 }
 
 #[cfg(test)]

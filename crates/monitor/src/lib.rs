@@ -8,6 +8,8 @@
 //! - [`event`]: turns a record plus the pod's context into an [`Event`] JSON line (SPEC 6) and
 //!   writes it to sinks;
 //! - [`pipeline`]: drains the queue into events, counters and sinks;
+//! - [`status`]: the agent's periodic `status` records and the stream's line type ([`Line`]);
+//! - [`evidence`]: status records and events over a window → a promotion [`Verdict`];
 //! - [`report`]: aggregates events into promotion evidence (`netwarden report`);
 //! - [`metrics`]: Prometheus counters and a minimal `/metrics` HTTP responder;
 //! - [`time`]: RFC 3339 timestamps without a date-time crate.
@@ -16,12 +18,14 @@
 
 pub mod decode;
 pub mod event;
+pub mod evidence;
 pub mod fuzzing;
 pub mod metrics;
 pub mod nflog;
 pub mod nlmsg;
 pub mod pipeline;
 pub mod report;
+pub mod status;
 pub mod time;
 
 pub use decode::{decode_packet, Family, L4Protocol, PacketInfo};
@@ -29,6 +33,7 @@ pub use event::{
     build_event, read_events, read_events_file, BadLine, Cause, Event, EventAction, EventSink,
     FanoutSink, JsonLinesSink, MemorySink, PodContext, Unrecognized,
 };
+pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
 pub use metrics::{serve_metrics, serve_metrics_on, Metrics};
 pub use nflog::{
     Collector, ListenerConfig, ListenerExit, NflogError, NflogSocket, RawRecord, Received,
@@ -36,5 +41,8 @@ pub use nflog::{
 };
 pub use nlmsg::{parse_netlink, parse_nflog_message, NflogRecord, NlItem, ParseError};
 pub use pipeline::EventProcessor;
-pub use report::{aggregate, aggregate_with, workload_name, workload_of, Report};
+pub use report::{
+    aggregate, aggregate_with, workload_name, workload_of, PolicyRow, PolicyStatus, Report,
+};
+pub use status::{read_stream, read_stream_file, Line, RecordType, StatusRecord, Stream};
 pub use time::Timestamp;

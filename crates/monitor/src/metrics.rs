@@ -68,6 +68,8 @@ pub struct Metrics {
     nflog_dropped_kernel: AtomicU64,
     nflog_dropped_queue: AtomicU64,
     nflog_enobufs: AtomicU64,
+    /// Kernel and queue drops per pod (`ns/name`), for the status records' evidence.
+    nflog_dropped_pods: Mutex<BTreeMap<String, u64>>,
     events_unknown: AtomicU64,
     syncs: AtomicU64,
     sync_errors: AtomicU64,
@@ -176,6 +178,28 @@ impl Metrics {
     /// Records dropped because the collector's queue was full.
     pub fn add_nflog_dropped_queue(&self, n: u64) {
         self.nflog_dropped_queue.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Drops (kernel or queue) of the listener of `pod`, on top of the totals above.
+    pub fn add_nflog_dropped_pod(&self, pod: &str, n: u64) {
+        bump(&self.nflog_dropped_pods, pod, n);
+    }
+
+    /// Drops per pod since the start (see [`add_nflog_dropped_pod`](Self::add_nflog_dropped_pod)).
+    pub fn nflog_dropped_pods(&self) -> BTreeMap<String, u64> {
+        self.nflog_dropped_pods
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Forgets the per-pod drops of pods not in `keep` (pods gone from the node), so the map
+    /// stays as large as the node's pods.
+    pub fn retain_dropped_pods(&self, keep: &dyn Fn(&str) -> bool) {
+        self.nflog_dropped_pods
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|pod, _| keep(pod));
     }
 
     /// `recv` failed with ENOBUFS (the socket buffer overflowed at least once).

@@ -502,6 +502,10 @@ impl Listener {
                                 // A huge "gap" would be a reordering or a rebind: not a loss.
                                 if gap > 0 && gap < 1 << 30 {
                                     self.metrics.add_nflog_dropped_kernel(u64::from(gap));
+                                    self.metrics.add_nflog_dropped_pod(
+                                        &ctx.pod.to_string(),
+                                        u64::from(gap),
+                                    );
                                 }
                             }
                             last_seq = Some(seq);
@@ -514,7 +518,10 @@ impl Listener {
                         };
                         match self.tx.try_send(raw) {
                             Ok(()) => {}
-                            Err(TrySendError::Full(_)) => self.metrics.add_nflog_dropped_queue(1),
+                            Err(TrySendError::Full(_)) => {
+                                self.metrics.add_nflog_dropped_queue(1);
+                                self.metrics.add_nflog_dropped_pod(&ctx.pod.to_string(), 1);
+                            }
                             // Nobody reads any more: the collector is going away.
                             Err(TrySendError::Disconnected(_)) => return ListenerExit::Stopped,
                         }

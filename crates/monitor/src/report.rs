@@ -1,9 +1,11 @@
 //! `netwarden report`: evidence for promoting monitored policies, aggregated from events.
 //!
 //! Events are grouped per (policy, action, source workload, destination workload, port and
-//! protocol) with a count and first/last seen, and summed per policy. A monitored policy is
-//! **ready to promote** when it produced no would-deny within the `clean_for` window before
-//! `now`: enforcing it then would not have refused anything recently observed.
+//! protocol) with a count and first/last seen, and summed per policy. Whether a monitored policy
+//! is **ready to promote** is decided from the agents' status records and the events over the
+//! `clean_for` window before `now` ([`crate::evidence`]): monitored long enough, traffic seen,
+//! no would-deny, nothing lost. Without status records there is no evidence, whatever the
+//! events say: an empty events file proves nothing.
 //!
 //! A "workload" is the pod name with the suffix its controller generates stripped, so the replicas
 //! of one Deployment aggregate together. The heuristic, on the `-`-separated parts of the name:
@@ -25,6 +27,8 @@ use netwarden_engine::Direction;
 use serde::Serialize;
 
 use crate::event::{Event, EventAction};
+use crate::evidence::{combine, verdict, Evidence, Failing};
+use crate::status::StatusRecord;
 use crate::time::Timestamp;
 
 const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -78,10 +82,10 @@ pub struct FlowRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyStatus {
-    /// Monitored, no would-deny within the window.
+    /// Monitored, and every condition of [`crate::evidence`] holds in the window.
     ReadyToPromote,
-    /// Monitored, would have denied something within the window.
-    WouldDenyRecently,
+    /// Monitored, and at least one condition fails (the row's `failing` says which).
+    NotReady,
     /// Only seen as an enforced policy (deny events).
     Enforced,
 }
@@ -90,7 +94,7 @@ impl PolicyStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyStatus::ReadyToPromote => "ready to promote",
-            PolicyStatus::WouldDenyRecently => "would deny",
+            PolicyStatus::NotReady => "not ready",
             PolicyStatus::Enforced => "enforced",
         }
     }
@@ -100,6 +104,9 @@ impl PolicyStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyRow {
     pub policy: String,
+    /// The kind, from the status records (events do not carry it).
+    pub kind: Option<String>,
+    /// Would-deny events naming it, all of the stream.
     pub would_deny: u64,
     pub deny: u64,
     /// Last would-deny.
@@ -107,6 +114,12 @@ pub struct PolicyRow {
     /// Last event of any action naming this policy.
     pub last_seen: Option<Timestamp>,
     pub status: PolicyStatus,
+    /// The window's evidence from status records (monitored policies only).
+    pub evidence: Option<Evidence>,
+    /// The conditions that fail; empty when ready or enforced.
+    pub failing: Vec<Failing>,
+    /// The verdict's reason, for people.
+    pub reason: String,
 }
 
 /// The result of [`aggregate`].
@@ -130,15 +143,21 @@ struct FlowKey {
     protocol: String,
 }
 
-/// Aggregates `events` as of `now` with a `clean_for` window (see the module doc).
-pub fn aggregate(events: &[Event], now: Timestamp, clean_for: Duration) -> Report {
-    aggregate_with(events, &[], now, clean_for)
+/// Aggregates `events` and `statuses` as of `now` with a `clean_for` window (see the module doc).
+pub fn aggregate(
+    events: &[Event],
+    statuses: &[StatusRecord],
+    now: Timestamp,
+    clean_for: Duration,
+) -> Report {
+    aggregate_with(events, statuses, &[], now, clean_for)
 }
 
-/// Like [`aggregate`], also listing `monitored` policies (from the current state) that produced
-/// no event at all: those are ready to promote too, and showing them says so.
+/// Like [`aggregate`], also listing `monitored` policies (from the current state) that appear
+/// in no event and no status record: their verdict says there is no evidence yet.
 pub fn aggregate_with(
     events: &[Event],
+    statuses: &[StatusRecord],
     monitored: &[String],
     now: Timestamp,
     clean_for: Duration,
@@ -146,13 +165,16 @@ pub fn aggregate_with(
     let since = now.minus(clean_for);
     let mut flows: BTreeMap<FlowKey, FlowRow> = BTreeMap::new();
     #[derive(Default)]
-    struct Acc {
+    struct Acc<'a> {
         monitored: bool,
         would_deny: u64,
         deny: u64,
         last_would_deny: Option<Timestamp>,
-        recent_would_deny: bool,
+        /// Would-deny events inside the window.
+        recent_would_deny: u64,
         last_seen: Option<Timestamp>,
+        kind: Option<String>,
+        statuses: Vec<&'a StatusRecord>,
     }
     let mut policies: BTreeMap<String, Acc> = monitored
         .iter()
@@ -167,6 +189,12 @@ pub fn aggregate_with(
         })
         .collect();
 
+    for st in statuses {
+        let acc = policies.entry(st.policy.clone()).or_default();
+        acc.monitored = true;
+        acc.kind.get_or_insert_with(|| st.kind.clone());
+        acc.statuses.push(st);
+    }
     for ev in events {
         let own = workload_of(&ev.pod);
         let other = ev
@@ -193,7 +221,7 @@ pub fn aggregate_with(
                 EventAction::WouldDeny => {
                     acc.would_deny += 1;
                     acc.last_would_deny = acc.last_would_deny.max(Some(ev.time));
-                    acc.recent_would_deny |= ev.time > since;
+                    acc.recent_would_deny += u64::from((since..=now).contains(&ev.time));
                 }
                 EventAction::Deny => acc.deny += 1,
             }
@@ -231,17 +259,32 @@ pub fn aggregate_with(
     flows.sort_by(|a, b| a.policy.cmp(&b.policy).then(b.count.cmp(&a.count)));
     let policies = policies
         .into_iter()
-        .map(|(policy, acc)| PolicyRow {
-            policy,
-            would_deny: acc.would_deny,
-            deny: acc.deny,
-            last_would_deny: acc.last_would_deny,
-            last_seen: acc.last_seen,
-            status: match (acc.monitored, acc.recent_would_deny) {
-                (true, false) => PolicyStatus::ReadyToPromote,
-                (true, true) => PolicyStatus::WouldDenyRecently,
-                (false, _) => PolicyStatus::Enforced,
-            },
+        .map(|(policy, acc)| {
+            let (status, evidence, failing, reason) = if acc.monitored {
+                let evidence = combine(&acc.statuses, now, clean_for);
+                let v = verdict(&evidence, acc.recent_would_deny, clean_for);
+                let status = if v.ready {
+                    PolicyStatus::ReadyToPromote
+                } else {
+                    PolicyStatus::NotReady
+                };
+                (status, Some(evidence), v.failing, v.reason)
+            } else {
+                let reason = "not monitored: only deny events name it".to_owned();
+                (PolicyStatus::Enforced, None, Vec::new(), reason)
+            };
+            PolicyRow {
+                policy,
+                kind: acc.kind,
+                would_deny: acc.would_deny,
+                deny: acc.deny,
+                last_would_deny: acc.last_would_deny,
+                last_seen: acc.last_seen,
+                status,
+                evidence,
+                failing,
+                reason,
+            }
         })
         .collect();
     Report {
@@ -304,6 +347,7 @@ impl Report {
                 "DENY".to_owned(),
                 "LAST WOULD-DENY".to_owned(),
                 "STATUS".to_owned(),
+                "REASON".to_owned(),
             ]];
             for p in &self.policies {
                 rows.push(vec![
@@ -313,6 +357,7 @@ impl Report {
                     p.last_would_deny
                         .map_or_else(|| "-".to_owned(), |t| t.to_string()),
                     p.status.as_str().to_owned(),
+                    p.reason.clone(),
                 ]);
             }
             out.push_str(&table(&rows));
@@ -470,7 +515,7 @@ mod tests {
             ),
         ];
         let now = Timestamp::from_secs(3700);
-        let r = aggregate(&events, now, Duration::from_secs(3600));
+        let r = aggregate(&events, &[], now, Duration::from_secs(3600));
         assert_eq!(r.flows.len(), 4);
         let first = &r.flows[0];
         assert_eq!(first.policy, "shop/dns");
@@ -510,37 +555,43 @@ mod tests {
             pol("shop/new").last_would_deny,
             Some(Timestamp::from_secs(300))
         );
-        assert_eq!(pol("shop/new").status, PolicyStatus::WouldDenyRecently);
+        // Events alone are never evidence of readiness.
+        assert_eq!(pol("shop/new").status, PolicyStatus::NotReady);
         assert_eq!(
-            pol("shop/dns").status,
-            PolicyStatus::ReadyToPromote,
+            pol("shop/new").failing,
+            vec![Failing::NoEvidence, Failing::WouldDeny { count: 3 }]
+        );
+        assert_eq!(
+            pol("shop/new").reason,
+            "no evidence yet; 3 would-deny in the window"
+        );
+        assert_eq!(
+            pol("shop/dns").failing,
+            vec![Failing::NoEvidence],
             "last at 10s, window from 100s"
         );
         assert_eq!(pol("shop/lock").status, PolicyStatus::Enforced);
         assert_eq!(pol("shop/lock").deny, 1);
-
-        // With a shorter window the busy policy becomes ready too.
-        let r = aggregate(&events, now, Duration::from_secs(60));
-        assert!(r
-            .policies
-            .iter()
-            .filter(|p| p.policy != "shop/lock")
-            .all(|p| p.status == PolicyStatus::ReadyToPromote));
+        assert!(pol("shop/lock").failing.is_empty());
     }
 
     #[test]
     fn quiet_monitored_policies_are_listed() {
+        // The defect this module once had: an empty events file called a monitored policy
+        // ready to promote.
         let r = aggregate_with(
+            &[],
             &[],
             &["a/quiet".to_owned()],
             Timestamp::from_secs(10),
             Duration::from_secs(5),
         );
         assert_eq!(r.policies.len(), 1);
-        assert_eq!(r.policies[0].status, PolicyStatus::ReadyToPromote);
+        assert_eq!(r.policies[0].status, PolicyStatus::NotReady);
+        assert_eq!(r.policies[0].failing, vec![Failing::NoEvidence]);
         assert_eq!(r.policies[0].would_deny, 0);
         assert!(r.flows.is_empty());
-        assert!(r.render_text().contains("ready to promote"));
+        assert!(r.render_text().contains("not ready  no evidence yet"));
     }
 
     #[test]
@@ -557,6 +608,7 @@ mod tests {
         )];
         let r = aggregate(
             &events,
+            &[],
             Timestamp::from_secs(200),
             Duration::from_secs(3600),
         );
@@ -568,7 +620,10 @@ mod tests {
         );
         assert!(lines[1].starts_with("POLICY"), "{text}");
         assert!(lines[2].starts_with("shop/new"), "{text}");
-        assert!(lines[2].ends_with("would deny"), "{text}");
+        assert!(
+            lines[2].ends_with("not ready  no evidence yet; 1 would-deny in the window"),
+            "{text}"
+        );
         assert!(
             text.lines()
                 .any(|l| l.split_whitespace().collect::<Vec<_>>()
@@ -590,9 +645,13 @@ mod tests {
             json["flows"][0]["first_seen"],
             "1970-01-01T00:01:40.000000Z"
         );
-        assert_eq!(json["policies"][0]["status"], "would-deny-recently");
+        assert_eq!(json["policies"][0]["status"], "not-ready");
+        assert_eq!(
+            json["policies"][0]["failing"],
+            serde_json::json!([{"condition": "no-evidence"}, {"condition": "would-deny", "count": 1}])
+        );
         assert_eq!(json["clean_for_seconds"], 3600);
-        let empty = aggregate(&[], Timestamp(0), Duration::ZERO).render_text();
+        let empty = aggregate(&[], &[], Timestamp(0), Duration::ZERO).render_text();
         assert!(empty.contains("(no events)") && empty.contains("(none)"));
     }
 }

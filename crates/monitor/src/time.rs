@@ -47,6 +47,11 @@ impl Timestamp {
         )
     }
 
+    /// `self - earlier`, zero when `earlier` is later.
+    pub fn since(self, earlier: Timestamp) -> Duration {
+        Duration::from_micros(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+
     /// Parses RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (`t`/`z`/space accepted too).
     pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
         let b = s.as_bytes();
@@ -169,6 +174,20 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (y, m, d)
 }
 
+/// A duration rounded down to whole minutes for people: `45s`, `12m`, `1h`, `1h 5m`, `2d 3h`.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (days, hours, mins) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60);
+    match (days, hours, mins) {
+        (0, 0, 0) => format!("{secs}s"),
+        (0, 0, m) => format!("{m}m"),
+        (0, h, 0) => format!("{h}h"),
+        (0, h, m) => format!("{h}h {m}m"),
+        (d, 0, _) => format!("{d}d"),
+        (d, h, _) => format!("{d}d {h}h"),
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let secs = self.0.div_euclid(1_000_000);
@@ -203,6 +222,24 @@ impl<'de> Deserialize<'de> for Timestamp {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn human_durations() {
+        let d = Duration::from_secs;
+        let shown: Vec<String> = [45, 720, 3600, 3900, 86_400, 97_200, 0]
+            .into_iter()
+            .map(|s| human_duration(d(s)))
+            .collect();
+        assert_eq!(shown, ["45s", "12m", "1h", "1h 5m", "1d", "1d 3h", "0s"]);
+        assert_eq!(
+            Timestamp::from_secs(10).since(Timestamp::from_secs(4)),
+            d(6)
+        );
+        assert_eq!(
+            Timestamp::from_secs(4).since(Timestamp::from_secs(10)),
+            d(0)
+        );
+    }
 
     #[test]
     fn formats_known_instants() {

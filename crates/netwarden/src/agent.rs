@@ -36,7 +36,7 @@ use netwarden_engine::{Engine, EngineOptions, NetworkId, NetworkType, Pod, PodIn
 use netwarden_manifest::{InventoryDelta, LoadOptions};
 use netwarden_monitor::{
     serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
-    PodContext,
+    PodContext, Timestamp,
 };
 use netwarden_render::RenderOptions;
 use tracing::{debug, info, warn};
@@ -45,6 +45,7 @@ use crate::policy_events::wanted_events;
 use crate::source::{
     place_pods, CriNetns, DeclaredNetns, Locality, NetnsSource, ObjectSource, SourceConfig,
 };
+use crate::status_tracker::{coverage, Counters, StatusTracker};
 use crate::sync::{for_backend, Reconciler};
 
 #[derive(Debug, Clone)]
@@ -64,6 +65,9 @@ pub struct AgentConfig {
     pub events_file: Option<PathBuf>,
     /// Serve Prometheus metrics on this address (`/metrics`).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How often a `status` record per monitored policy is written to the events (and once
+    /// at shutdown).
+    pub status_interval: Duration,
 }
 
 /// Log records queued between the NFLOG listeners and the event consumer. The queue is
@@ -80,6 +84,11 @@ struct Monitor {
     /// Address → pod, refreshed after each sync, for the events' `peer`.
     addresses: Arc<RwLock<HashMap<IpAddr, PodKey>>>,
     metrics: Arc<Metrics>,
+    /// Where events go; status records go there too (one stream).
+    sink: Arc<dyn EventSink>,
+    status: StatusTracker,
+    status_interval: Duration,
+    status_written: Option<Instant>,
 }
 
 impl Monitor {
@@ -95,7 +104,7 @@ impl Monitor {
             config.events_file.as_deref(),
         )?);
         let addresses: Arc<RwLock<HashMap<IpAddr, PodKey>>> = Arc::default();
-        let processor = EventProcessor::new(metrics.clone(), sink);
+        let processor = EventProcessor::new(metrics.clone(), sink.clone());
         let lookup = addresses.clone();
         std::thread::Builder::new()
             .name("events".into())
@@ -118,7 +127,58 @@ impl Monitor {
             node: config.node.clone(),
             addresses,
             metrics,
+            sink,
+            status: StatusTracker::new(),
+            status_interval: config.status_interval,
+            status_written: None,
         })
+    }
+
+    /// Follows the monitored policies and the local pods they cover (see `status_tracker`).
+    fn track(&mut self, engine: &Engine, syncer: &dyn Reconciler) {
+        let programmed: BTreeSet<String> = syncer
+            .programmed()
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        let rules = syncer
+            .programmed()
+            .keys()
+            .filter_map(|key| syncer.current().get(key));
+        let cover = coverage(rules);
+        let dropped = self.metrics.nflog_dropped_pods();
+        let metrics = &self.metrics;
+        let counters = Counters {
+            would_deny: &|p: &str| metrics.would_deny_count(p),
+            dropped: &dropped,
+        };
+        self.status
+            .observe(engine.policies(), &cover, &counters, Timestamp::now());
+        self.metrics
+            .retain_dropped_pods(&|pod| programmed.contains(pod));
+    }
+
+    /// Writes one status record per monitored policy, when `--status-interval` has passed
+    /// since the last ones, or always (`force`, at shutdown).
+    fn write_status(&mut self, force: bool) {
+        let due = self
+            .status_written
+            .is_none_or(|at| at.elapsed() >= self.status_interval);
+        if !(due || force) {
+            return;
+        }
+        self.status_written = Some(Instant::now());
+        let dropped = self.metrics.nflog_dropped_pods();
+        let metrics = &self.metrics;
+        let counters = Counters {
+            would_deny: &|p: &str| metrics.would_deny_count(p),
+            dropped: &dropped,
+        };
+        for record in self.status.records(&self.node, &counters, Timestamp::now()) {
+            if let Err(e) = self.sink.emit_status(&record) {
+                warn!("cannot write the status of {}: {e}", record.policy);
+            }
+        }
     }
 
     /// Listeners follow the programmed pods: opened (or given the new rules) for pods whose
@@ -155,6 +215,7 @@ impl Monitor {
         let map = engine.pods_by_address();
         *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
         self.metrics.set_managed_pods(syncer.programmed().len());
+        self.track(engine, syncer);
     }
 
     /// The watchers' counters and the objects held, for `/metrics`.
@@ -545,6 +606,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     loop {
         if stop.load(Ordering::Relaxed) {
             info!("stopping; the rules in place stay");
+            if let Some(monitor) = monitor.as_mut() {
+                monitor.write_status(true);
+            }
             return Ok(ExitCode::SUCCESS);
         }
         let poll = source.poll(wait);
@@ -705,7 +769,15 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         if phases.any() {
             debug!("pass: {phases}");
         }
-        if let Some(monitor) = monitor.as_ref() {
+        if let Some(monitor) = monitor.as_mut() {
+            // Only once the state was applied: before, the agent vouches for nothing.
+            if fed_once {
+                if fresh {
+                    // Policies changed without a pod to sync (e.g. none local): follow them too.
+                    monitor.track(&engine, syncer.as_ref());
+                }
+                monitor.write_status(false);
+            }
             if let Some(at) = oldest.take().filter(|_| fresh) {
                 monitor.metrics.observe_event_to_apply(at.elapsed());
             }

@@ -62,8 +62,12 @@ enum Command {
     /// Build the lab from examples/, enforce, probe, show what happened, clean up.
     Demo(DemoArgs),
     /// Aggregate events (JSON lines) per policy, source and destination workload and port,
-    /// and say which monitored policies have been clean long enough to promote.
+    /// and give each monitored policy a promotion verdict from the agents' status records:
+    /// ready only when monitored for --clean-for, with traffic, no would-deny and no events lost.
     Report(ReportArgs),
+    /// Switch one monitored policy to enforce: edit its mode annotation in the manifest file
+    /// (nothing else in the file changes), or patch it in the cluster with your kubeconfig.
+    Promote(PromoteArgs),
     /// Print the CustomResourceDefinitions netwarden serves (DanmNetworkPolicy,
     /// MultiNetworkPolicy) as YAML, for `kubectl apply -f -` (deploy/crds.yaml is this output).
     Crd,
@@ -74,17 +78,58 @@ struct ReportArgs {
     /// Event files (JSON lines, as `run --events-file` writes them); `-` for stdin.
     #[arg(short = 'e', long = "events", required = true, num_args = 1..)]
     events: Vec<PathBuf>,
-    /// A monitored policy is ready to promote when it logged no would-deny for this long
-    /// (e.g. 30m, 1h, 1.5h, 2d).
+    /// The evidence window: a monitored policy is ready to promote when it was monitored for
+    /// this long, saw traffic, logged no would-deny and lost no event within it (e.g. 30m, 1h,
+    /// 1.5h, 2d).
     #[arg(long, default_value = "1h", value_parser = parse_window)]
     clean_for: std::time::Duration,
-    /// Manifests: list the monitored policies that logged nothing at all, too.
+    /// Manifests: list the monitored policies that appear in no event or status, too.
     #[arg(short = 'f', long = "filename", num_args = 1..)]
     paths: Vec<PathBuf>,
     /// `table`, `json`, or `html`: one self-contained page (no external fetches) with the
     /// would-deny counts over time per policy, the statuses and the flows.
     #[arg(short = 'o', long, value_enum, default_value_t = PageOutput::Table)]
     output: PageOutput,
+}
+
+#[derive(Args)]
+struct PromoteArgs {
+    /// The policy to switch to enforce, `NS/NAME`.
+    policy: String,
+    /// Its kind, when several kinds have a policy of that name.
+    #[arg(long, value_parser = parse_policy_kind)]
+    kind: Option<netwarden_engine::PolicyKind>,
+    /// The manifest files holding the policy (exactly one of them must).
+    #[arg(short = 'f', long = "filename", num_args = 1.., required_unless_present = "kube", conflicts_with = "kube")]
+    paths: Vec<PathBuf>,
+    /// Patch the policy in the cluster (a JSON merge patch of its annotations), with the
+    /// user's kubeconfig as kubectl finds it (the agent's own permissions are read-only).
+    #[arg(long)]
+    kube: bool,
+    #[arg(long, requires = "kube")]
+    kubeconfig: Option<PathBuf>,
+    /// Print what would change; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Refuse unless `report` (on these events) says the policy is ready to promote.
+    #[arg(long, requires = "events")]
+    require_ready: bool,
+    /// Event files for --require-ready (JSON lines with status records); `-` for stdin.
+    #[arg(short = 'e', long = "events", num_args = 1..)]
+    events: Vec<PathBuf>,
+    /// The evidence window for --require-ready, as `report --clean-for`.
+    #[arg(long, default_value = "1h", value_parser = parse_window)]
+    clean_for: std::time::Duration,
+}
+
+fn parse_policy_kind(s: &str) -> Result<netwarden_engine::PolicyKind, String> {
+    use netwarden_engine::PolicyKind::*;
+    [NetworkPolicy, MultiNetworkPolicy, DanmNetworkPolicy]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+        .ok_or_else(|| {
+            format!("unknown kind {s:?}: NetworkPolicy, MultiNetworkPolicy or DanmNetworkPolicy")
+        })
 }
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -215,6 +260,11 @@ struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// How often a `status` record per monitored policy (monitored since, pods, would-deny,
+    /// events lost; the evidence `report` and `promote --require-ready` judge) is written to
+    /// the events, besides one at shutdown.
+    #[arg(long, default_value = "60s", value_parser = parse_interval)]
+    status_interval: std::time::Duration,
     /// Accept a pod netns that is netwarden's own network namespace (refused by default:
     /// programming it would firewall the node itself). For test beds only.
     #[arg(long)]
@@ -616,6 +666,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentCon
         events_stdout: !args.no_events_stdout,
         events_file: args.events_file.clone(),
         metrics_addr: args.metrics_addr,
+        status_interval: args.status_interval,
     })
 }
 
@@ -793,20 +844,42 @@ fn lab_down(args: LabDownArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn report_command(args: ReportArgs) -> Result<ExitCode> {
-    let mut events = Vec::new();
-    for path in &args.events {
-        let (mut read, bad) = if path.as_os_str() == "-" {
-            netwarden_monitor::event::read_events(std::io::stdin().lock())?
+/// Reads event streams (events and status records); bad lines are reported and skipped.
+fn read_streams(paths: &[PathBuf]) -> Result<netwarden_monitor::Stream> {
+    let mut all = netwarden_monitor::Stream::default();
+    for path in paths {
+        let stream = if path.as_os_str() == "-" {
+            netwarden_monitor::read_stream(std::io::stdin().lock())?
         } else {
-            netwarden_monitor::event::read_events_file(path)
+            netwarden_monitor::read_stream_file(path)
                 .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?
         };
-        for b in bad {
-            eprintln!("{}: {b:?}", path.display());
+        for b in &stream.bad {
+            eprintln!("{}: {b}", path.display());
         }
-        events.append(&mut read);
+        all.events.extend(stream.events);
+        all.statuses.extend(stream.statuses);
     }
+    Ok(all)
+}
+
+/// The report over `events` files as of now.
+fn evidence_report(
+    events: &[PathBuf],
+    monitored: &[String],
+    clean_for: std::time::Duration,
+) -> Result<netwarden_monitor::Report> {
+    let stream = read_streams(events)?;
+    Ok(netwarden_monitor::aggregate_with(
+        &stream.events,
+        &stream.statuses,
+        monitored,
+        netwarden_monitor::Timestamp::now(),
+        clean_for,
+    ))
+}
+
+fn report_command(args: ReportArgs) -> Result<ExitCode> {
     let monitored: Vec<String> = if args.paths.is_empty() {
         Vec::new()
     } else {
@@ -817,12 +890,7 @@ fn report_command(args: ReportArgs) -> Result<ExitCode> {
             .map(|p| p.key.to_string())
             .collect()
     };
-    let report = netwarden_monitor::aggregate_with(
-        &events,
-        &monitored,
-        netwarden_monitor::Timestamp::now(),
-        args.clean_for,
-    );
+    let report = evidence_report(&args.events, &monitored, args.clean_for)?;
     match args.output {
         PageOutput::Json => println!("{}", report.render_json()),
         PageOutput::Table => print!("{}", report.render_text()),
@@ -831,6 +899,147 @@ fn report_command(args: ReportArgs) -> Result<ExitCode> {
             print!("{}", netwarden::html::report::render(&page));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn promote_command(args: PromoteArgs) -> Result<ExitCode> {
+    use netwarden::promote::{self, Target};
+    let (ns, name) = args
+        .policy
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        .ok_or_else(|| anyhow!("{:?}: give the policy as NS/NAME", args.policy))?;
+    let target = Target {
+        key: netwarden_engine::ObjectKey::new(ns, name),
+        kind: args.kind,
+    };
+    if args.require_ready {
+        let report = evidence_report(&args.events, &[args.policy.clone()], args.clean_for)?;
+        let row = report
+            .policies
+            .iter()
+            .find(|p| p.policy == args.policy)
+            .ok_or_else(|| anyhow!("{target}: the events name no such policy"))?;
+        if row.status != netwarden_monitor::PolicyStatus::ReadyToPromote {
+            bail!("{target} is not ready to promote: {}", row.reason);
+        }
+        eprintln!("{target}: ready to promote ({})", row.reason);
+    }
+    let opts = LoadOptions::default();
+    if args.kube {
+        return promote_in_cluster(&args, &target, &opts);
+    }
+    let found = promote::files_holding(&args.paths, &target, &opts)?;
+    let (path, text) = match found.as_slice() {
+        [] => bail!(
+            "{}",
+            promote::PromoteError::NotFound {
+                target: target.to_string(),
+                place: args
+                    .paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+        ),
+        [one] => one,
+        many => bail!(
+            "{target} is in several files: {} (give only the one to edit)",
+            many.iter()
+                .map(|(p, _)| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let label = path.display().to_string();
+    let edit = promote::plan_text(&label, text, &target, &opts)?;
+    print!("{}", promote::describe(&label, text, &edit));
+    if args.dry_run {
+        println!("dry run: {} {} left in monitor mode", edit.kind, edit.key);
+    } else {
+        promote::write_atomically(path, &edit.text).map_err(|e| anyhow!("writing {label}: {e}"))?;
+        println!("{} {} promoted to enforce in {label}", edit.kind, edit.key);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn promote_in_cluster(
+    args: &PromoteArgs,
+    target: &netwarden::promote::Target,
+    opts: &LoadOptions,
+) -> Result<ExitCode> {
+    use netwarden::promote;
+    let kubeconfig = args.kubeconfig.as_deref();
+    let kinds: Vec<&'static netwarden_kube::WatchedKind> = netwarden_kube::WATCHED_KINDS
+        .iter()
+        .filter(|k| parse_policy_kind(k.kind).is_ok())
+        .filter(|k| target.kind.is_none_or(|want| want.as_str() == k.kind))
+        .collect();
+    let mut found = Vec::new();
+    for kind in kinds {
+        match netwarden_kube::get_object(kubeconfig, kind, &target.key.namespace, &target.key.name)
+        {
+            Ok(Some(object)) => found.push((kind, object)),
+            Ok(None) => {}
+            // A kind the cluster does not serve holds no such policy.
+            Err(netwarden_kube::KubeError::NotServed { .. }) if target.kind.is_none() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (kind, object) = match found.as_slice() {
+        [] => bail!(
+            "{}",
+            promote::PromoteError::NotFound {
+                target: target.to_string(),
+                place: "the cluster".into(),
+            }
+        ),
+        [one] => one,
+        many => bail!(
+            "{target} is ambiguous: {} (name it with --kind)",
+            many.iter()
+                .map(|(k, _)| k.kind)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let policy = promote::check_served(object, target, opts)?;
+    let patch = promote::annotation_patch(object);
+    println!(
+        "{} {}: merge patch {}",
+        policy.kind,
+        policy.key,
+        serde_json::to_string(&patch)?
+    );
+    if args.dry_run {
+        println!(
+            "dry run: {} {} left in monitor mode",
+            policy.kind, policy.key
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let after = netwarden_kube::merge_patch(
+        kubeconfig,
+        *kind,
+        &target.key.namespace,
+        &target.key.name,
+        &patch,
+    )?;
+    // What the cluster holds now must read as enforced, as the agent will read it.
+    match promote::check_served(&after, target, opts) {
+        Err(promote::PromoteError::NotMonitored { .. }) => {}
+        Ok(_) => bail!(
+            "{} {}: still monitored after the patch",
+            policy.kind,
+            policy.key
+        ),
+        Err(e) => return Err(e.into()),
+    }
+    println!(
+        "{} {} promoted to enforce in the cluster",
+        policy.kind, policy.key
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -879,6 +1088,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => agent_command(args, false),
         Command::Lab(command) => lab_command(command),
         Command::Report(args) => report_command(args),
+        Command::Promote(args) => promote_command(args),
         Command::Crd => crd_command(),
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;

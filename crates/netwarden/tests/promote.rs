@@ -1,0 +1,223 @@
+//! `netwarden promote` through the real binary (no root): in a file (only the mode value of
+//! that one object changes, `--dry-run` changes nothing, refusals name the object), gated by
+//! `--require-ready` on a recorded event stream, and in a cluster (the fake API server of
+//! `crates/kube-fake`: one merge PATCH of the annotations).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use netwarden_kube_fake::log::Verb;
+use netwarden_kube_fake::manifests::load_dir;
+use netwarden_kube_fake::{FakeApiServer, ServerOptions};
+use netwarden_monitor::{RecordType, StatusRecord, Timestamp};
+use netwarden_testing::{netwarden_bin, output_within, TempDir};
+
+fn netwarden(args: &[&str]) -> Output {
+    output_within(
+        Command::new(netwarden_bin!()).args(args),
+        Duration::from_secs(30),
+        &format!("netwarden {args:?}"),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet")
+}
+
+/// The example's policies: comments, several documents, one monitored policy.
+fn policies_file(dir: &TempDir) -> (PathBuf, String) {
+    let original = std::fs::read_to_string(example().join("policies.yaml")).unwrap();
+    dir.write("policies.yaml", &original);
+    (dir.path.join("policies.yaml"), original)
+}
+
+#[test]
+fn promotes_in_a_file_changing_only_the_mode_value() {
+    let dir = TempDir::new("promote-file");
+    let (path, original) = policies_file(&dir);
+    let file = path.to_str().unwrap();
+
+    let dry = netwarden(&[
+        "promote",
+        "web/frontend-same-namespace",
+        "-f",
+        file,
+        "--dry-run",
+    ]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let out = text(&dry.stdout);
+    assert!(out.contains("-     netwarden.io/mode: monitor"), "{out}");
+    assert!(out.contains("+     netwarden.io/mode: enforce"), "{out}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original, "dry run");
+
+    let run = netwarden(&["promote", "web/frontend-same-namespace", "-f", file]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        original.replacen(
+            "    netwarden.io/mode: monitor\n    netwarden.io/replaces: frontend-http-only",
+            "    netwarden.io/mode: enforce\n    netwarden.io/replaces: frontend-http-only",
+            1
+        )
+    );
+
+    // Now enforced: refused, the object named, nothing written.
+    let promoted = std::fs::read_to_string(&path).unwrap();
+    let again = netwarden(&["promote", "web/frontend-same-namespace", "-f", file]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("NetworkPolicy web/frontend-same-namespace: not monitored"),
+        "{}",
+        text(&again.stderr)
+    );
+    let missing = netwarden(&["promote", "web/nope", "-f", file]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("policy web/nope: not found in"),
+        "{}",
+        text(&missing.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), promoted);
+}
+
+/// Whole seconds, so every record of a test names the same `monitored_since` (one episode).
+fn status(policy: &str, minutes_ago: i64, since_minutes_ago: i64, connections: u64) -> String {
+    let now = Timestamp::now().micros() / 3_600_000_000 * 3_600_000_000;
+    StatusRecord {
+        time: Timestamp(now - minutes_ago * 60_000_000),
+        node: "node-a".into(),
+        record: RecordType::Status,
+        policy: policy.into(),
+        kind: "NetworkPolicy".into(),
+        monitored_since: Timestamp(now - since_minutes_ago * 60_000_000),
+        pods: 1,
+        would_deny: 0,
+        nflog_dropped: 0,
+        rate_limited: Some(0),
+        connections: Some(connections),
+    }
+    .to_json_line()
+}
+
+#[test]
+fn require_ready_follows_the_report_verdict() {
+    let dir = TempDir::new("promote-ready");
+    let (path, original) = policies_file(&dir);
+    let file = path.to_str().unwrap();
+    let policy = "web/frontend-same-namespace";
+    // Monitored for 2 hours, but its pods saw no traffic in the last hour.
+    dir.write(
+        "quiet.jsonl",
+        &format!(
+            "{}\n{}\n",
+            status(policy, 61, 120, 9),
+            status(policy, 1, 120, 9)
+        ),
+    );
+    let quiet = dir.path.join("quiet.jsonl");
+    let refused = netwarden(&[
+        "promote",
+        policy,
+        "-f",
+        file,
+        "--require-ready",
+        "-e",
+        quiet.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains("is not ready to promote: no traffic on its pods"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
+
+    let report = netwarden(&["report", "-e", quiet.to_str().unwrap(), "-o", "json"]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(json["policies"][0]["reason"], "no traffic on its pods");
+
+    dir.write(
+        "busy.jsonl",
+        &format!(
+            "{}\n{}\n",
+            status(policy, 61, 120, 9),
+            status(policy, 1, 120, 90)
+        ),
+    );
+    let busy = dir.path.join("busy.jsonl");
+    let ok = netwarden(&[
+        "promote",
+        policy,
+        "-f",
+        file,
+        "--require-ready",
+        "-e",
+        busy.to_str().unwrap(),
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("    netwarden.io/mode: enforce\n    netwarden.io/replaces"));
+}
+
+#[test]
+fn promotes_in_a_cluster_with_one_merge_patch() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .unwrap();
+    let loaded = load_dir(&api, &example()).unwrap();
+    assert!(loaded.skipped.is_empty(), "{loaded:?}");
+    let dir = TempDir::new("promote-kube");
+    let kubeconfig = dir.path.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let kc = kubeconfig.to_str().unwrap();
+    let policy = "web/frontend-same-namespace";
+    let annotations = |api: &FakeApiServer| {
+        api.object(
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            "web",
+            "frontend-same-namespace",
+        )
+        .unwrap()["metadata"]["annotations"]
+            .clone()
+    };
+    let before = annotations(&api);
+    assert_eq!(before["netwarden.io/mode"], "monitor");
+
+    let dry = netwarden(&["promote", policy, "--kube", "--kubeconfig", kc, "--dry-run"]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    assert!(
+        text(&dry.stdout).contains(r#""netwarden.io/mode":"enforce""#),
+        "{}",
+        text(&dry.stdout)
+    );
+    assert_eq!(annotations(&api), before);
+
+    api.clear_requests();
+    let run = netwarden(&["promote", policy, "--kube", "--kubeconfig", kc]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let after = annotations(&api);
+    assert_eq!(after["netwarden.io/mode"], "enforce");
+    assert_eq!(
+        after["netwarden.io/replaces"], before["netwarden.io/replaces"],
+        "other annotations kept"
+    );
+    assert_eq!(api.requests().count(Verb::Patch, "NetworkPolicy"), 1);
+
+    let again = netwarden(&["promote", policy, "--kube", "--kubeconfig", kc]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("not monitored"),
+        "{}",
+        text(&again.stderr)
+    );
+    drop(api);
+}
