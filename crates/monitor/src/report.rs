@@ -182,6 +182,8 @@ pub fn aggregate_with(
         let named = match ev.action {
             EventAction::WouldDeny => &ev.policies,
             EventAction::Deny => &ev.enforced_policies,
+            // A flow learned on a pod is no evidence for or against any policy.
+            EventAction::Observed => continue,
         };
         for p in &ev.policies {
             policies.entry(p.clone()).or_default().monitored = true;
@@ -196,6 +198,7 @@ pub fn aggregate_with(
                     acc.recent_would_deny |= ev.time > since;
                 }
                 EventAction::Deny => acc.deny += 1,
+                EventAction::Observed => {}
             }
             let key = FlowKey {
                 policy: policy.clone(),
