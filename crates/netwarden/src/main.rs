@@ -64,6 +64,10 @@ enum Command {
     /// Aggregate events (JSON lines) per policy, source and destination workload and port,
     /// and say which monitored policies have been clean long enough to promote.
     Report(ReportArgs),
+    /// Least-privilege policies (monitor mode, YAML) from observed flows: learn mode's
+    /// `observed` events and the `would-deny` ones, per workload (pods grouped by stable
+    /// labels), a comment on each rule naming the flows that justify it.
+    Suggest(SuggestArgs),
     /// Print the CustomResourceDefinitions netwarden serves (DanmNetworkPolicy,
     /// MultiNetworkPolicy) as YAML, for `kubectl apply -f -` (deploy/crds.yaml is this output).
     Crd,
@@ -83,6 +87,44 @@ struct ReportArgs {
     paths: Vec<PathBuf>,
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     output: Output,
+}
+
+#[derive(Args)]
+struct SuggestArgs {
+    /// Event files (JSON lines, as `run --events-file` writes them); `-` for stdin. Lines that
+    /// are not events are counted and skipped.
+    #[arg(short = 'e', long = "events", required = true, num_args = 1..)]
+    events: Vec<PathBuf>,
+    /// The cluster state the events were seen in: pods give the workloads, their labels and
+    /// port names.
+    #[command(flatten)]
+    input: AnalysisArgs,
+    /// The kind to write. NetworkPolicy covers the primary network only; MultiNetworkPolicy
+    /// writes one policy per workload and NetworkAttachmentDefinition (`policy-for`);
+    /// DanmNetworkPolicy covers every network (`networkSelector` in peers). Flows the kind
+    /// cannot express are listed at the top of the output.
+    #[arg(long, value_enum, default_value_t = KindArg::NetworkPolicy)]
+    kind: KindArg,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum KindArg {
+    #[value(name = "NetworkPolicy")]
+    NetworkPolicy,
+    #[value(name = "MultiNetworkPolicy")]
+    MultiNetworkPolicy,
+    #[value(name = "DanmNetworkPolicy")]
+    DanmNetworkPolicy,
+}
+
+impl KindArg {
+    fn kind(self) -> netwarden_engine::PolicyKind {
+        match self {
+            KindArg::NetworkPolicy => netwarden_engine::PolicyKind::NetworkPolicy,
+            KindArg::MultiNetworkPolicy => netwarden_engine::PolicyKind::MultiNetworkPolicy,
+            KindArg::DanmNetworkPolicy => netwarden_engine::PolicyKind::DanmNetworkPolicy,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -814,6 +856,17 @@ fn report_command(args: ReportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn suggest_command(args: SuggestArgs) -> Result<ExitCode> {
+    let inventory = args.input.inventory()?;
+    args.input.options.check(&inventory)?;
+    netwarden::suggest::command(
+        &inventory.pods,
+        &args.events,
+        args.kind.kind(),
+        std::io::stdout().lock(),
+    )
+}
+
 /// `crd`: the CRDs, generated from netwarden's types.
 fn crd_command() -> Result<ExitCode> {
     print!("{}", netwarden::crd::render_yaml()?);
@@ -859,6 +912,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => agent_command(args, false),
         Command::Lab(command) => lab_command(command),
         Command::Report(args) => report_command(args),
+        Command::Suggest(args) => suggest_command(args),
         Command::Crd => crd_command(),
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;
