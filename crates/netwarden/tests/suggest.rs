@@ -92,15 +92,17 @@ fn arb_flow() -> impl Strategy<Value = FlowSpec> {
         0..3u8,
         0..1000i64,
     )
-        .prop_map(|(src, dst, external, secondary, port, logged, time)| FlowSpec {
-            src,
-            dst,
-            external,
-            secondary,
-            port,
-            logged,
-            time,
-        })
+        .prop_map(
+            |(src, dst, external, secondary, port, logged, time)| FlowSpec {
+                src,
+                dst,
+                external,
+                secondary,
+                port,
+                logged,
+                time,
+            },
+        )
 }
 
 fn net1() -> NetworkId {
@@ -158,8 +160,14 @@ fn traffic(pods: &[Pod], specs: &[FlowSpec], secondary: &NetworkId) -> (Vec<Conc
         let (src, dst) = (f.src % pods.len(), f.dst % pods.len());
         // 1: the source is outside, 2: the destination is; else both are pods.
         let (src, dst): (Result<usize, IpAddr>, Result<usize, IpAddr>) = match f.external {
-            1 => (Err(format!("192.0.2.{}", f.src + 1).parse().unwrap()), Ok(dst)),
-            2 => (Ok(src), Err(format!("192.0.2.{}", f.dst + 101).parse().unwrap())),
+            1 => (
+                Err(format!("192.0.2.{}", f.src + 1).parse().unwrap()),
+                Ok(dst),
+            ),
+            2 => (
+                Ok(src),
+                Err(format!("192.0.2.{}", f.dst + 101).parse().unwrap()),
+            ),
             _ => (Ok(src), Ok(dst)),
         };
         let on_secondary = |e: &Result<usize, IpAddr>| {
@@ -230,16 +238,16 @@ fn workload(pods: &[Pod], i: usize) -> (String, Option<String>, Option<String>) 
     )
 }
 
-fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -> Result<(), TestCaseError> {
+fn check(
+    kind: PolicyKind,
+    pods: &[Pod],
+    flows: &[Concrete],
+    events: &[Event],
+) -> Result<(), TestCaseError> {
     // The events as a stream, with a line that is no event in the middle.
-    let mut stream = String::new();
-    for (i, e) in events.iter().enumerate() {
-        if i == events.len() / 2 {
-            stream.push_str("{\"record\": \"status\", \"node\": \"n\"}\n");
-        }
-        stream.push_str(&e.to_json_line());
-        stream.push('\n');
-    }
+    let mut lines: Vec<String> = events.iter().map(Event::to_json_line).collect();
+    lines.insert(lines.len() / 2, "{\"record\": \"status\", \"node\": \"n\"}".into());
+    let stream = lines.join("\n") + "\n";
     let workloads = Workloads::new(pods);
     let mut obs = Observations::default();
     obs.read(&workloads, "events", stream.as_bytes()).unwrap();
@@ -265,10 +273,19 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
     }
     loader.add_str("suggested.yaml", &yaml);
     let inventory = loader.finish();
-    prop_assert!(inventory.problems.is_empty(), "{:#?}\n{}", inventory.problems, yaml);
+    prop_assert!(
+        inventory.problems.is_empty(),
+        "{:#?}\n{}",
+        inventory.problems,
+        yaml
+    );
     let mut loaded = inventory.policies.clone();
     loaded.sort_by(|a, b| a.key.cmp(&b.key));
-    let suggested: Vec<Policy> = suggestion.policies.iter().map(|p| p.policy.clone()).collect();
+    let suggested: Vec<Policy> = suggestion
+        .policies
+        .iter()
+        .map(|p| p.policy.clone())
+        .collect();
     prop_assert_eq!(&loaded, &suggested, "{}", yaml);
 
     let mut engine = engine_from(&inventory, EngineOptions::default());
@@ -290,7 +307,8 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
     for f in flows {
         let allowed = match (f.src, f.dst) {
             (Ok(s), Ok(d)) => {
-                flow_verdict(end(s, &f.network), end(d, &f.network), f.protocol, f.port).staged_allowed
+                flow_verdict(end(s, &f.network), end(d, &f.network), f.protocol, f.port)
+                    .staged_allowed
             }
             (Err(ip), Ok(d)) => {
                 let r = &iface(d, &f.network).ingress.staged;
@@ -307,16 +325,35 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
 
     // 3. What logged is isolated where the kind reaches.
     for e in events {
-        let i = pods.iter().position(|p| p.key.to_string() == e.pod).unwrap();
-        let network = pods[i].interfaces.iter().find(|f| f.name == e.interface).unwrap().network.clone();
+        let i = pods
+            .iter()
+            .position(|p| p.key.to_string() == e.pod)
+            .unwrap();
+        let network = pods[i]
+            .interfaces
+            .iter()
+            .find(|f| f.name == e.interface)
+            .unwrap()
+            .network
+            .clone();
         let reaches = match kind {
             PolicyKind::NetworkPolicy => network.is_primary(),
             PolicyKind::MultiNetworkPolicy => !network.is_primary(),
             PolicyKind::DanmNetworkPolicy => true,
         };
         if reaches {
-            let isolated = iface(i, &network).direction(e.direction).staged.is_isolated();
-            prop_assert!(isolated, "{} {} on {} not isolated\n{}", e.pod, e.direction, network, yaml);
+            let isolated = iface(i, &network)
+                .direction(e.direction)
+                .staged
+                .is_isolated();
+            prop_assert!(
+                isolated,
+                "{} {} on {} not isolated\n{}",
+                e.pod,
+                e.direction,
+                network,
+                yaml
+            );
         }
     }
 
@@ -325,14 +362,31 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
     let observed: BTreeSet<_> = flows
         .iter()
         .filter_map(|f| {
-            let (Ok(s), Ok(d)) = (f.src, f.dst) else { return None };
-            Some((workload(pods, s), workload(pods, d), f.network.clone(), f.protocol, f.port))
+            let (Ok(s), Ok(d)) = (f.src, f.dst) else {
+                return None;
+            };
+            Some((
+                workload(pods, s),
+                workload(pods, d),
+                f.network.clone(),
+                f.protocol,
+                f.port,
+            ))
         })
         .collect();
     let seen = |s: usize, d: usize, network: &NetworkId, protocol: Protocol, port: u16| {
-        let key = |n: &NetworkId| (workload(pods, s), workload(pods, d), n.clone(), protocol, port);
+        let key = |n: &NetworkId| {
+            (
+                workload(pods, s),
+                workload(pods, d),
+                n.clone(),
+                protocol,
+                port,
+            )
+        };
         observed.contains(&key(network))
-            || (kind == PolicyKind::DanmNetworkPolicy && observed.contains(&key(&NetworkId::Primary)))
+            || (kind == PolicyKind::DanmNetworkPolicy
+                && observed.contains(&key(&NetworkId::Primary)))
     };
     let never: IpAddr = NEVER_SEEN.parse().unwrap();
     let networks: BTreeSet<NetworkId> = pods
@@ -340,7 +394,9 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
         .flat_map(|p| p.interfaces.iter().map(|i| i.network.clone()))
         .collect();
     for network in networks {
-        let members: Vec<usize> = (0..pods.len()).filter(|&i| address(&pods[i], &network).is_some()).collect();
+        let members: Vec<usize> = (0..pods.len())
+            .filter(|&i| address(&pods[i], &network).is_some())
+            .collect();
         for &s in &members {
             for &d in &members {
                 if s == d {
@@ -354,7 +410,12 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
                     prop_assert!(
                         !(v.ingress.staged.isolated && v.ingress.staged.allowed),
                         "{} -> {} {}/{} on {}: allowed in by the suggestion but never observed\n{}",
-                        pods[s].key, pods[d].key, port, protocol, network, yaml
+                        pods[s].key,
+                        pods[d].key,
+                        port,
+                        protocol,
+                        network,
+                        yaml
                     );
                     prop_assert!(
                         !(v.egress.staged.isolated && v.egress.staged.allowed),
@@ -370,7 +431,9 @@ fn check(kind: PolicyKind, pods: &[Pod], flows: &[Concrete], events: &[Event]) -
                 prop_assert!(
                     !r.is_isolated() || !r.evaluate(never, Protocol::Tcp, 80).0,
                     "{} {} on {} allows an address never seen",
-                    pods[i].key, direction, network
+                    pods[i].key,
+                    direction,
+                    network
                 );
             }
         }
@@ -399,7 +462,8 @@ proptest! {
 #[test]
 fn examples_output_reads_as_intended() {
     let inventory = netwarden_manifest::load_paths(
-        &[std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet/pods.yaml")],
+        &[std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/multinet/pods.yaml")],
         &LoadOptions::default(),
     );
     let pods = inventory.pods.clone();
@@ -407,9 +471,25 @@ fn examples_output_reads_as_intended() {
     let (frontend, api, db) = (find("frontend"), find("api"), find("db"));
     let specs = [
         // frontend -> api 8080 (api names it http), both ends log.
-        FlowSpec { src: frontend, dst: api, external: 0, secondary: false, port: 0, logged: 2, time: 0 },
+        FlowSpec {
+            src: frontend,
+            dst: api,
+            external: 0,
+            secondary: false,
+            port: 0,
+            logged: 2,
+            time: 0,
+        },
         // api -> db 5432 on storage-net, logged by db.
-        FlowSpec { src: api, dst: db, external: 0, secondary: true, port: 1, logged: 1, time: 5 },
+        FlowSpec {
+            src: api,
+            dst: db,
+            external: 0,
+            secondary: true,
+            port: 1,
+            logged: 1,
+            time: 5,
+        },
     ];
     let (mut flows, mut events) = traffic(&pods, &specs, &NetworkId::nad("data", "storage-net"));
     // traffic() probes the fixed PORTS; the examples serve http on 8080.
@@ -429,12 +509,24 @@ fn examples_output_reads_as_intended() {
     assert!(yaml.contains("name: \"suggested-api\""), "{yaml}");
     assert!(yaml.contains("port: \"http\""), "{yaml}");
     assert!(yaml.contains("netwarden.io/mode: \"monitor\""), "{yaml}");
-    assert!(yaml.contains("#   web/frontend -> web/api 8080/TCP on default: 2 seen"), "{yaml}");
-    assert!(yaml.contains("# Not expressible as NetworkPolicy (1 flow(s)"), "{yaml}");
+    assert!(
+        yaml.contains("#   web/frontend -> web/api 8080/TCP on default: 2 seen"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("# Not expressible as NetworkPolicy (1 flow(s)"),
+        "{yaml}"
+    );
     let s = suggest::suggest(&workloads, &obs, PolicyKind::MultiNetworkPolicy);
     let yaml = suggest::yaml::render(&s, &workloads, &obs);
-    assert!(yaml.contains("k8s.v1.cni.cncf.io/policy-for: \"data/storage-net\""), "{yaml}");
-    assert!(yaml.contains("kubernetes.io/metadata.name: \"web\""), "{yaml}");
+    assert!(
+        yaml.contains("k8s.v1.cni.cncf.io/policy-for: \"data/storage-net\""),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("kubernetes.io/metadata.name: \"web\""),
+        "{yaml}"
+    );
     for kind in KINDS {
         check(kind, &pods, &flows, &events).unwrap();
     }

@@ -47,11 +47,46 @@ fn storage() -> NetworkId {
 fn observed_flows() -> Vec<Flow> {
     let both: &'static [Direction] = &[Direction::Egress, Direction::Ingress];
     vec![
-        Flow { from: "web/frontend", to: "web/api", network: NetworkId::Primary, v6: false, port: 8080, logged: both },
-        Flow { from: "web/frontend", to: "web/api", network: NetworkId::Primary, v6: true, port: 8080, logged: both },
-        Flow { from: "web/api", to: "data/db", network: storage(), v6: false, port: 5432, logged: both },
-        Flow { from: "web/api", to: "data/db", network: NetworkId::Primary, v6: false, port: 5432, logged: &[Direction::Ingress] },
-        Flow { from: "data/backup", to: "data/db", network: storage(), v6: false, port: 5432, logged: &[Direction::Egress] },
+        Flow {
+            from: "web/frontend",
+            to: "web/api",
+            network: NetworkId::Primary,
+            v6: false,
+            port: 8080,
+            logged: both,
+        },
+        Flow {
+            from: "web/frontend",
+            to: "web/api",
+            network: NetworkId::Primary,
+            v6: true,
+            port: 8080,
+            logged: both,
+        },
+        Flow {
+            from: "web/api",
+            to: "data/db",
+            network: storage(),
+            v6: false,
+            port: 5432,
+            logged: both,
+        },
+        Flow {
+            from: "web/api",
+            to: "data/db",
+            network: NetworkId::Primary,
+            v6: false,
+            port: 5432,
+            logged: &[Direction::Ingress],
+        },
+        Flow {
+            from: "data/backup",
+            to: "data/db",
+            network: storage(),
+            v6: false,
+            port: 5432,
+            logged: &[Direction::Egress],
+        },
     ]
 }
 
@@ -80,7 +115,9 @@ fn unobserved(kind: PolicyKind) -> Flow {
 }
 
 fn pod<'p>(pods: &'p [Pod], key: &str) -> &'p Pod {
-    pods.iter().find(|p| p.key.to_string() == key).expect("example pod")
+    pods.iter()
+        .find(|p| p.key.to_string() == key)
+        .expect("example pod")
 }
 
 fn addresses(pods: &[Pod], f: &Flow) -> (IpAddr, IpAddr) {
@@ -182,15 +219,28 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
         }
         loader.add_str("suggested.yaml", &yaml);
         let inventory = loader.finish();
-        assert!(inventory.problems.is_empty(), "{kind}: {:?}\n{yaml}", inventory.problems);
-        assert!(!inventory.policies.is_empty(), "{kind}: nothing suggested\n{yaml}");
+        assert!(
+            inventory.problems.is_empty(),
+            "{kind}: {:?}\n{yaml}",
+            inventory.problems
+        );
+        assert!(
+            !inventory.policies.is_empty(),
+            "{kind}: nothing suggested\n{yaml}"
+        );
         for backend in [Backend::Nft, Backend::Iptables] {
             let what = format!("{kind} [{}]", backend.as_str());
             let options = LabCheckOptions {
                 backend,
                 ports: vec![
-                    PortProto { port: 8080, protocol: Protocol::Tcp },
-                    PortProto { port: 5432, protocol: Protocol::Tcp },
+                    PortProto {
+                        port: 8080,
+                        protocol: Protocol::Tcp,
+                    },
+                    PortProto {
+                        port: 5432,
+                        protocol: Protocol::Tcp,
+                    },
                 ],
                 engine: EngineOptions::default(),
                 render: RenderOptions {
@@ -215,7 +265,11 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
             if let Err(e) = lab.down() {
                 failures.push(format!("{what}: lab down: {e:#}"));
             }
-            for o in outcomes.iter().chain(&extra_outcome).filter(|o| !o.connected) {
+            for o in outcomes
+                .iter()
+                .chain(&extra_outcome)
+                .filter(|o| !o.connected)
+            {
                 failures.push(format!(
                     "{what}: {} -> {} {}: {} (monitor mode must not block)",
                     o.spec.from, o.spec.to, o.spec.port, o.detail
@@ -223,7 +277,9 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
             }
             let wd = would_denies(&after_observed);
             if !wd.is_empty() {
-                failures.push(format!("{what}: observed flows logged would-deny: {wd:?}\n{yaml}"));
+                failures.push(format!(
+                    "{what}: observed flows logged would-deny: {wd:?}\n{yaml}"
+                ));
             }
             let wd = would_denies(&after_extra);
             let (src, dst) = addresses(&base.pods, &extra);

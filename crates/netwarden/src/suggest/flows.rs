@@ -148,8 +148,7 @@ impl Observations {
             Direction::Ingress => (peer, End::Workload(own)),
             Direction::Egress => (End::Workload(own), peer),
         };
-        self.watched
-            .insert((own, event.direction, network.clone()));
+        self.watched.insert((own, event.direction, network.clone()));
         let flow = Flow {
             network: network.clone(),
             src,
@@ -186,7 +185,13 @@ mod tests {
     use super::*;
     use netwarden_engine::testing::pod;
 
-    pub fn event(action: EventAction, pod: &str, direction: Direction, src: &str, dst: &str) -> Event {
+    pub fn event(
+        action: EventAction,
+        pod: &str,
+        direction: Direction,
+        src: &str,
+        dst: &str,
+    ) -> Event {
         Event {
             time: Timestamp::from_secs(1_700_000_000),
             node: "n".into(),
@@ -225,15 +230,33 @@ mod tests {
             lines += &event(EventAction::Observed, p, d, s, t).to_json_line();
             lines.push('\n');
         }
-        lines += &event(EventAction::Deny, "x/b-0", Direction::Ingress, "10.0.0.1", "10.0.0.3")
-            .to_json_line();
+        lines += &event(
+            EventAction::Deny,
+            "x/b-0",
+            Direction::Ingress,
+            "10.0.0.1",
+            "10.0.0.3",
+        )
+        .to_json_line();
         lines += "\n{\"record\": \"status\", \"node\": \"n\"}\n\nnot json\n";
-        let mut outside = event(EventAction::WouldDeny, "x/a-0", Direction::Egress, "10.0.0.1", "192.0.2.7");
+        let mut outside = event(
+            EventAction::WouldDeny,
+            "x/a-0",
+            Direction::Egress,
+            "10.0.0.1",
+            "192.0.2.7",
+        );
         outside.time = Timestamp::from_secs(1_700_000_100);
         lines += &outside.to_json_line();
         lines.push('\n');
-        lines += &event(EventAction::Observed, "x/gone", Direction::Egress, "10.0.0.9", "10.0.0.3")
-            .to_json_line();
+        lines += &event(
+            EventAction::Observed,
+            "x/gone",
+            Direction::Egress,
+            "10.0.0.9",
+            "10.0.0.3",
+        )
+        .to_json_line();
         lines.push('\n');
 
         let mut obs = Observations::default();
@@ -257,11 +280,22 @@ mod tests {
         assert_eq!(flows[1].1.last, Timestamp::from_secs(1_700_000_100));
         assert_eq!(obs.events, 6);
         assert_eq!(obs.skipped.not_events, 2);
-        assert!(obs.skipped.first_not_event.as_deref().unwrap().starts_with("events.jsonl:5: "));
+        assert!(obs
+            .skipped
+            .first_not_event
+            .as_deref()
+            .unwrap()
+            .starts_with("events.jsonl:5: "));
         assert_eq!(obs.skipped.denied, 1);
         assert_eq!(obs.skipped.unknown_pod, 1);
-        assert!(obs.watched.contains(&(a, Direction::Egress, NetworkId::Primary)));
-        assert!(obs.watched.contains(&(b, Direction::Ingress, NetworkId::Primary)));
-        assert!(!obs.watched.contains(&(b, Direction::Egress, NetworkId::Primary)));
+        assert!(obs
+            .watched
+            .contains(&(a, Direction::Egress, NetworkId::Primary)));
+        assert!(obs
+            .watched
+            .contains(&(b, Direction::Ingress, NetworkId::Primary)));
+        assert!(!obs
+            .watched
+            .contains(&(b, Direction::Egress, NetworkId::Primary)));
     }
 }

@@ -151,7 +151,10 @@ pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyK
                 rules
                     .entry((other, peer_network.clone()))
                     .or_default()
-                    .insert((flow.protocol, flow.port), (port.clone(), flow.clone(), *seen));
+                    .insert(
+                        (flow.protocol, flow.port),
+                        (port.clone(), flow.clone(), *seen),
+                    );
             }
         }
     }
@@ -243,8 +246,7 @@ fn peer(workloads: &Workloads, end: End, network: Option<&NetworkId>, namespace:
             Peer::Pods {
                 pod_selector: Some(w.selector.clone()),
                 namespace_selector: (w.namespace != namespace).then(|| LabelSelector {
-                    match_labels: [(NAMESPACE_NAME_LABEL.to_owned(), w.namespace.clone())]
-                        .into(),
+                    match_labels: [(NAMESPACE_NAME_LABEL.to_owned(), w.namespace.clone())].into(),
                     match_expressions: Vec::new(),
                 }),
                 network_selector: network.and_then(network_entry).map(|e| vec![e]),
@@ -327,6 +329,9 @@ mod tests {
         let (x, y) = (fit_name(&long), fit_name(&other));
         assert_eq!(x.len(), MAX_NAME);
         assert_ne!(x, y);
-        assert!(netwarden_manifest::validate::dns1123_label(&x).is_ok(), "{x}");
+        assert!(
+            netwarden_manifest::validate::dns1123_label(&x).is_ok(),
+            "{x}"
+        );
     }
 }

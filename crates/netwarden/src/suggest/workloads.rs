@@ -158,13 +158,10 @@ impl Workloads {
 /// The workload's readable name: an application label's value, else the first pod's name
 /// without its controller suffix; reduced to DNS-1123 label characters.
 fn base_name(labels: &Labels, first_pod: &str) -> String {
-    let raw = NAME_LABELS
-        .iter()
-        .find_map(|k| labels.get(*k))
-        .map_or_else(
-            || netwarden_monitor::workload_name(first_pod).to_owned(),
-            Clone::clone,
-        );
+    let raw = NAME_LABELS.iter().find_map(|k| labels.get(*k)).map_or_else(
+        || netwarden_monitor::workload_name(first_pod).to_owned(),
+        Clone::clone,
+    );
     dns_label_chars(&raw)
 }
 
@@ -305,7 +302,10 @@ mod tests {
         assert!(w.get(web).name.starts_with("web-"));
         // Each selector selects exactly its own pods in its namespace.
         for (id, workload) in w.list.iter().enumerate() {
-            for p in pods.iter().filter(|p| p.key.namespace == workload.namespace) {
+            for p in pods
+                .iter()
+                .filter(|p| p.key.namespace == workload.namespace)
+            {
                 assert_eq!(
                     workload.selector.matches(&p.labels),
                     w.of_pod(&p.key) == Some(id),
@@ -329,20 +329,33 @@ mod tests {
     #[test]
     fn named_ports_only_where_every_replica_agrees() {
         let a = with_port(
-            with_port(pod("x", "a-0", &[("app", "a")], &["10.0.0.1"]), "http", 80, Protocol::Tcp),
+            with_port(
+                pod("x", "a-0", &[("app", "a")], &["10.0.0.1"]),
+                "http",
+                80,
+                Protocol::Tcp,
+            ),
             "dns",
             53,
             Protocol::Udp,
         );
         let b = with_port(
-            with_port(pod("x", "a-1", &[("app", "a")], &["10.0.0.2"]), "http", 80, Protocol::Tcp),
+            with_port(
+                pod("x", "a-1", &[("app", "a")], &["10.0.0.2"]),
+                "http",
+                80,
+                Protocol::Tcp,
+            ),
             "dns",
             5353,
             Protocol::Udp,
         );
         let w = Workloads::new(&[a, b]);
         let ports = &w.list[0].named_ports;
-        assert_eq!(ports.get(&(Protocol::Tcp, 80)).map(String::as_str), Some("http"));
+        assert_eq!(
+            ports.get(&(Protocol::Tcp, 80)).map(String::as_str),
+            Some("http")
+        );
         assert_eq!(ports.len(), 1, "{ports:?}");
     }
 }

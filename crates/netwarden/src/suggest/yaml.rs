@@ -27,7 +27,11 @@ enum Step<'a> {
 
 /// The whole output: a header (what was read and skipped, what the kind cannot express), then
 /// one document per policy.
-pub fn render(suggestion: &Suggestion, workloads: &Workloads, observations: &Observations) -> String {
+pub fn render(
+    suggestion: &Suggestion,
+    workloads: &Workloads,
+    observations: &Observations,
+) -> String {
     let mut out = String::new();
     let kind = suggestion.kind;
     let skipped = &observations.skipped;
@@ -45,9 +49,18 @@ pub fn render(suggestion: &Suggestion, workloads: &Workloads, observations: &Obs
     );
     let counts = [
         (skipped.not_events, "line(s) that are not events"),
-        (skipped.denied, "deny event(s) (refused by enforced policies, not allowed here)"),
-        (skipped.unknown_pod, "event(s) of pods or interfaces not in the cluster state"),
-        (skipped.no_port, "event(s) without a TCP/UDP/SCTP destination port"),
+        (
+            skipped.denied,
+            "deny event(s) (refused by enforced policies, not allowed here)",
+        ),
+        (
+            skipped.unknown_pod,
+            "event(s) of pods or interfaces not in the cluster state",
+        ),
+        (
+            skipped.no_port,
+            "event(s) without a TCP/UDP/SCTP destination port",
+        ),
     ];
     for (n, what) in counts.into_iter().filter(|(n, _)| *n > 0) {
         let _ = writeln!(out, "# Skipped {n} {what}.");
@@ -195,9 +208,7 @@ fn inline(v: &Value) -> String {
 /// A key plain when YAML can only read it as this string (a label key such as
 /// `app.kubernetes.io/name`), else double-quoted.
 fn yaml_key(key: &str) -> String {
-    const RESERVED: &[&str] = &[
-        "y", "n", "yes", "no", "on", "off", "true", "false", "null",
-    ];
+    const RESERVED: &[&str] = &["y", "n", "yes", "no", "on", "off", "true", "false", "null"];
     let plain = key.starts_with(|c: char| c.is_ascii_alphabetic())
         && key
             .chars()
@@ -217,10 +228,16 @@ mod tests {
 
     fn yaml(v: &Value) -> String {
         let mut out = String::new();
-        write_value(&mut out, v, 0, &mut Vec::new(), &|path| match path {
-            [Step::Key("l"), Step::Index(1)] => vec!["second\nitem: injected".into()],
-            _ => vec![],
-        });
+        write_value(
+            &mut out,
+            v,
+            0,
+            &mut Vec::new(),
+            &|path: &[Step<'_>]| match path {
+                [Step::Key("l"), Step::Index(1)] => vec!["second\nitem: injected".into()],
+                _ => vec![],
+            },
+        );
         out
     }
 
