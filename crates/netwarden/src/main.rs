@@ -103,26 +103,26 @@ struct SuggestArgs {
     /// writes one policy per workload and NetworkAttachmentDefinition (`policy-for`);
     /// DanmNetworkPolicy covers every network (`networkSelector` in peers). Flows the kind
     /// cannot express are listed at the top of the output.
-    #[arg(long, value_enum, default_value_t = KindArg::NetworkPolicy)]
+    #[arg(long, value_enum, default_value_t = KindArg::Standard)]
     kind: KindArg,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum KindArg {
     #[value(name = "NetworkPolicy")]
-    NetworkPolicy,
+    Standard,
     #[value(name = "MultiNetworkPolicy")]
-    MultiNetworkPolicy,
+    Multi,
     #[value(name = "DanmNetworkPolicy")]
-    DanmNetworkPolicy,
+    Danm,
 }
 
 impl KindArg {
     fn kind(self) -> netwarden_engine::PolicyKind {
         match self {
-            KindArg::NetworkPolicy => netwarden_engine::PolicyKind::NetworkPolicy,
-            KindArg::MultiNetworkPolicy => netwarden_engine::PolicyKind::MultiNetworkPolicy,
-            KindArg::DanmNetworkPolicy => netwarden_engine::PolicyKind::DanmNetworkPolicy,
+            KindArg::Standard => netwarden_engine::PolicyKind::NetworkPolicy,
+            KindArg::Multi => netwarden_engine::PolicyKind::MultiNetworkPolicy,
+            KindArg::Danm => netwarden_engine::PolicyKind::DanmNetworkPolicy,
         }
     }
 }

@@ -246,7 +246,10 @@ fn check(
 ) -> Result<(), TestCaseError> {
     // The events as a stream, with a line that is no event in the middle.
     let mut lines: Vec<String> = events.iter().map(Event::to_json_line).collect();
-    lines.insert(lines.len() / 2, "{\"record\": \"status\", \"node\": \"n\"}".into());
+    lines.insert(
+        lines.len() / 2,
+        "{\"record\": \"status\", \"node\": \"n\"}".into(),
+    );
     let stream = lines.join("\n") + "\n";
     let workloads = Workloads::new(pods);
     let mut obs = Observations::default();
