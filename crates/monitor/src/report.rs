@@ -406,10 +406,11 @@ mod tests {
             protocol: "TCP".into(),
             policies: policies.iter().map(|s| s.to_string()).collect(),
             enforced_policies: enforced.iter().map(|s| s.to_string()).collect(),
-            cause: Some(match action {
-                EventAction::WouldDeny => Cause::NewIsolation,
-                EventAction::Deny => Cause::Denied,
-            }),
+            cause: match action {
+                EventAction::WouldDeny => Some(Cause::NewIsolation),
+                EventAction::Deny => Some(Cause::Denied),
+                EventAction::Observed => None,
+            },
         }
     }
 
