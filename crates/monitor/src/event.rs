@@ -41,12 +41,14 @@ impl PodContext {
     }
 }
 
-/// `would-deny` or `deny`.
+/// `would-deny`, `deny` or `observed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EventAction {
     WouldDeny,
     Deny,
+    /// A distinct flow seen in learn mode (once per window per flow).
+    Observed,
 }
 
 impl EventAction {
@@ -54,6 +56,7 @@ impl EventAction {
         match self {
             EventAction::WouldDeny => "would-deny",
             EventAction::Deny => "deny",
+            EventAction::Observed => "observed",
         }
     }
 }
@@ -205,10 +208,12 @@ pub fn build_event(
             .iter()
             .map(ToString::to_string)
             .collect(),
-        cause: Some(match action {
-            EventAction::WouldDeny => info.cause.into(),
-            EventAction::Deny => Cause::Denied,
-        }),
+        cause: match action {
+            EventAction::WouldDeny => Some(info.cause.into()),
+            EventAction::Deny => Some(Cause::Denied),
+            // A learned flow was neither denied nor would be: there is no cause to give.
+            EventAction::Observed => None,
+        },
     })
 }
 

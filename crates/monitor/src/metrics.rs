@@ -167,6 +167,8 @@ impl Metrics {
                     bump(&self.deny, p, 1);
                 }
             }
+            // Learned flows concern no policy.
+            EventAction::Observed => {}
         }
     }
 

@@ -210,6 +210,8 @@ pub fn aggregate_with(
         let named = match ev.action {
             EventAction::WouldDeny => &ev.policies,
             EventAction::Deny => &ev.enforced_policies,
+            // A flow learned on a pod is no evidence for or against any policy.
+            EventAction::Observed => continue,
         };
         for p in &ev.policies {
             policies.entry(p.clone()).or_default().monitored = true;
@@ -224,6 +226,7 @@ pub fn aggregate_with(
                     acc.recent_would_deny += u64::from((since..=now).contains(&ev.time));
                 }
                 EventAction::Deny => acc.deny += 1,
+                EventAction::Observed => {}
             }
             let key = FlowKey {
                 policy: policy.clone(),
@@ -448,10 +451,11 @@ mod tests {
             protocol: "TCP".into(),
             policies: policies.iter().map(|s| s.to_string()).collect(),
             enforced_policies: enforced.iter().map(|s| s.to_string()).collect(),
-            cause: Some(match action {
-                EventAction::WouldDeny => Cause::NewIsolation,
-                EventAction::Deny => Cause::Denied,
-            }),
+            cause: match action {
+                EventAction::WouldDeny => Some(Cause::NewIsolation),
+                EventAction::Deny => Some(Cause::Denied),
+                EventAction::Observed => None,
+            },
         }
     }
 

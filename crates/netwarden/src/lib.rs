@@ -1,5 +1,5 @@
-//! The `netwarden` command's library part: the analyses behind `reach`, `explain` and
-//! `validate`, the CRDs behind `crd` and the kinds the agent watches, kept out of `main.rs` so
+//! The `netwarden` command's library part: the analyses behind `reach`, `explain`, `suggest`
+//! and `validate`, the CRDs behind `crd` and the kinds the agent watches, kept out of `main.rs` so
 //! tests and benchmarks call them directly.
 // Unsafe code: only `memory` (one call into the C allocator), with its reasons.
 #![deny(unsafe_code)]
@@ -21,5 +21,6 @@ pub mod promote;
 pub mod reach;
 pub mod source;
 pub mod status_tracker;
+pub mod suggest;
 pub mod sync;
 pub mod synthetic;

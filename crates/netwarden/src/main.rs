@@ -68,6 +68,10 @@ enum Command {
     /// Switch one monitored policy to enforce: edit its mode annotation in the manifest file
     /// (nothing else in the file changes), or patch it in the cluster with your kubeconfig.
     Promote(PromoteArgs),
+    /// Least-privilege policies (monitor mode, YAML) from observed flows: learn mode's
+    /// `observed` events and the `would-deny` ones, per workload (pods grouped by stable
+    /// labels), a comment on each rule naming the flows that justify it.
+    Suggest(SuggestArgs),
     /// Print the CustomResourceDefinitions netwarden serves (DanmNetworkPolicy,
     /// MultiNetworkPolicy) as YAML, for `kubectl apply -f -` (deploy/crds.yaml is this output).
     Crd,
@@ -130,6 +134,44 @@ fn parse_policy_kind(s: &str) -> Result<netwarden_engine::PolicyKind, String> {
         .ok_or_else(|| {
             format!("unknown kind {s:?}: NetworkPolicy, MultiNetworkPolicy or DanmNetworkPolicy")
         })
+}
+
+#[derive(Args)]
+struct SuggestArgs {
+    /// Event files (JSON lines, as `run --events-file` writes them); `-` for stdin. Lines that
+    /// are not events are counted and skipped.
+    #[arg(short = 'e', long = "events", required = true, num_args = 1..)]
+    events: Vec<PathBuf>,
+    /// The cluster state the events were seen in: pods give the workloads, their labels and
+    /// port names.
+    #[command(flatten)]
+    input: AnalysisArgs,
+    /// The kind to write. NetworkPolicy covers the primary network only; MultiNetworkPolicy
+    /// writes one policy per workload and NetworkAttachmentDefinition (`policy-for`);
+    /// DanmNetworkPolicy covers every network (`networkSelector` in peers). Flows the kind
+    /// cannot express are listed at the top of the output.
+    #[arg(long, value_enum, default_value_t = KindArg::Standard)]
+    kind: KindArg,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum KindArg {
+    #[value(name = "NetworkPolicy")]
+    Standard,
+    #[value(name = "MultiNetworkPolicy")]
+    Multi,
+    #[value(name = "DanmNetworkPolicy")]
+    Danm,
+}
+
+impl KindArg {
+    fn kind(self) -> netwarden_engine::PolicyKind {
+        match self {
+            KindArg::Standard => netwarden_engine::PolicyKind::NetworkPolicy,
+            KindArg::Multi => netwarden_engine::PolicyKind::MultiNetworkPolicy,
+            KindArg::Danm => netwarden_engine::PolicyKind::DanmNetworkPolicy,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
@@ -1043,6 +1085,17 @@ fn promote_in_cluster(
     Ok(ExitCode::SUCCESS)
 }
 
+fn suggest_command(args: SuggestArgs) -> Result<ExitCode> {
+    let inventory = args.input.inventory()?;
+    args.input.options.check(&inventory)?;
+    netwarden::suggest::command(
+        &inventory.pods,
+        &args.events,
+        args.kind.kind(),
+        std::io::stdout().lock(),
+    )
+}
+
 /// `crd`: the CRDs, generated from netwarden's types.
 fn crd_command() -> Result<ExitCode> {
     print!("{}", netwarden::crd::render_yaml()?);
@@ -1089,6 +1142,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Lab(command) => lab_command(command),
         Command::Report(args) => report_command(args),
         Command::Promote(args) => promote_command(args),
+        Command::Suggest(args) => suggest_command(args),
         Command::Crd => crd_command(),
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;

@@ -1,0 +1,302 @@
+//! `netwarden suggest` round trip in the lab (issue 9, item 2): on the examples' topology
+//! (examples/multinet: four pods, two namespaces, the secondary network data/storage-net),
+//! flows are observed as learn mode logs them; the suggested policies of each kind (monitor
+//! mode) are enforced in real network namespaces, and the same flows, sent again as real
+//! connections, all connect and produce **zero** would-deny events. Then one flow that was never
+//! observed, towards a direction the suggestion isolates, produces a would-deny: the kernel
+//! rules are as narrow as the suggestion says.
+//!
+//! Needs root (network namespaces); without it the test skips, or fails when `CI=true`. Both
+//! backends (nft, iptables). The lab names and removes its own namespaces (also on failure).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use netwarden::cli_args::PortProto;
+use netwarden::lab::{EnforcedLab, LabCheckOptions};
+use netwarden::suggest::{self, Observations, Workloads};
+use netwarden_dataplane::Backend;
+use netwarden_engine::{Direction, EngineOptions, NetworkId, Pod, PodKey, PolicyKind, Protocol};
+use netwarden_lab::ProbeSpec;
+use netwarden_manifest::LoadOptions;
+use netwarden_monitor::{Event, EventAction, Timestamp};
+use netwarden_render::RenderOptions;
+use netwarden_testing::{heavy_lock, root_or_skip};
+
+fn examples() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet");
+    vec![dir.join("namespaces.yaml"), dir.join("pods.yaml")]
+}
+
+/// One flow between two pods of the examples.
+#[derive(Debug, Clone)]
+struct Flow {
+    from: &'static str,
+    to: &'static str,
+    network: NetworkId,
+    v6: bool,
+    port: u16,
+    /// Which ends logged it in learn mode.
+    logged: &'static [Direction],
+}
+
+fn storage() -> NetworkId {
+    NetworkId::nad("data", "storage-net")
+}
+
+fn observed_flows() -> Vec<Flow> {
+    let both: &'static [Direction] = &[Direction::Egress, Direction::Ingress];
+    vec![
+        Flow {
+            from: "web/frontend",
+            to: "web/api",
+            network: NetworkId::Primary,
+            v6: false,
+            port: 8080,
+            logged: both,
+        },
+        Flow {
+            from: "web/frontend",
+            to: "web/api",
+            network: NetworkId::Primary,
+            v6: true,
+            port: 8080,
+            logged: both,
+        },
+        Flow {
+            from: "web/api",
+            to: "data/db",
+            network: storage(),
+            v6: false,
+            port: 5432,
+            logged: both,
+        },
+        Flow {
+            from: "web/api",
+            to: "data/db",
+            network: NetworkId::Primary,
+            v6: false,
+            port: 5432,
+            logged: &[Direction::Ingress],
+        },
+        Flow {
+            from: "data/backup",
+            to: "data/db",
+            network: storage(),
+            v6: false,
+            port: 5432,
+            logged: &[Direction::Egress],
+        },
+    ]
+}
+
+/// A flow never observed, in a direction the suggestion of `kind` isolates.
+fn unobserved(kind: PolicyKind) -> Flow {
+    match kind {
+        // db's ingress on the primary network logged (from api): frontend was never seen.
+        PolicyKind::NetworkPolicy | PolicyKind::DanmNetworkPolicy => Flow {
+            from: "web/frontend",
+            to: "data/db",
+            network: NetworkId::Primary,
+            v6: false,
+            port: 5432,
+            logged: &[],
+        },
+        // api's egress on storage-net logged (to db): backup was never seen.
+        PolicyKind::MultiNetworkPolicy => Flow {
+            from: "web/api",
+            to: "data/backup",
+            network: storage(),
+            v6: false,
+            port: 5432,
+            logged: &[],
+        },
+    }
+}
+
+fn pod<'p>(pods: &'p [Pod], key: &str) -> &'p Pod {
+    pods.iter()
+        .find(|p| p.key.to_string() == key)
+        .expect("example pod")
+}
+
+fn addresses(pods: &[Pod], f: &Flow) -> (IpAddr, IpAddr) {
+    let ip = |key: &str| {
+        pod(pods, key)
+            .interface_on(&f.network)
+            .expect("interface on the flow's network")
+            .ips
+            .iter()
+            .copied()
+            .find(|ip| ip.is_ipv6() == f.v6)
+            .expect("address of the family")
+    };
+    (ip(f.from), ip(f.to))
+}
+
+/// The events learn mode logs for `flows`.
+fn learn_events(pods: &[Pod], flows: &[Flow]) -> Vec<Event> {
+    let mut out = Vec::new();
+    for (i, f) in flows.iter().enumerate() {
+        let (src, dst) = addresses(pods, f);
+        for &direction in f.logged {
+            let at = match direction {
+                Direction::Egress => f.from,
+                Direction::Ingress => f.to,
+            };
+            out.push(Event {
+                time: Timestamp::from_secs(1_780_000_000 + i as i64),
+                node: "lab".into(),
+                action: EventAction::Observed,
+                direction,
+                pod: at.into(),
+                interface: pod(pods, at).interface_on(&f.network).unwrap().name.clone(),
+                network: f.network.to_string(),
+                peer: None,
+                src,
+                dst,
+                sport: Some(40_000),
+                dport: Some(f.port),
+                protocol: "TCP".into(),
+                policies: Vec::new(),
+                enforced_policies: Vec::new(),
+                cause: None,
+            });
+        }
+    }
+    out
+}
+
+fn spec(pods: &[Pod], f: &Flow) -> ProbeSpec {
+    let (src, dst) = addresses(pods, f);
+    let key = |s: &str| {
+        let (ns, name) = s.split_once('/').unwrap();
+        PodKey::new(ns, name)
+    };
+    ProbeSpec {
+        from: key(f.from),
+        to: key(f.to),
+        src_ip: Some(src),
+        dst_ip: dst,
+        port: f.port,
+        protocol: Protocol::Tcp,
+    }
+}
+
+fn would_denies(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.action == EventAction::WouldDeny)
+        .map(Event::to_json_line)
+        .collect()
+}
+
+#[test]
+fn suggested_policies_pass_the_observed_flows_in_the_lab() {
+    if !root_or_skip() {
+        return;
+    }
+    let base = netwarden_manifest::load_paths(&examples(), &LoadOptions::default());
+    assert!(base.problems.is_empty(), "{:?}", base.problems);
+    let flows = observed_flows();
+    let events = learn_events(&base.pods, &flows);
+    let workloads = Workloads::new(&base.pods);
+    let mut observations = Observations::default();
+    for e in &events {
+        observations.add(&workloads, e);
+    }
+    let mut failures = Vec::new();
+    for kind in [
+        PolicyKind::NetworkPolicy,
+        PolicyKind::MultiNetworkPolicy,
+        PolicyKind::DanmNetworkPolicy,
+    ] {
+        let suggestion = suggest::suggest(&workloads, &observations, kind);
+        let yaml = suggest::yaml::render(&suggestion, &workloads, &observations);
+        let mut loader = netwarden_manifest::Loader::new(LoadOptions::default());
+        for path in examples() {
+            loader.add_path(&path);
+        }
+        loader.add_str("suggested.yaml", &yaml);
+        let inventory = loader.finish();
+        assert!(
+            inventory.problems.is_empty(),
+            "{kind}: {:?}\n{yaml}",
+            inventory.problems
+        );
+        assert!(
+            !inventory.policies.is_empty(),
+            "{kind}: nothing suggested\n{yaml}"
+        );
+        for backend in [Backend::Nft, Backend::Iptables] {
+            let what = format!("{kind} [{}]", backend.as_str());
+            let options = LabCheckOptions {
+                backend,
+                ports: vec![
+                    PortProto {
+                        port: 8080,
+                        protocol: Protocol::Tcp,
+                    },
+                    PortProto {
+                        port: 5432,
+                        protocol: Protocol::Tcp,
+                    },
+                ],
+                engine: EngineOptions::default(),
+                render: RenderOptions {
+                    log_rate_per_minute: 1_000_000,
+                    ..RenderOptions::default()
+                },
+            };
+            let _lab = heavy_lock();
+            let lab = match EnforcedLab::up(&inventory, &options) {
+                Ok(lab) => lab,
+                Err(e) => {
+                    failures.push(format!("{what}: lab up: {e:#}"));
+                    continue;
+                }
+            };
+            let specs: Vec<ProbeSpec> = flows.iter().map(|f| spec(&base.pods, f)).collect();
+            let outcomes = lab.lab.probe(&specs);
+            let after_observed = lab.events();
+            let extra = unobserved(kind);
+            let extra_outcome = lab.lab.probe(&[spec(&base.pods, &extra)]);
+            let after_extra = lab.events();
+            if let Err(e) = lab.down() {
+                failures.push(format!("{what}: lab down: {e:#}"));
+            }
+            for o in outcomes
+                .iter()
+                .chain(&extra_outcome)
+                .filter(|o| !o.connected)
+            {
+                failures.push(format!(
+                    "{what}: {} -> {} {}: {} (monitor mode must not block)",
+                    o.spec.from, o.spec.to, o.spec.port, o.detail
+                ));
+            }
+            let wd = would_denies(&after_observed);
+            if !wd.is_empty() {
+                failures.push(format!(
+                    "{what}: observed flows logged would-deny: {wd:?}\n{yaml}"
+                ));
+            }
+            let wd = would_denies(&after_extra);
+            let (src, dst) = addresses(&base.pods, &extra);
+            if !after_extra
+                .iter()
+                .any(|e| e.action == EventAction::WouldDeny && e.src == src && e.dst == dst)
+            {
+                failures.push(format!(
+                    "{what}: the unobserved flow {extra:?} logged no would-deny (events: {wd:?})\n{yaml}"
+                ));
+            }
+            println!(
+                "{what}: {} observed flows connected, 0 would-deny; unobserved flow: {} would-deny",
+                outcomes.len(),
+                wd.len()
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
