@@ -1,4 +1,4 @@
-//! The `netwarden` command's library part: the analyses behind `reach`, `explain` and
+//! The `netwarden` command's library part: the analyses behind `reach`, `explain`, `diff` and
 //! `validate`, the CRDs behind `crd` and the kinds the agent watches, kept out of `main.rs` so
 //! tests and benchmarks call them directly.
 // Unsafe code: only `memory` (one call into the C allocator), with its reasons.
@@ -8,6 +8,7 @@ pub mod agent;
 pub mod cli_args;
 pub mod crd;
 pub mod demo;
+pub mod diff;
 pub mod explain;
 pub mod inventory;
 /// The kinds the agent watches and the permissions that follows (owned by the watchers' crate).
