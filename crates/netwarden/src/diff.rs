@@ -192,7 +192,7 @@ fn after_rules<'a>(
     engine: &'a Engine,
     before: &'a BTreeMap<PodKey, PodRules>,
     recomputed: &'a BTreeMap<PodKey, PodRules>,
-    part_after: &'a HashSet<&PodKey>,
+    part_after: &'a HashSet<&'a PodKey>,
 ) -> impl Iterator<Item = &'a PodRules> + 'a {
     engine
         .pods()
@@ -317,11 +317,11 @@ impl Views<'_> {
                     }
                     out.insert(policy.clone());
                     if staged {
-                        for (sides, replacers) in [
+                        for (side, replacers) in [
                             (old, &self.replacers_before),
                             (new, &self.replacers_after),
                         ] {
-                            if replaced_on(sides, policy) {
+                            if replaced_on(side, policy) {
                                 let key = (policy.key.namespace.clone(), policy.key.name.clone());
                                 out.extend(replacers.get(&key).into_iter().flatten().cloned());
                             }
@@ -360,11 +360,11 @@ fn replaced_on(side: &SideVerdicts, policy: &PolicyRef) -> bool {
 /// The ports `diff` probes when none is given: every (port, protocol) a rule of either view
 /// names by number (both ends of a range), and every container port a pod of either view
 /// declares (where named ports resolve, and what rules without ports open); `80/TCP` when
-/// there is none. Sorted by port, then protocol.
+/// there is none. Sorted by port, then protocol (TCP, UDP, SCTP).
 pub fn default_ports(base: &Inventory, changed: &Inventory) -> Vec<PortProto> {
-    let mut ports: BTreeSet<(u16, &'static str, Protocol)> = BTreeSet::new();
+    let mut ports: BTreeSet<(u16, Protocol)> = BTreeSet::new();
     let mut add = |port: u16, protocol: Protocol| {
-        ports.insert((port, protocol.as_str(), protocol));
+        ports.insert((port, protocol));
     };
     for inventory in [base, changed] {
         for policy in &inventory.policies {
@@ -383,11 +383,11 @@ pub fn default_ports(base: &Inventory, changed: &Inventory) -> Vec<PortProto> {
         }
     }
     if ports.is_empty() {
-        add(80, Protocol::Tcp);
+        ports.insert((80, Protocol::Tcp));
     }
     ports
         .into_iter()
-        .map(|(port, _, protocol)| PortProto { port, protocol })
+        .map(|(port, protocol)| PortProto { port, protocol })
         .collect()
 }
 

@@ -213,12 +213,12 @@ fn a_namespace_relabel_changes_a_namespace_selector_match() {
 ---
 apiVersion: v1
 kind: Pod
-metadata: {{name: b, namespace: y, labels: {{app: b}}}}
+metadata: {{name: b, namespace: w, labels: {{app: b}}}}
 status: {{podIPs: [{{ip: 10.0.1.2}}]}}
 ---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
-metadata: {{name: from-red, namespace: y}}
+metadata: {{name: from-red, namespace: w}}
 spec:
   podSelector: {{}}
   ingress:
@@ -235,7 +235,7 @@ spec:
     // No policy changed: the one whose match did is responsible.
     assert_eq!(
         lines(&changes(&base, &changed, &["80/TCP"])),
-        ["x/a -> y/b default 80/TCP ipv4 newly-denied true/false staged true/false [y/from-red]"]
+        ["x/a -> w/b default 80/TCP ipv4 newly-denied true/false staged true/false [w/from-red]"]
     );
 }
 
