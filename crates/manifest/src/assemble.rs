@@ -158,4 +158,3 @@ fn report_shared_addresses(pods: &[crate::PodRecord], problems: &mut Vec<Problem
         }
     }
 }
-

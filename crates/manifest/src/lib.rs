@@ -96,8 +96,8 @@ use crate::assemble::{assemble, Part};
 pub use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
 pub use crate::delta::InventoryDelta;
 pub use crate::overlay::{layer_paths, Layered};
-pub use crate::read::DELETE;
 use crate::read::FileRead;
+pub use crate::read::DELETE;
 pub use crate::set::{Change, FileChange, ManifestSet};
 
 /// Annotation and label keys the loader reads.

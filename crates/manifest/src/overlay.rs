@@ -280,7 +280,11 @@ items:
         );
         assert_eq!(problem.severity, Severity::Error);
         assert!(layered.changed.problems.contains(problem));
-        assert!(layered.base.problems.is_empty(), "{:?}", layered.base.problems);
+        assert!(
+            layered.base.problems.is_empty(),
+            "{:?}",
+            layered.base.problems
+        );
     }
 
     #[test]

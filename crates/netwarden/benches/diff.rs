@@ -39,7 +39,11 @@ fn peak_rss_mib() -> f64 {
 }
 
 /// `base` with the policy at `index` changed by `edit` (`None`: deleted).
-fn with_policy(base: &Inventory, index: usize, edit: impl Fn(&Policy) -> Option<Policy>) -> Inventory {
+fn with_policy(
+    base: &Inventory,
+    index: usize,
+    edit: impl Fn(&Policy) -> Option<Policy>,
+) -> Inventory {
     let mut changed = base.clone();
     changed.policies = base
         .policies
@@ -67,7 +71,12 @@ fn main() {
     };
     // A policy with ingress rules, in the middle of the list.
     let index = (base.policies.len() / 2..base.policies.len())
-        .find(|i| base.policies[*i].ingress.as_ref().is_some_and(|r| !r.is_empty()))
+        .find(|i| {
+            base.policies[*i]
+                .ingress
+                .as_ref()
+                .is_some_and(|r| !r.is_empty())
+        })
         .expect("a policy with ingress rules");
     let target = base.policies[index].reference();
     let cases: Vec<(&str, Inventory)> = vec![

@@ -127,7 +127,11 @@ type Replacers = HashMap<(String, String), Vec<PolicyRef>>;
 
 fn replacers(inventory: &Inventory) -> Replacers {
     let mut out: Replacers = HashMap::new();
-    for policy in inventory.policies.iter().filter(|p| p.mode == Mode::Monitor) {
+    for policy in inventory
+        .policies
+        .iter()
+        .filter(|p| p.mode == Mode::Monitor)
+    {
         if let Some(replaced) = &policy.replaces {
             out.entry((policy.key.namespace.clone(), replaced.clone()))
                 .or_default()
@@ -237,7 +241,8 @@ impl Views<'_> {
                 })
                 .collect();
             let is_touched: Vec<bool> = members.iter().map(|m| touched.contains(m.pod)).collect();
-            let touched_members: Vec<usize> = (0..members.len()).filter(|i| is_touched[*i]).collect();
+            let touched_members: Vec<usize> =
+                (0..members.len()).filter(|i| is_touched[*i]).collect();
             let all: Vec<usize> = (0..members.len()).collect();
             for (s, src) in members.iter().enumerate() {
                 let Some(old_src) = counterpart[s] else {
@@ -317,10 +322,9 @@ impl Views<'_> {
                     }
                     out.insert(policy.clone());
                     if staged {
-                        for (side, replacers) in [
-                            (old, &self.replacers_before),
-                            (new, &self.replacers_after),
-                        ] {
+                        for (side, replacers) in
+                            [(old, &self.replacers_before), (new, &self.replacers_after)]
+                        {
                             if replaced_on(side, policy) {
                                 let key = (policy.key.namespace.clone(), policy.key.name.clone());
                                 out.extend(replacers.get(&key).into_iter().flatten().cloned());
@@ -368,7 +372,11 @@ pub fn default_ports(base: &Inventory, changed: &Inventory) -> Vec<PortProto> {
     };
     for inventory in [base, changed] {
         for policy in &inventory.policies {
-            let rules = policy.ingress.iter().flatten().chain(policy.egress.iter().flatten());
+            let rules = policy
+                .ingress
+                .iter()
+                .flatten()
+                .chain(policy.egress.iter().flatten());
             for port in rules.flat_map(|r| &r.ports) {
                 if let Some(PortRef::Number(n)) = port.port {
                     add(n, port.protocol);

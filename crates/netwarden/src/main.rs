@@ -9,8 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
 use netwarden::inventory::{
-    engine_from, load_analysis, load_engine, load_layered, report_problems, AnalysisInput,
-    DiffBase,
+    engine_from, load_analysis, load_engine, load_layered, report_problems, AnalysisInput, DiffBase,
 };
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::source::SourceConfig;

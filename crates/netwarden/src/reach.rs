@@ -58,7 +58,10 @@ pub struct Probe {
 }
 
 /// A pod key as the contract writes it, `ns/name`.
-pub(crate) fn as_display<S: Serializer>(value: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn as_display<S: Serializer>(
+    value: &impl std::fmt::Display,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.collect_str(value)
 }
 

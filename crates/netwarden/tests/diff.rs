@@ -10,7 +10,9 @@ use netwarden::diff::{default_ports, diff, Change, ChangeKind};
 use netwarden::inventory::engine_from;
 use netwarden::reach::{Reach, ReachQuery};
 use netwarden_engine::fuzzing::{Change as Step, Scenario};
-use netwarden_engine::{EngineOptions, Namespace, ObjectKey, Pod, PodKey, Policy, PolicyRef, Service};
+use netwarden_engine::{
+    EngineOptions, Namespace, ObjectKey, Pod, PodKey, Policy, PolicyRef, Service,
+};
 use netwarden_manifest::{layer_paths, parse_str, Inventory, LoadOptions};
 use netwarden_testing::TempDir;
 use proptest::prelude::*;
@@ -229,7 +231,12 @@ spec:
     let base = load(&base_text);
     let changed = load(&base_text.replace("team: red}}\n", "team: blue}}\n"));
     assert_eq!(
-        changed.namespaces.iter().find(|n| n.name == "x").unwrap().labels["team"],
+        changed
+            .namespaces
+            .iter()
+            .find(|n| n.name == "x")
+            .unwrap()
+            .labels["team"],
         "blue"
     );
     // No policy changed: the one whose match did is responsible.

@@ -110,7 +110,11 @@ fn json_document_and_exit_statuses() {
     for change in changes {
         assert_eq!(change["to"], "data/backup", "{change}");
         assert_eq!(change["kind"], "newly-allowed", "{change}");
-        assert_eq!(change["policies"], json!(["data/backup-lockdown"]), "{change}");
+        assert_eq!(
+            change["policies"],
+            json!(["data/backup-lockdown"]),
+            "{change}"
+        );
     }
 
     // A deletion that names nothing: exit 2, the object named on stderr.
@@ -154,7 +158,10 @@ network default, 8080/TCP
     let out = netwarden(&[
         "diff", "-f", &base, "--with", &base, "--port", "8080/TCP", "-o", "table",
     ]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "no flow changes its verdict\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "no flow changes its verdict\n"
+    );
 }
 
 #[test]
@@ -190,7 +197,14 @@ fn kube_base_answers_as_the_same_files() {
     }
     // A deletion naming nothing in the cluster.
     let typo = path(&dir, "typo.yaml");
-    let out = netwarden(&["diff", "--kube", "--kubeconfig", &kubeconfig, "--with", &typo]);
+    let out = netwarden(&[
+        "diff",
+        "--kube",
+        "--kubeconfig",
+        &kubeconfig,
+        "--with",
+        &typo,
+    ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("DanmNetworkPolicy data/backup-lokdown"));
     drop(api);
