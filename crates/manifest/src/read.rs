@@ -224,7 +224,7 @@ impl FileRead {
             }
         };
         let mut cx = Ctx::new(file, spec.kind, label.to_string(), &mut problems);
-        match deletion(&mut cx, doc) {
+        match deletion(doc) {
             Marker::No => {}
             Marker::Yes => {
                 // Only the identity matters; the rest of a deletion marker is not read.
@@ -239,10 +239,14 @@ impl FileRead {
                 };
                 return self.push(problems, outcome);
             }
-            Marker::Invalid => {
+            Marker::Invalid(found) => {
                 // Neither a deletion nor the object as written can be trusted: like any object
                 // an error drops, it is not loaded (and, over a base, still hides its object).
                 read_meta(&mut cx, doc, spec.kind != "Namespace");
+                cx.error(
+                    &format!("metadata.annotations.{DELETE}"),
+                    format!("expected \"true\" or \"false\", found {found}; object ignored"),
+                );
                 let outcome = match cx.id.take() {
                     Some(id) => Outcome::Rejected(id),
                     None => Outcome::Unidentified,
@@ -326,13 +330,13 @@ impl FileRead {
 enum Marker {
     No,
     Yes,
-    /// Another value (reported as an error).
-    Invalid,
+    /// Another value (shown as found; an error).
+    Invalid(String),
 }
 
 /// Reads the [`DELETE`] annotation of an object of our kinds (a malformed `metadata` is left
 /// to [`read_meta`] to report).
-fn deletion(cx: &mut Ctx<'_>, doc: &Value) -> Marker {
+fn deletion(doc: &Value) -> Marker {
     let value = get(doc, "metadata")
         .and_then(|m| get(m, "annotations"))
         .and_then(|a| get(a, DELETE));
@@ -340,16 +344,7 @@ fn deletion(cx: &mut Ctx<'_>, doc: &Value) -> Marker {
         None => Marker::No,
         Some(Value::String(s)) if s == "false" => Marker::No,
         Some(Value::String(s)) if s == "true" => Marker::Yes,
-        Some(other) => {
-            cx.error(
-                &format!("metadata.annotations.{DELETE}"),
-                format!(
-                    "expected \"true\" or \"false\", found {}; object ignored",
-                    show(other)
-                ),
-            );
-            Marker::Invalid
-        }
+        Some(other) => Marker::Invalid(show(other)),
     }
 }
 
