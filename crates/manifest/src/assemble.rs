@@ -11,7 +11,7 @@ use std::net::IpAddr;
 
 use netwarden_engine::{Namespace, NetworkId, PolicyKind};
 
-use crate::read::{FileRead, Object, ObjectId, Outcome, ReadObject};
+use crate::read::{FileRead, Object, ObjectId, Outcome, ReadObject, DELETE};
 use crate::{pod, service, Inventory, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL};
 
 /// One step of the input, in load order.
@@ -39,8 +39,23 @@ pub(crate) fn assemble<'a>(
         problems.extend(file.file_problems.iter().cloned());
         for entry in &file.entries {
             problems.extend(entry.problems.iter().cloned());
-            let Outcome::Loaded(object) = &entry.outcome else {
-                continue;
+            let object = match &entry.outcome {
+                Outcome::Loaded(object) => object,
+                Outcome::Delete(marker) => {
+                    // `diff --with` consumes its deletions before assembling ([`crate::overlay`]).
+                    problems.push(Problem {
+                        file: marker.file.clone(),
+                        kind: marker.id.kind.to_string(),
+                        object: marker.label.clone(),
+                        field: format!("metadata.annotations.{DELETE}"),
+                        reason: "a deletion means something only in the changes of \
+                                 `netwarden diff --with`; object ignored"
+                            .into(),
+                        severity: Severity::Warning,
+                    });
+                    continue;
+                }
+                _ => continue,
             };
             match first_seen.get(&object.id) {
                 Some(first) => problems.push(Problem {

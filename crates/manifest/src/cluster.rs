@@ -36,7 +36,7 @@ use netwarden_engine::{Namespace, NetworkId, ObjectKey, PodKey, PolicyRef};
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
-use crate::files;
+use crate::overlay::{self, Layered};
 use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
 use crate::{
@@ -526,58 +526,26 @@ impl ClusterSet {
     /// not have is added. An object a file names but cannot load (rejected by an error)
     /// still hides the cluster's version: the user meant to replace it, and analysing the old
     /// one instead would answer a question nobody asked. Two objects with the same name inside
-    /// the files stay duplicates (an error), exactly as without `--kube`.
+    /// the files stay duplicates (an error), exactly as without `--kube`. An object annotated
+    /// `netwarden.io/delete: "true"` deletes the cluster's object ([`crate::overlay`]).
     pub fn overlay(&self, paths: &[PathBuf]) -> Inventory {
-        let steps: Vec<Step> = files::list(paths)
-            .into_iter()
-            .map(|listed| match listed {
-                files::Listed::File(p) => Step::File(files::read_file(&p)),
-                files::Listed::Missing { problem, .. }
-                | files::Listed::Unlistable { problem, .. }
-                | files::Listed::Note(problem) => Step::Problem(problem),
-            })
-            .collect();
-        let replaced: BTreeSet<ClusterKey> = steps
-            .iter()
-            .filter_map(|step| match step {
-                Step::File(read) => Some(read),
-                Step::Problem(_) => None,
-            })
-            .flat_map(replaced_keys)
-            .collect();
-        let files = steps.iter().map(|step| match step {
-            Step::File(read) => Part::File(read),
-            Step::Problem(problem) => Part::Problem(problem),
-        });
-        let cluster = self
-            .objects
-            .iter()
-            .filter(|(key, _)| !replaced.contains(*key))
-            .map(|(_, read)| Part::File(read));
-        assemble(cluster.chain(files), &self.opts)
+        self.lay_over(&overlay::read_paths(paths)).0
     }
-}
 
-/// One input of [`ClusterSet::overlay`]'s files, kept until the cluster's objects are filtered.
-enum Step {
-    Problem(Problem),
-    File(FileRead),
-}
+    /// `netwarden diff --kube --with CHANGES`: the cluster as it is, and with the changes laid
+    /// over it as [`ClusterSet::overlay`] does, deletion markers included ([`crate::overlay`]).
+    pub fn layer(&self, changes: &[PathBuf]) -> Layered {
+        let (changed, unmatched_deletions) = self.lay_over(&overlay::read_paths(changes));
+        Layered {
+            base: self.inventory(),
+            changed,
+            unmatched_deletions,
+        }
+    }
 
-/// The keys of the objects a file names (loaded or rejected): those it replaces.
-fn replaced_keys(read: &FileRead) -> impl Iterator<Item = ClusterKey> + '_ {
-    read.entries.iter().filter_map(|entry| {
-        let id = match &entry.outcome {
-            Outcome::Loaded(object) => &object.id,
-            Outcome::Rejected(id) => id,
-            Outcome::Skipped | Outcome::Unidentified => return None,
-        };
-        Some(ClusterKey::new(
-            id.kind,
-            id.namespace.clone(),
-            id.name.clone(),
-        ))
-    })
+    fn lay_over(&self, changes: &[overlay::Step]) -> (Inventory, Vec<Problem>) {
+        overlay::lay_over(self.objects.values().map(Part::File), changes, &self.opts)
+    }
 }
 
 #[cfg(test)]

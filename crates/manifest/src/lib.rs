@@ -18,7 +18,9 @@
 //!
 //! Policy annotations: `netwarden.io/mode`, `kube-router.io/network-policy.monitor`,
 //! `kube-router.io/network-policy.staged` (monitor phase; bad or conflicting values fail closed to
-//! enforce), `netwarden.io/replaces`, `netwarden.io/log`.
+//! enforce), `netwarden.io/replaces`, `netwarden.io/log`. Any object of these kinds annotated
+//! `netwarden.io/delete: "true"` is a deletion marker for `netwarden diff --with`
+//! ([`overlay`]), ignored with a warning elsewhere.
 //!
 //! # Problems
 //!
@@ -73,6 +75,7 @@ mod files;
 pub mod fuzzing;
 mod json;
 mod kinds;
+pub mod overlay;
 mod pod;
 mod policy;
 mod read;
@@ -92,7 +95,9 @@ use serde_json::Value;
 use crate::assemble::{assemble, Part};
 pub use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
 pub use crate::delta::InventoryDelta;
+pub use crate::overlay::{layer_paths, Layered};
 use crate::read::FileRead;
+pub use crate::read::DELETE;
 pub use crate::set::{Change, FileChange, ManifestSet};
 
 /// Annotation and label keys the loader reads.
@@ -252,7 +257,7 @@ pub fn parse_str(file_label: &str, text: &str, opts: &LoadOptions) -> Inventory 
 
 /// When paths were given but nothing was loaded and nothing was reported either, says so: a
 /// wrong path should not look like an empty cluster.
-fn warn_if_nothing_loaded(paths: &[PathBuf], inventory: &mut Inventory) {
+pub(crate) fn warn_if_nothing_loaded(paths: &[PathBuf], inventory: &mut Inventory) {
     let nothing = inventory.namespaces.is_empty()
         && inventory.pods.is_empty()
         && inventory.policies.is_empty()

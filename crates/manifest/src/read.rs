@@ -59,7 +59,24 @@ pub(crate) enum Outcome {
     /// Not identifiable: not an object, no kind, a near miss of our kinds, an unreadable or
     /// invalid name or namespace.
     Unidentified,
+    /// A deletion marker (annotation [`DELETE`] `"true"`): in the changes of `netwarden diff
+    /// --with`, deletes this object from the base ([`crate::overlay`]); anywhere else it is
+    /// ignored, with a warning.
+    Delete(DeleteMarker),
 }
+
+/// A deletion marker: the object it deletes, and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeleteMarker {
+    pub id: ObjectId,
+    pub file: String,
+    /// How problems name it: `ns/name` or `name`.
+    pub label: String,
+}
+
+/// The annotation that makes an object of `diff --with` a deletion of the base's object of the
+/// same kind, namespace and name (`"true"`; `"false"` is the same as no annotation).
+pub const DELETE: &str = "netwarden.io/delete";
 
 /// One object's outcome and the problems found while reading it.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +224,36 @@ impl FileRead {
             }
         };
         let mut cx = Ctx::new(file, spec.kind, label.to_string(), &mut problems);
+        match deletion(doc) {
+            Marker::No => {}
+            Marker::Yes => {
+                // Only the identity matters; the rest of a deletion marker is not read.
+                read_meta(&mut cx, doc, spec.kind != "Namespace");
+                let outcome = match cx.id.take() {
+                    Some(id) => Outcome::Delete(DeleteMarker {
+                        id,
+                        file: file.to_string(),
+                        label: cx.object.clone(),
+                    }),
+                    None => Outcome::Unidentified,
+                };
+                return self.push(problems, outcome);
+            }
+            Marker::Invalid(found) => {
+                // Neither a deletion nor the object as written can be trusted: like any object
+                // an error drops, it is not loaded (and, over a base, still hides its object).
+                read_meta(&mut cx, doc, spec.kind != "Namespace");
+                cx.error(
+                    &format!("metadata.annotations.{DELETE}"),
+                    format!("expected \"true\" or \"false\", found {found}; object ignored"),
+                );
+                let outcome = match cx.id.take() {
+                    Some(id) => Outcome::Rejected(id),
+                    None => Outcome::Unidentified,
+                };
+                return self.push(problems, outcome);
+            }
+        }
         let object = match spec.kind {
             "Namespace" => read_namespace(&mut cx, doc).map(Object::Namespace),
             "Pod" => pod::read_pod(&mut cx, doc).map(Object::Pod),
@@ -276,6 +323,28 @@ impl FileRead {
             let item_label = format!("{label}.items[{i}]");
             self.add_value_at(file, &item_label, item, depth + 1, inherited);
         }
+    }
+}
+
+/// What the [`DELETE`] annotation of an object says.
+enum Marker {
+    No,
+    Yes,
+    /// Another value (shown as found; an error).
+    Invalid(String),
+}
+
+/// Reads the [`DELETE`] annotation of an object of our kinds (a malformed `metadata` is left
+/// to [`read_meta`] to report).
+fn deletion(doc: &Value) -> Marker {
+    let value = get(doc, "metadata")
+        .and_then(|m| get(m, "annotations"))
+        .and_then(|a| get(a, DELETE));
+    match value {
+        None => Marker::No,
+        Some(Value::String(s)) if s == "false" => Marker::No,
+        Some(Value::String(s)) if s == "true" => Marker::Yes,
+        Some(other) => Marker::Invalid(show(other)),
     }
 }
 

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 use netwarden_engine::{Engine, EngineOptions};
-use netwarden_manifest::{load_paths, Inventory, LoadOptions, Severity};
+use netwarden_manifest::{
+    layer_paths, load_paths, Inventory, InventoryDelta, Layered, LoadOptions, Severity,
+};
 
 /// Where the analysis commands read their objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +64,36 @@ pub fn load_analysis(
     }
 }
 
+/// The base of `netwarden diff`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiffBase {
+    /// `-f BASE...`.
+    Files(Vec<PathBuf>),
+    /// `--kube`: the live cluster, listed once.
+    Cluster { kubeconfig: Option<PathBuf> },
+}
+
+/// Reads the two views of `netwarden diff`: the base as it is, and with `changes` laid over
+/// it (replacements, additions and `netwarden.io/delete` markers:
+/// [`netwarden_manifest::overlay`]); with the notes on kinds the cluster does not serve.
+pub fn load_layered(
+    base: &DiffBase,
+    changes: &[PathBuf],
+    load: &LoadOptions,
+) -> Result<(Layered, Vec<String>), netwarden_kube::KubeError> {
+    match base {
+        DiffBase::Files(paths) => Ok((layer_paths(paths, changes, load), Vec::new())),
+        DiffBase::Cluster { kubeconfig } => {
+            let listed = netwarden_kube::list_once(&netwarden_kube::ListOptions {
+                kubeconfig: kubeconfig.clone(),
+                load: load.clone(),
+                page_size: netwarden_kube::list::DEFAULT_PAGE_SIZE,
+            })?;
+            Ok((listed.cluster.layer(changes), listed.notes()))
+        }
+    }
+}
+
 /// Loads manifests and feeds an engine with every valid object.
 pub fn load_engine(
     paths: &[PathBuf],
@@ -88,6 +120,35 @@ pub fn engine_from(inventory: &Inventory, options: EngineOptions) -> Engine {
         engine.set_service(service.clone());
     }
     engine
+}
+
+/// Feeds `engine` what `delta` says, removals first (the agent's own feeding keeps its local
+/// pods apart: `agent::apply_delta`).
+pub fn apply_delta(engine: &mut Engine, delta: InventoryDelta) {
+    for key in &delta.pods_removed {
+        engine.remove_pod(key);
+    }
+    for reference in &delta.policies_removed {
+        engine.remove_policy(reference);
+    }
+    for key in &delta.services_removed {
+        engine.remove_service(key);
+    }
+    for name in &delta.namespaces_removed {
+        engine.remove_namespace(name);
+    }
+    for namespace in delta.namespaces {
+        engine.set_namespace(namespace);
+    }
+    for pod in delta.pods {
+        engine.set_pod(pod);
+    }
+    for policy in delta.policies {
+        engine.set_policy(policy);
+    }
+    for service in delta.services {
+        engine.set_service(service);
+    }
 }
 
 /// Prints problems to stderr; returns whether any is an error (or, with `strict`, any at all).

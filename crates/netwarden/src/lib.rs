@@ -1,5 +1,6 @@
-//! The `netwarden` command's library part: the analyses behind `reach`, `explain`, `suggest`
-//! and `validate`, the CRDs behind `crd` and the kinds the agent watches, kept out of `main.rs` so
+//! The `netwarden` command's library part: the analyses behind `reach`, `explain`, `diff`,
+//! `suggest`, `promote` and `validate`, the CRDs behind `crd` and the kinds the agent watches,
+//! the HTML pages, kept out of `main.rs` so
 //! tests and benchmarks call them directly.
 // Unsafe code: only `memory` (one call into the C allocator), with its reasons.
 #![deny(unsafe_code)]
@@ -8,6 +9,7 @@ pub mod agent;
 pub mod cli_args;
 pub mod crd;
 pub mod demo;
+pub mod diff;
 pub mod explain;
 pub mod html;
 pub mod inventory;

@@ -1,4 +1,4 @@
-//! The `netwarden` command line: analysis (`reach`, `explain`, `validate`), `crd`, and the commands
+//! The `netwarden` command line: analysis (`reach`, `explain`, `diff`, `validate`), `crd`, and the commands
 //! that touch the kernel (`render`, `apply`, `run`, `lab`, `demo`), each a thin edge over the
 //! library crates.
 
@@ -9,11 +9,11 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
 use netwarden::inventory::{
-    engine_from, load_analysis, load_engine, report_problems, AnalysisInput,
+    engine_from, load_analysis, load_engine, load_layered, report_problems, AnalysisInput, DiffBase,
 };
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::source::SourceConfig;
-use netwarden::{explain, reach};
+use netwarden::{diff, explain, reach};
 use netwarden_dataplane::Backend;
 use netwarden_engine::{DnsMode, EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
@@ -50,6 +50,10 @@ enum Command {
     Explain(ExplainArgs),
     /// Report every problem in the manifests (file, kind, object, field, reason).
     Validate(ValidateArgs),
+    /// Preview a change: every flow whose verdict changes when the files of --with are laid
+    /// over the base (newly denied, newly allowed, staged-view changes), with the policies
+    /// responsible.
+    Diff(DiffArgs),
     /// Print the exact rules netwarden programs into one pod's netns.
     Render(RenderArgs),
     /// Enforce the manifests once: program every pod netns (`netwarden.io/netns`), then exit.
@@ -584,6 +588,48 @@ struct ExplainArgs {
     output: Output,
 }
 
+/// `netwarden diff -f BASE... --with CHANGED...` or `diff --kube --with CHANGED...`.
+#[derive(Args)]
+#[command(after_help = "\
+Each object in the --with files replaces the base's object of the same kind, namespace and \
+name (one the base does not have is added); an object annotated \
+`netwarden.io/delete: \"true\"` (alone or in a List) deletes the base's object instead, and is \
+an error when the base has none. A change is a probe of `reach` (same pairs, networks, ports \
+and families) that exists in both views and whose `allowed` or `staged_allowed` differs; its \
+`kind` is newly-denied, newly-allowed or staged-view, and `policies` names the policies whose \
+contribution (isolating the side, matching the flow) changed on a side whose verdict changed. \
+Exit status: 0, or 1 with --fail-on-deny when a flow goes from allowed to denied; 2 on errors \
+(a deletion that names nothing included).")]
+struct DiffArgs {
+    /// The base: manifest files or directories (YAML, multi-document, `kind: List`, or JSON).
+    #[arg(short = 'f', long = "filename", required_unless_present = "kube", conflicts_with = "kube", num_args = 1..)]
+    paths: Vec<PathBuf>,
+    /// The base is the live cluster's objects: one LIST of every kind `run --kube` watches.
+    #[arg(long)]
+    kube: bool,
+    /// The kubeconfig to use with --kube (default: KUBECONFIG, ~/.kube/config, then the
+    /// in-cluster service account, as kubectl).
+    #[arg(long, requires = "kube")]
+    kubeconfig: Option<PathBuf>,
+    /// The changes: files or directories laid over the base.
+    #[arg(long = "with", required = true, num_args = 1..)]
+    with: Vec<PathBuf>,
+    /// Ports to probe, as PORT/PROTO; repeatable. Default: every port a rule of either view
+    /// names by number and every container port a pod declares.
+    #[arg(long = "port", num_args = 1..)]
+    ports: Vec<PortProto>,
+    /// Only this network (`default` or `ns/name`), or `all`.
+    #[arg(long, default_value = "all")]
+    network: String,
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Json)]
+    output: Output,
+    /// Exit with status 1 when any flow goes from allowed to denied (a pull-request gate).
+    #[arg(long)]
+    fail_on_deny: bool,
+    #[command(flatten)]
+    options: InputOptions,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum FamilyArg {
     Ipv4,
@@ -741,6 +787,61 @@ fn reach_command(args: ReachArgs) -> Result<ExitCode> {
             PageOutput::Table => reach::ReachFormat::Table,
             PageOutput::Html => reach::ReachFormat::Html,
         },
+        std::io::stdout().lock(),
+    )
+}
+
+fn diff_command(args: DiffArgs) -> Result<ExitCode> {
+    let base = if args.kube {
+        DiffBase::Cluster {
+            kubeconfig: args.kubeconfig.clone(),
+        }
+    } else {
+        DiffBase::Files(args.paths.clone())
+    };
+    let (layered, notes) = load_layered(&base, &args.with, &args.options.load_options())?;
+    for note in &notes {
+        eprintln!("netwarden: note: {note}");
+    }
+    // Each problem once: the base's, then those only the changed view has.
+    let mut problems = layered.base.problems.clone();
+    problems.extend(
+        layered
+            .changed
+            .problems
+            .iter()
+            .filter(|p| !layered.base.problems.contains(p))
+            .cloned(),
+    );
+    args.options.check(&netwarden_manifest::Inventory {
+        problems,
+        ..Default::default()
+    })?;
+    if !layered.unmatched_deletions.is_empty() {
+        bail!(
+            "{} deletion(s) in --with name nothing in the base",
+            layered.unmatched_deletions.len()
+        );
+    }
+    let ports = if args.ports.is_empty() {
+        diff::default_ports(&layered.base, &layered.changed)
+    } else {
+        args.ports
+    };
+    diff::command(
+        &layered.base,
+        &layered.changed,
+        &args.options.engine_options(false),
+        &ReachQuery {
+            ports,
+            network: Some(args.network),
+            ..ReachQuery::default()
+        },
+        match args.output {
+            Output::Json => diff::DiffFormat::Json,
+            Output::Table => diff::DiffFormat::Table,
+        },
+        args.fail_on_deny,
         std::io::stdout().lock(),
     )
 }
@@ -1136,6 +1237,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Reach(args) => reach_command(args),
         Command::Explain(args) => explain_command(args),
         Command::Validate(args) => validate_command(args),
+        Command::Diff(args) => diff_command(args),
         Command::Render(args) => render_command(args),
         Command::Apply(args) => agent_command(args, true),
         Command::Run(args) => agent_command(args, false),

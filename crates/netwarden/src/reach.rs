@@ -58,7 +58,10 @@ pub struct Probe {
 }
 
 /// A pod key as the contract writes it, `ns/name`.
-fn as_display<S: Serializer>(value: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn as_display<S: Serializer>(
+    value: &impl std::fmt::Display,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.collect_str(value)
 }
 
@@ -79,9 +82,9 @@ pub enum ReachFormat {
 }
 
 /// An interface taking part in a network: pod, interface rules, first address per family.
-struct Member<'a> {
-    pod: &'a PodKey,
-    rules: &'a InterfaceRules,
+pub(crate) struct Member<'a> {
+    pub(crate) pod: &'a PodKey,
+    pub(crate) rules: &'a InterfaceRules,
     v4: Option<IpAddr>,
     v6: Option<IpAddr>,
 }
@@ -110,11 +113,18 @@ impl<'a> Reach<'a> {
         rules: &'a BTreeMap<PodKey, PodRules>,
         query: &'a ReachQuery,
     ) -> Reach<'a> {
+        let taking_part = rules
+            .values()
+            .filter(|r| engine.pod(&r.pod).is_some_and(|p| !p.host_network));
+        Reach::over(taking_part, query)
+    }
+
+    /// [`Reach::new`] over the rules of the pods taking part (host-network pods already left
+    /// out by the caller), in pod order: for callers holding two views' rules at once
+    /// (`diff`).
+    pub fn over(rules: impl IntoIterator<Item = &'a PodRules>, query: &'a ReachQuery) -> Reach<'a> {
         let mut networks: BTreeMap<&NetworkId, Vec<Member<'_>>> = BTreeMap::new();
-        for (key, pod_rules) in rules {
-            if engine.pod(key).is_none_or(|p| p.host_network) {
-                continue;
-            }
+        for pod_rules in rules {
             for iface in &pod_rules.interfaces {
                 let v4 = iface.ips.iter().find(|ip| ip.is_ipv4()).copied();
                 let v6 = iface.ips.iter().find(|ip| ip.is_ipv6()).copied();
@@ -122,7 +132,7 @@ impl<'a> Reach<'a> {
                     continue;
                 }
                 networks.entry(&iface.network).or_default().push(Member {
-                    pod: key,
+                    pod: &pod_rules.pod,
                     rules: iface,
                     v4,
                     v6,
@@ -140,6 +150,11 @@ impl<'a> Reach<'a> {
                 .filter(|(network, _)| wanted(network))
                 .collect(),
         }
+    }
+
+    /// The members of every network covered, in network order, members in pod order.
+    pub(crate) fn networks(&self) -> &[(&'a NetworkId, Vec<Member<'a>>)] {
+        &self.networks
     }
 
     /// Every probe, computed as it is consumed, in the contract's order: network, source pod,
@@ -270,7 +285,7 @@ impl<'a> Reach<'a> {
     }
 
     /// The addresses and verdict of `src → dst` on `port`, if both have an address of `family`.
-    fn flow(
+    pub(crate) fn flow(
         &self,
         src: &Member<'_>,
         dst: &Member<'_>,
