@@ -66,7 +66,8 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
-    fn of(before: bool, after: bool) -> ChangeKind {
+    /// The kind of a change of the enforced verdict from `before` to `after`.
+    pub fn of(before: bool, after: bool) -> ChangeKind {
         match (before, after) {
             (true, false) => ChangeKind::NewlyDenied,
             (false, true) => ChangeKind::NewlyAllowed,
@@ -119,6 +120,8 @@ pub struct DiffReport {
 pub enum DiffFormat {
     Json,
     Table,
+    /// One self-contained page of the changed cells ([`crate::html::matrix::diff_page`]).
+    Html,
 }
 
 /// Per enforced policy (`namespace`, `name`), the monitored policies that replace it
@@ -482,6 +485,10 @@ pub fn command(
     match format {
         DiffFormat::Json => write_json(&changes, &mut out)?,
         DiffFormat::Table => write_table(&changes, &mut out)?,
+        DiffFormat::Html => {
+            let page = crate::html::matrix::diff_page(&changes, "netwarden diff");
+            out.write_all(crate::html::matrix::render(&page).as_bytes())?;
+        }
     }
     out.flush()?;
     Ok(if fail_on_deny && denies_any(&changes) {

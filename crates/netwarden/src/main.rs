@@ -621,8 +621,9 @@ struct DiffArgs {
     /// Only this network (`default` or `ns/name`), or `all`.
     #[arg(long, default_value = "all")]
     network: String,
-    #[arg(short = 'o', long, value_enum, default_value_t = Output::Json)]
-    output: Output,
+    /// `json` (SPEC 6), `table`, or `html`: one self-contained page of the changed cells.
+    #[arg(short = 'o', long, value_enum, default_value_t = PageOutput::Json)]
+    output: PageOutput,
     /// Exit with status 1 when any flow goes from allowed to denied (a pull-request gate).
     #[arg(long)]
     fail_on_deny: bool,
@@ -838,8 +839,9 @@ fn diff_command(args: DiffArgs) -> Result<ExitCode> {
             ..ReachQuery::default()
         },
         match args.output {
-            Output::Json => diff::DiffFormat::Json,
-            Output::Table => diff::DiffFormat::Table,
+            PageOutput::Json => diff::DiffFormat::Json,
+            PageOutput::Table => diff::DiffFormat::Table,
+            PageOutput::Html => diff::DiffFormat::Html,
         },
         args.fail_on_deny,
         std::io::stdout().lock(),
@@ -1006,20 +1008,21 @@ fn read_streams(paths: &[PathBuf]) -> Result<netwarden_monitor::Stream> {
     Ok(all)
 }
 
-/// The report over `events` files as of now.
+/// The report over `events` files as of now, with the stream it was made from.
 fn evidence_report(
     events: &[PathBuf],
     monitored: &[String],
     clean_for: std::time::Duration,
-) -> Result<netwarden_monitor::Report> {
+) -> Result<(netwarden_monitor::Report, netwarden_monitor::Stream)> {
     let stream = read_streams(events)?;
-    Ok(netwarden_monitor::aggregate_with(
+    let report = netwarden_monitor::aggregate_with(
         &stream.events,
         &stream.statuses,
         monitored,
         netwarden_monitor::Timestamp::now(),
         clean_for,
-    ))
+    );
+    Ok((report, stream))
 }
 
 fn report_command(args: ReportArgs) -> Result<ExitCode> {
@@ -1033,12 +1036,13 @@ fn report_command(args: ReportArgs) -> Result<ExitCode> {
             .map(|p| p.key.to_string())
             .collect()
     };
-    let report = evidence_report(&args.events, &monitored, args.clean_for)?;
+    let (report, stream) = evidence_report(&args.events, &monitored, args.clean_for)?;
     match args.output {
         PageOutput::Json => println!("{}", report.render_json()),
         PageOutput::Table => print!("{}", report.render_text()),
         PageOutput::Html => {
-            let page = netwarden::html::report::report_page(&report, &events, "netwarden report");
+            let page =
+                netwarden::html::report::report_page(&report, &stream.events, "netwarden report");
             print!("{}", netwarden::html::report::render(&page));
         }
     }
@@ -1057,7 +1061,7 @@ fn promote_command(args: PromoteArgs) -> Result<ExitCode> {
         kind: args.kind,
     };
     if args.require_ready {
-        let report = evidence_report(&args.events, &[args.policy.clone()], args.clean_for)?;
+        let (report, _) = evidence_report(&args.events, &[args.policy.clone()], args.clean_for)?;
         let row = report
             .policies
             .iter()

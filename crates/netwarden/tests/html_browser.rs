@@ -430,17 +430,18 @@ fn report_page_loads_and_charts() {
 
 #[test]
 fn diff_page_with_hostile_names_loads_and_keeps_them_text() {
-    use netwarden::html::matrix::{diff_page, render, ChangeRow};
-    use netwarden_engine::{Family, PodKey, Protocol};
+    use netwarden::diff::{Change, ChangeKind};
+    use netwarden::html::matrix::{diff_page, render};
+    use netwarden_engine::{Family, NetworkId, ObjectKey, PodKey, PolicyKind, PolicyRef, Protocol};
     let Some(browser) = chromium() else { return };
     let dir = TempDir::new("html-diff");
     let hostile = "</script><img src=x onerror=\"document.body.dataset.pwned=1\">";
-    let row = |from: &str, to: &str, before: bool, after: bool| ChangeRow {
+    let row = |from: &str, to: &str, before: bool, after: bool| Change {
         from: PodKey::new("x", from),
         to: PodKey::new("y", to),
         from_interface: "eth0".into(),
         to_interface: "eth0".into(),
-        network: "default".into(),
+        network: NetworkId::Primary,
         port: 80,
         protocol: Protocol::Tcp,
         family: Family::Ipv4,
@@ -448,10 +449,16 @@ fn diff_page_with_hostile_names_loads_and_keeps_them_text() {
         after,
         staged_before: before,
         staged_after: after,
-        policies: vec![format!("NetworkPolicy x/{hostile}")],
+        kind: ChangeKind::of(before, after),
+        policies: vec![PolicyRef {
+            kind: PolicyKind::NetworkPolicy,
+            key: ObjectKey::new("x", hostile),
+        }],
+        src: "10.0.0.1".parse().unwrap(),
+        dst: "10.0.0.2".parse().unwrap(),
     };
     let page = diff_page(
-        [row(hostile, "b", true, false), row("a", "b", false, true)],
+        &[row(hostile, "b", true, false), row("a", "b", false, true)],
         hostile,
     );
     let file = dir.path.join("diff.html");

@@ -24,6 +24,7 @@ use netwarden_engine::{
 use serde::Serialize;
 
 use super::{document, escape, script_json};
+use crate::diff::Change;
 use crate::reach::{Probe, Reach};
 
 /// One end of a cell: a pod's interface on the matrix's network.
@@ -431,32 +432,9 @@ pub fn reach_page(reach: &Reach<'_>, title: &str) -> MatrixPage {
     builder.finish(PageKind::Reach, title)
 }
 
-/// One changed flow as `diff` reports it (SPEC 6: `from`, `to`, `network`, `port`,
-/// `protocol`, `family`, `before`, `after`, `staged_before`, `staged_after`, `policies`).
-/// `diff -o html` maps its rows to this and calls [`diff_page`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChangeRow {
-    pub from: PodKey,
-    pub to: PodKey,
-    /// The interfaces, when known (else empty: one cell per pod pair).
-    pub from_interface: String,
-    pub to_interface: String,
-    /// `default` or `ns/name`.
-    pub network: String,
-    pub port: u16,
-    pub protocol: Protocol,
-    pub family: Family,
-    pub before: bool,
-    pub after: bool,
-    pub staged_before: bool,
-    pub staged_after: bool,
-    /// The policies responsible, as the diff names them.
-    pub policies: Vec<String>,
-}
-
 /// The `diff` page: only the changed flows, each a "changed" cell (newly denied, newly allowed
 /// or a staged-view change); rows and columns are the pods that take part in a change.
-pub fn diff_page(changes: impl IntoIterator<Item = ChangeRow>, title: &str) -> MatrixPage {
+pub fn diff_page<'a>(changes: impl IntoIterator<Item = &'a Change>, title: &str) -> MatrixPage {
     let mut builder = MatrixPageBuilder::default();
     for c in changes {
         let class = CellClass {
@@ -467,12 +445,16 @@ pub fn diff_page(changes: impl IntoIterator<Item = ChangeRow>, title: &str) -> M
                 after: c.after,
                 staged_before: c.staged_before,
                 staged_after: c.staged_after,
-                policies: c.policies,
+                policies: c
+                    .policies
+                    .iter()
+                    .map(|p| format!("{} {}", p.kind.as_str(), p.key))
+                    .collect(),
             }),
         };
         builder.add(
             MatrixKey {
-                network: c.network,
+                network: c.network.to_string(),
                 port: c.port,
                 protocol: c.protocol,
                 family: c.family,
@@ -658,32 +640,42 @@ mod tests {
         );
     }
 
-    fn change(from: &str, to: &str, before: bool, after: bool, policies: &[&str]) -> ChangeRow {
+    fn change(from: &str, to: &str, before: bool, after: bool, policies: &[&str]) -> Change {
         let key = |s: &str| {
             let (ns, name) = s.rsplit_once('/').unwrap();
             PodKey::new(ns, name)
         };
-        ChangeRow {
+        let staged_after = !before || after;
+        Change {
             from: key(from),
             to: key(to),
             from_interface: "eth0".into(),
             to_interface: "eth0".into(),
-            network: "default".into(),
+            network: netwarden_engine::NetworkId::Primary,
             port: 80,
             protocol: Protocol::Tcp,
             family: Family::Ipv4,
             before,
             after,
             staged_before: before,
-            staged_after: !before || after,
-            policies: policies.iter().map(|s| s.to_string()).collect(),
+            staged_after,
+            kind: crate::diff::ChangeKind::of(before, after),
+            policies: policies
+                .iter()
+                .map(|s| netwarden_engine::PolicyRef {
+                    kind: netwarden_engine::PolicyKind::NetworkPolicy,
+                    key: key(s.strip_prefix("NetworkPolicy ").unwrap()),
+                })
+                .collect(),
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
         }
     }
 
     #[test]
     fn diff_page_marks_only_changed_cells() {
         let page = diff_page(
-            [
+            &[
                 change("x/a", "x/b", true, false, &["NetworkPolicy x/lock"]),
                 change("y/c", "x/a", false, true, &["NetworkPolicy x/open"]),
                 change("x/b", "x/a", true, true, &["NetworkPolicy x/m"]),
@@ -722,7 +714,7 @@ mod tests {
     fn hostile_names_stay_text() {
         let hostile = "</script><img src=x onerror=alert(1)><!--";
         let page = diff_page(
-            [change(
+            &[change(
                 &format!("{hostile}/a"),
                 "x/b",
                 true,
