@@ -40,12 +40,14 @@ impl PodContext {
     }
 }
 
-/// `would-deny` or `deny`.
+/// `would-deny`, `deny` or `observed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EventAction {
     WouldDeny,
     Deny,
+    /// A distinct flow seen in learn mode (once per window per flow).
+    Observed,
 }
 
 impl EventAction {
@@ -53,6 +55,7 @@ impl EventAction {
         match self {
             EventAction::WouldDeny => "would-deny",
             EventAction::Deny => "deny",
+            EventAction::Observed => "observed",
         }
     }
 }
@@ -62,6 +65,7 @@ impl From<LogAction> for EventAction {
         match a {
             LogAction::WouldDeny => EventAction::WouldDeny,
             LogAction::Deny => EventAction::Deny,
+            LogAction::Observed => EventAction::Observed,
         }
     }
 }
@@ -176,6 +180,15 @@ pub fn build_event(
         Direction::Egress => packet.dst,
     };
     let action = EventAction::from(action);
+    // An observed flow is no verdict: it names no policy and has no cause (SPEC 6).
+    let observed = action == EventAction::Observed;
+    let policy_names = |list: &[netwarden_engine::PolicyRef]| -> Vec<String> {
+        if observed {
+            Vec::new()
+        } else {
+            list.iter().map(ToString::to_string).collect()
+        }
+    };
     Ok(Event {
         time: record
             .timestamp
@@ -194,20 +207,13 @@ pub fn build_event(
         sport: packet.sport,
         dport: packet.dport,
         protocol: packet.protocol.name().into_owned(),
-        policies: info
-            .monitored_policies
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        enforced_policies: info
-            .enforced_policies
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        cause: Some(match action {
-            EventAction::WouldDeny => info.cause.into(),
-            EventAction::Deny => Cause::Denied,
-        }),
+        policies: policy_names(&info.monitored_policies),
+        enforced_policies: policy_names(&info.enforced_policies),
+        cause: match action {
+            EventAction::WouldDeny => Some(info.cause.into()),
+            EventAction::Deny => Some(Cause::Denied),
+            EventAction::Observed => None,
+        },
     })
 }
 
@@ -368,6 +374,7 @@ pub(crate) mod tests {
         egress.staged = Isolation::Isolated(vec![]);
         egress.enforced_policies = vec![policy("shop", "lock")];
         PodRules {
+            learn: false,
             pod: ObjectKey::new("shop", "web-7d4b9c-xk2p9"),
             netns: None,
             interfaces: vec![

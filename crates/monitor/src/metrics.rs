@@ -165,6 +165,8 @@ impl Metrics {
                     bump(&self.deny, p, 1);
                 }
             }
+            // Learn mode's flows belong to no policy.
+            EventAction::Observed => {}
         }
     }
 

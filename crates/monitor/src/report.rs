@@ -182,6 +182,8 @@ pub fn aggregate_with(
         let named = match ev.action {
             EventAction::WouldDeny => &ev.policies,
             EventAction::Deny => &ev.enforced_policies,
+            // Learn mode's flows are no evidence for or against a policy.
+            EventAction::Observed => continue,
         };
         for p in &ev.policies {
             policies.entry(p.clone()).or_default().monitored = true;
@@ -196,6 +198,7 @@ pub fn aggregate_with(
                     acc.recent_would_deny |= ev.time > since;
                 }
                 EventAction::Deny => acc.deny += 1,
+                EventAction::Observed => {}
             }
             let key = FlowKey {
                 policy: policy.clone(),
@@ -403,10 +406,11 @@ mod tests {
             protocol: "TCP".into(),
             policies: policies.iter().map(|s| s.to_string()).collect(),
             enforced_policies: enforced.iter().map(|s| s.to_string()).collect(),
-            cause: Some(match action {
-                EventAction::WouldDeny => Cause::NewIsolation,
-                EventAction::Deny => Cause::Denied,
-            }),
+            cause: match action {
+                EventAction::WouldDeny => Some(Cause::NewIsolation),
+                EventAction::Deny => Some(Cause::Denied),
+                EventAction::Observed => None,
+            },
         }
     }
 

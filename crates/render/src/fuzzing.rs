@@ -259,6 +259,7 @@ pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
         pod: ObjectKey::new(MARK, MARK),
         netns: None,
         interfaces,
+        learn: false,
     }
 }
 
