@@ -256,7 +256,13 @@ pub fn plan<'t>(desired: Option<&'t Table>, state: &'t NftNetnsState) -> NftPlan
         sets.add_sets(new_sets);
     }
     let mut transaction = Transaction::default();
-    transaction.declare(table, |_| false);
+    // Learn sets fill themselves in the kernel: declared once, when the kernel lacks them
+    // (see `Transaction::declare_some`).
+    transaction.declare_some(
+        table,
+        |_| false,
+        |s| !state.kernel.sets.contains(&s.name),
+    );
     transaction.refill_chains(table);
     let stale_chains: Vec<&'t String> = state
         .kernel

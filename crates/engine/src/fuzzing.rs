@@ -609,6 +609,7 @@ impl Scenario {
         let options = EngineOptions {
             dns: *b.pick(&[DnsMode::Danm, DnsMode::All, DnsMode::None]),
             log_all_denies: b.one_in(4),
+            learn: Vec::new(),
         };
         let mut namespaces = Vec::new();
         for name in NAMESPACES {

@@ -461,6 +461,45 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn observed_event_names_no_policy() {
+        // The same (interface, direction) key as would-deny messages, action `ob`: the event
+        // has the usual fields, no policy and no cause (SPEC 6).
+        let r = rules();
+        let ctx = PodContext::new("node-a", &r);
+        let key = log_key_for(&r, "eth0", Direction::Ingress).unwrap();
+        let rec = record(
+            &log_prefix(LogAction::Observed, key),
+            "10.0.0.9",
+            "10.0.0.2",
+            8080,
+        );
+        let ev = build_event(&rec, Timestamp(1_700_000_000_000_000), &ctx, &resolver).unwrap();
+        assert_eq!(ev.action.as_str(), "observed");
+        let json: serde_json::Value = serde_json::from_str(&ev.to_json_line()).unwrap();
+        let expected = serde_json::json!({
+            "time": "2023-11-14T22:13:20.000000Z",
+            "node": "node-a",
+            "action": "observed",
+            "direction": "ingress",
+            "pod": "shop/web-7d4b9c-xk2p9",
+            "interface": "eth0",
+            "network": "default",
+            "peer": "shop/client-0",
+            "src": "10.0.0.9",
+            "dst": "10.0.0.2",
+            "sport": 40000,
+            "dport": 8080,
+            "protocol": "TCP",
+            "policies": [],
+            "enforced_policies": [],
+            "cause": null,
+        });
+        assert_eq!(json, expected);
+        let back: Event = serde_json::from_value(json).unwrap();
+        assert_eq!(back, ev);
+    }
+
+    #[test]
     fn a_kernel_time_rfc3339_cannot_write_gives_the_receive_time() {
         // Found by the nflog fuzz check: NFULA_TIMESTAMP is eight bytes of seconds; past year
         // 9999 the time was written with a five-digit year, a line `read_events` (and so

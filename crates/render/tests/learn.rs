@@ -187,6 +187,15 @@ fn json_and_text_load_the_same_learn_table() {
             assert!(ok, "{stderr}");
             out
         };
+        // The text applies again over the table (it says `dynamic`); so does the JSON without
+        // its learn sets, the way the planner sends it once the kernel holds them.
+        let (ok, _, stderr) = by_text.nft(&["-f", "-"], &tx.to_text());
+        assert!(ok, "{name}: text refused over itself: {stderr}");
+        let mut again = Transaction::default();
+        again.declare_some(&table, |_| true, |_| false);
+        again.refill_chains(&table);
+        let (ok, _, stderr) = by_json.nft(&["-j", "-f", "-"], &again.to_json());
+        assert!(ok, "{name}: JSON refused over itself: {stderr}");
         let (j, t) = (list(&by_json), list(&by_text));
         assert_eq!(j, t, "{name}: JSON and text differ");
         for set in &table.learn_sets {

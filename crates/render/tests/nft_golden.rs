@@ -240,6 +240,7 @@ fn no_object_names_in_text() {
                 || ifnames.contains(&quoted)
                 || quoted == "lim_in"
                 || quoted == "lim_out"
+                || quoted == netwarden_render::nft::LEARN_FULL_COUNTER
                 || (quoted.starts_with("nw:")
                     && netwarden_render::parse_log_prefix(quoted).is_some());
             assert!(ok, "{name}: unexpected quoted string {quoted:?}");

@@ -92,14 +92,34 @@ impl<'t> Transaction<'t> {
         }
     }
 
-    /// `add table`, the limits, the learn sets and counters (idempotent, nothing to fill), the
-    /// sets for which `send_set` says so (with their elements), and every chain.
+    /// `add table`, the limits, every learn set and counter (nothing to fill), the sets for
+    /// which `send_set` says so (with their elements), and every chain.
     pub fn declare(&mut self, table: &'t Table, send_set: impl Fn(&AddrSetDef) -> bool) {
+        self.declare_some(table, send_set, |_| true);
+    }
+
+    /// [`Transaction::declare`], with only the learn sets `send_learn_set` names.
+    ///
+    /// A learn set must not be declared again once the kernel holds it: nft's JSON parser
+    /// (1.0.6) has no `dynamic` flag, nft adds it itself when a rule of the batch updates the
+    /// set, and the kernel refuses a declaration of an existing set whose flags differ
+    /// (`EEXIST`). The planner therefore sends only the learn sets the kernel lacks.
+    pub fn declare_some(
+        &mut self,
+        table: &'t Table,
+        send_set: impl Fn(&AddrSetDef) -> bool,
+        send_learn_set: impl Fn(&LearnSetDef) -> bool,
+    ) {
         self.commands.push(Command::AddTable);
         self.commands
             .extend(table.limits.iter().map(Command::AddLimit));
-        self.commands
-            .extend(table.learn_sets.iter().map(Command::AddLearnSet));
+        self.commands.extend(
+            table
+                .learn_sets
+                .iter()
+                .filter(|s| send_learn_set(s))
+                .map(Command::AddLearnSet),
+        );
         self.commands
             .extend(table.counters.iter().map(|c| Command::AddCounter(c)));
         for set in table.sets.iter().filter(|s| send_set(s)) {
@@ -359,8 +379,9 @@ fn command_json(c: &Command<'_>) -> Value {
             let elem: Vec<Value> = s.elements().map(element_json).collect();
             json!({ "add": object("element", json!({ "name": s.name, "elem": elem })) })
         }
+        // No "dynamic": see `declare_some` (nft adds it for the rules that update the set).
         Command::AddLearnSet(s) => json!({ "add": object("set", json!({
-            "name": s.name, "type": learn_set_type(s.family), "flags": ["dynamic", "timeout"],
+            "name": s.name, "type": learn_set_type(s.family), "flags": ["timeout"],
             "timeout": s.timeout_secs, "size": s.size,
         })) }),
         Command::AddCounter(name) => json!({ "add": object("counter", json!({ "name": name })) }),
