@@ -258,11 +258,7 @@ pub fn plan<'t>(desired: Option<&'t Table>, state: &'t NftNetnsState) -> NftPlan
     let mut transaction = Transaction::default();
     // Learn sets fill themselves in the kernel: declared once, when the kernel lacks them
     // (see `Transaction::declare_some`).
-    transaction.declare_some(
-        table,
-        |_| false,
-        |s| !state.kernel.sets.contains(&s.name),
-    );
+    transaction.declare_some(table, |_| false, |s| !state.kernel.sets.contains(&s.name));
     transaction.refill_chains(table);
     let stale_chains: Vec<&'t String> = state
         .kernel

@@ -84,7 +84,12 @@ impl std::str::FromStr for LearnSelector {
 
 impl fmt::Display for LearnSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.pod.as_deref().unwrap_or("*"))
+        write!(
+            f,
+            "{}/{}",
+            self.namespace,
+            self.pod.as_deref().unwrap_or("*")
+        )
     }
 }
 

@@ -32,7 +32,10 @@ fn selectors_parse_and_match() {
     assert_eq!(all.to_string(), "a/*");
     for bad in ["a", "/p", "a/", "*/p", "a/p*", "a/p/q", "*"] {
         let err = bad.parse::<LearnSelector>().unwrap_err();
-        assert!(err.contains("--learn") && err.contains("NS/POD"), "{bad}: {err}");
+        assert!(
+            err.contains("--learn") && err.contains("NS/POD"),
+            "{bad}: {err}"
+        );
     }
 }
 

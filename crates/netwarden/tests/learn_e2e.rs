@@ -149,7 +149,14 @@ fn ip(s: &str) -> IpAddr {
 }
 
 /// `n` connections of one flow.
-fn flow(from: &str, src: &str, to: &str, dst: &str, protocol: Protocol, n: usize) -> Vec<ProbeSpec> {
+fn flow(
+    from: &str,
+    src: &str,
+    to: &str,
+    dst: &str,
+    protocol: Protocol,
+    n: usize,
+) -> Vec<ProbeSpec> {
     let spec = ProbeSpec {
         from: key(from),
         to: key(to),
@@ -196,9 +203,16 @@ fn count_observed(events: &[Event], failures: &mut Vec<String>) -> BTreeMap<Flow
             continue;
         }
         if !e.policies.is_empty() || !e.enforced_policies.is_empty() || e.cause.is_some() {
-            failures.push(format!("observed event names policies: {}", e.to_json_line()));
+            failures.push(format!(
+                "observed event names policies: {}",
+                e.to_json_line()
+            ));
         }
-        let network = if e.interface == "net1" { "lrn/side" } else { "default" };
+        let network = if e.interface == "net1" {
+            "lrn/side"
+        } else {
+            "default"
+        };
         if e.network != network {
             failures.push(format!("network should be {network}: {}", e.to_json_line()));
         }
@@ -255,10 +269,24 @@ fn each_distinct_flow_is_observed_once_per_window() {
     let mut specs = Vec::new();
     specs.extend(flow("client", "10.79.0.11", "server", "10.79.0.10", Tcp, 3));
     specs.extend(flow("client", "fd79::11", "server", "fd79::10", Tcp, 3));
-    specs.extend(flow("client", "192.168.79.11", "server", "192.168.79.10", Tcp, 3));
+    specs.extend(flow(
+        "client",
+        "192.168.79.11",
+        "server",
+        "192.168.79.10",
+        Tcp,
+        3,
+    ));
     specs.extend(flow("client", "10.79.0.11", "server", "10.79.0.10", Udp, 2));
     specs.extend(flow("server", "10.79.0.10", "client", "10.79.0.11", Tcp, 2));
-    specs.extend(flow("client", "10.79.0.11", "guarded", "10.79.0.20", Tcp, 3));
+    specs.extend(flow(
+        "client",
+        "10.79.0.11",
+        "guarded",
+        "10.79.0.20",
+        Tcp,
+        3,
+    ));
     specs.extend(flow("other", "10.79.0.12", "guarded", "10.79.0.20", Tcp, 2));
     probe(&lab, &specs, &["other"], &mut failures);
     let first = count_observed(&events_after_settling(&lab), &mut failures);
@@ -290,7 +318,9 @@ fn each_distinct_flow_is_observed_once_per_window() {
     let want: BTreeMap<FlowKey, usize> =
         [(fk("server", Ingress, "eth0", "10.79.0.12", "TCP"), 1)].into();
     if second != want {
-        failures.push(format!("within the window: observed {second:#?}, expected {want:#?}"));
+        failures.push(format!(
+            "within the window: observed {second:#?}, expected {want:#?}"
+        ));
     }
 
     // Past the window the flow is new again.
@@ -305,7 +335,9 @@ fn each_distinct_flow_is_observed_once_per_window() {
     let want: BTreeMap<FlowKey, usize> =
         [(fk("server", Ingress, "eth0", "10.79.0.11", "TCP"), 1)].into();
     if third != want {
-        failures.push(format!("after the window: observed {third:#?}, expected {want:#?}"));
+        failures.push(format!(
+            "after the window: observed {third:#?}, expected {want:#?}"
+        ));
     }
 
     if let Err(e) = lab.down() {
@@ -318,7 +350,15 @@ fn each_distinct_flow_is_observed_once_per_window() {
 fn learn_full_count(netns: &Path) -> u64 {
     let out = std::process::Command::new("nsenter")
         .arg(format!("--net={}", netns.display()))
-        .args(["nft", "-j", "list", "counter", "inet", "netwarden", "lrn_full"])
+        .args([
+            "nft",
+            "-j",
+            "list",
+            "counter",
+            "inet",
+            "netwarden",
+            "lrn_full",
+        ])
         .output()
         .expect("nsenter nft");
     assert!(
@@ -345,8 +385,22 @@ fn a_full_learn_set_is_counted_not_logged() {
     // One element per set: the first IPv4 ingress flow fills server's set.
     let lab = EnforcedLab::up(&inventory, &options(Backend::Nft, 1)).expect("lab up");
     let mut failures = Vec::new();
-    let mut specs = flow("client", "10.79.0.11", "server", "10.79.0.10", Protocol::Tcp, 1);
-    specs.extend(flow("other", "10.79.0.12", "server", "10.79.0.10", Protocol::Tcp, 2));
+    let mut specs = flow(
+        "client",
+        "10.79.0.11",
+        "server",
+        "10.79.0.10",
+        Protocol::Tcp,
+        1,
+    );
+    specs.extend(flow(
+        "other",
+        "10.79.0.12",
+        "server",
+        "10.79.0.10",
+        Protocol::Tcp,
+        2,
+    ));
     probe(&lab, &specs, &[], &mut failures);
     let observed = count_observed(&events_after_settling(&lab), &mut failures);
     let want: BTreeMap<FlowKey, usize> = [(

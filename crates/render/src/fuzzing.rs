@@ -370,7 +370,10 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
             None
         }
         Err(RenderError::LearnNeedsNft { pod }) => {
-            assert!(rules.learn, "{pod}: refused for learn mode though it does not learn");
+            assert!(
+                rules.learn,
+                "{pod}: refused for learn mode though it does not learn"
+            );
             None
         }
     };

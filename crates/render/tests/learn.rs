@@ -18,10 +18,16 @@ use netwarden_testing::ScratchNetns;
 /// Packets on every interface of the pod, both directions, several peers and ports, every
 /// protocol, new and established, plus loopback and forwarded ones.
 fn packets(rules: &PodRules) -> Vec<TracePacket> {
-    let peers: Vec<IpAddr> = ["10.0.0.2", "10.0.0.9", "192.168.1.7", "fd00::2", "fd00:1::5"]
-        .iter()
-        .map(|s| s.parse().unwrap())
-        .collect();
+    let peers: Vec<IpAddr> = [
+        "10.0.0.2",
+        "10.0.0.9",
+        "192.168.1.7",
+        "fd00::2",
+        "fd00:1::5",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect();
     let protocols = [
         TraceProtocol::L4(Protocol::Tcp),
         TraceProtocol::L4(Protocol::Udp),
@@ -202,7 +208,10 @@ fn json_and_text_load_the_same_learn_table() {
             assert!(j.contains(&format!("set {} {{", set.name)), "{name}: {j}");
         }
         assert!(j.contains("flags dynamic,timeout"), "{name}: {j}");
-        assert!(j.contains(&format!("counter {LEARN_FULL_COUNTER}")), "{name}: {j}");
+        assert!(
+            j.contains(&format!("counter {LEARN_FULL_COUNTER}")),
+            "{name}: {j}"
+        );
         for ns in [&by_json, &by_text] {
             let (ok, _, stderr) = ns.nft(&["delete", "table", "inet", "netwarden"], "");
             assert!(ok, "{stderr}");

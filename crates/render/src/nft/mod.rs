@@ -483,7 +483,12 @@ pub fn set_name(family: Family, ranges: &[(u128, u128)]) -> String {
 
 /// The parameter-derived name of a learn set: `lrn4_in_`/`lrn6_out_`… and 16 hex digits of a
 /// hash of its window and size.
-pub fn learn_set_name(family: Family, direction: Direction, timeout_secs: u64, size: u32) -> String {
+pub fn learn_set_name(
+    family: Family,
+    direction: Direction,
+    timeout_secs: u64,
+    size: u32,
+) -> String {
     let f = match family {
         Family::Ipv4 => 4,
         Family::Ipv6 => 6,
@@ -973,8 +978,20 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
     };
     let mut base = Vec::new();
     for (hook, lo, entries, learn, by) in [
-        (Hook::Input, Match::IifLoopback, dispatch_in, learn_in, IfBy::In),
-        (Hook::Output, Match::OifLoopback, dispatch_out, learn_out, IfBy::Out),
+        (
+            Hook::Input,
+            Match::IifLoopback,
+            dispatch_in,
+            learn_in,
+            IfBy::In,
+        ),
+        (
+            Hook::Output,
+            Match::OifLoopback,
+            dispatch_out,
+            learn_out,
+            IfBy::Out,
+        ),
     ] {
         if entries.is_empty() && learn.is_empty() {
             continue;
