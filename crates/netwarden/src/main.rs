@@ -453,13 +453,6 @@ impl Input {
     fn engine_options(&self, log_all_denies: bool) -> EngineOptions {
         self.options.engine_options(log_all_denies)
     }
-
-    fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
-        let load = self.load_options();
-        let (engine, inventory) = load_engine(&self.paths, &load, self.engine_options(false));
-        self.options.check(&inventory)?;
-        Ok((engine, inventory))
-    }
 }
 
 #[derive(Clone, Copy, ValueEnum, Default)]
