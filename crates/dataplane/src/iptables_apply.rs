@@ -223,7 +223,8 @@ impl Dataplane for IptablesDataplane {
     const BACKEND: Backend = Backend::Iptables;
 
     fn render(&self, rules: &PodRules) -> Result<IptablesRulesetRef, RenderError> {
-        if !rules.is_isolated() {
+        // A learning pod is refused by the renderer (learn mode needs nft).
+        if !rules.needs_rules() {
             return Ok(None);
         }
         Ok(Some(Arc::new(render_iptables(rules, &self.options)?)))

@@ -42,7 +42,12 @@ impl NftObjects {
     pub fn of(table: &Table) -> NftObjects {
         NftObjects {
             table: true,
-            sets: table.sets.iter().map(|s| s.name.clone()).collect(),
+            sets: table
+                .sets
+                .iter()
+                .map(|s| s.name.clone())
+                .chain(table.learn_sets.iter().map(|s| s.name.clone()))
+                .collect(),
             chains: table.chains.iter().map(|c| c.name.clone()).collect(),
         }
     }
@@ -83,6 +88,17 @@ impl NftObjects {
                     }
                     next.sets.insert(s.name.clone());
                 }
+                Command::AddLearnSet(s) => {
+                    if !next.table {
+                        return Err(format!("add set {}: no table", s.name));
+                    }
+                    next.sets.insert(s.name.clone());
+                }
+                Command::AddCounter(name) => {
+                    if !next.table {
+                        return Err(format!("add counter {name}: no table"));
+                    }
+                }
                 Command::AddElements(s) => {
                     if !next.sets.contains(&s.name) {
                         return Err(format!("add element: no such set {}", s.name));
@@ -103,14 +119,24 @@ impl NftObjects {
                 Command::AddRule { chain, rule } => {
                     known_chain(&next, chain)?;
                     let used = refs.entry(chain.to_string()).or_insert(None);
-                    for m in &rule.matches {
-                        if let netwarden_render::nft::Match::Addr { set, .. } = m {
-                            if !next.sets.contains(set) {
-                                return Err(format!("rule in {chain}: no such set {set}"));
-                            }
-                            if let Some(u) = used.as_mut() {
-                                u.insert(set.clone());
-                            }
+                    let learn_sets = rule.matches.iter().filter_map(|m| match m {
+                        netwarden_render::nft::Match::NotLearned(k) => Some(&k.set),
+                        _ => None,
+                    });
+                    let learn_adds = rule.stmts.iter().filter_map(|s| match s {
+                        netwarden_render::nft::Stmt::Learn(k) => Some(&k.set),
+                        _ => None,
+                    });
+                    let addr_sets = rule.matches.iter().filter_map(|m| match m {
+                        netwarden_render::nft::Match::Addr { set, .. } => Some(set),
+                        _ => None,
+                    });
+                    for set in addr_sets.chain(learn_sets).chain(learn_adds) {
+                        if !next.sets.contains(set) {
+                            return Err(format!("rule in {chain}: no such set {set}"));
+                        }
+                        if let Some(u) = used.as_mut() {
+                            u.insert(set.clone());
                         }
                     }
                     if let netwarden_render::nft::Verdict::Jump(target) = &rule.verdict {
@@ -230,7 +256,9 @@ pub fn plan<'t>(desired: Option<&'t Table>, state: &'t NftNetnsState) -> NftPlan
         sets.add_sets(new_sets);
     }
     let mut transaction = Transaction::default();
-    transaction.declare(table, |_| false);
+    // Learn sets fill themselves in the kernel: declared once, when the kernel lacks them
+    // (see `Transaction::declare_some`).
+    transaction.declare_some(table, |_| false, |s| !state.kernel.sets.contains(&s.name));
     transaction.refill_chains(table);
     let stale_chains: Vec<&'t String> = state
         .kernel

@@ -72,6 +72,7 @@ fn pod_rules_for(allowed_ports: &[u16], peers: AddrSet, ifaces: &[&str]) -> PodR
     PodRules {
         pod: ObjectKey::new("t", "pod"),
         netns: None,
+        learn: false,
         interfaces: ifaces
             .iter()
             .map(|name| InterfaceRules {

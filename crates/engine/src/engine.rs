@@ -63,6 +63,8 @@ pub struct EngineOptions {
     pub dns: DnsMode,
     /// Log every enforced deny, whatever the policies' `netwarden.io/log`.
     pub log_all_denies: bool,
+    /// Pods in learn mode whatever their annotations (`--learn NS/POD|NS/*`).
+    pub learn: Vec<LearnSelector>,
 }
 
 /// Key of a policy rule in the cache.
@@ -112,6 +114,8 @@ fn peer_view(pod: &Pod) -> Pod {
         node_name: None,
         // Which incarnation of a pod runs says where its netns is, not what it allows.
         uid: None,
+        // Learn mode logs the pod's own flows; peers see the same addresses either way.
+        learn: false,
         interfaces: pod
             .interfaces
             .iter()
@@ -212,11 +216,38 @@ impl Engine {
         std::mem::take(&mut self.dirty)
     }
 
+    /// Whether the namespace asks for learn mode on all its pods.
+    fn namespace_learns(&self, namespace: &str) -> bool {
+        self.namespaces.get(namespace).is_some_and(|ns| ns.learn)
+    }
+
+    /// Whether the pod is in learn mode: its own annotation, its namespace's, or a selector.
+    fn learns(&self, pod: &Pod) -> bool {
+        pod.learn
+            || self.namespace_learns(&pod.key.namespace)
+            || self.options.learn.iter().any(|s| s.matches(&pod.key))
+    }
+
+    /// A namespace-wide switch changed: every pod of it must be recomputed.
+    fn dirty_namespace_pods(&mut self, namespace: &str) {
+        if let Some(names) = self.pods_by_namespace.get(namespace) {
+            self.dirty.extend(
+                names
+                    .iter()
+                    .map(|name| PodKey::new(namespace.to_string(), name.clone())),
+            );
+        }
+    }
+
     // ----- feeding -------------------------------------------------------------------------
 
     pub fn set_namespace(&mut self, namespace: Namespace) {
         let old_labels = self.namespace_labels(&namespace.name);
         let new_labels = namespace.labels.clone();
+        let old_learn = self.namespace_learns(&namespace.name);
+        if old_learn != namespace.learn {
+            self.dirty_namespace_pods(&namespace.name);
+        }
         self.namespaces.insert(namespace.name.clone(), namespace);
         if old_labels != new_labels {
             // Only a change of membership in a namespaceSelector matters.
@@ -232,6 +263,9 @@ impl Engine {
 
     pub fn remove_namespace(&mut self, name: &str) {
         if let Some(old) = self.namespaces.remove(name) {
+            if old.learn {
+                self.dirty_namespace_pods(name);
+            }
             let new_labels = self.namespace_labels(name);
             self.invalidate_rules_where(|_, peer| match peer {
                 Peer::Pods {
@@ -896,6 +930,7 @@ impl Engine {
             pod: key.clone(),
             netns: pod.netns.clone(),
             interfaces,
+            learn: self.learns(&pod),
         })
     }
 

@@ -150,6 +150,7 @@ fn namespace(b: &mut Bytes, name: &str) -> Namespace {
     Namespace {
         name: name.into(),
         labels,
+        learn: false,
     }
 }
 
@@ -252,6 +253,7 @@ fn pod(b: &mut Bytes, index: usize, ns: &str) -> Pod {
         netns: None,
         node_name: None,
         uid: None,
+        learn: false,
     }
 }
 
@@ -607,6 +609,7 @@ impl Scenario {
         let options = EngineOptions {
             dns: *b.pick(&[DnsMode::Danm, DnsMode::All, DnsMode::None]),
             log_all_denies: b.one_in(4),
+            learn: Vec::new(),
         };
         let mut namespaces = Vec::new();
         for name in NAMESPACES {

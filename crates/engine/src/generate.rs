@@ -151,6 +151,7 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
             netns: None,
             node_name: None,
             uid: None,
+            learn: false,
         });
     }
     let apps_per_ns = PODS_PER_NAMESPACE / PODS_PER_APP;

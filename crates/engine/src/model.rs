@@ -43,6 +43,54 @@ pub type PodKey = ObjectKey;
 pub struct Namespace {
     pub name: String,
     pub labels: Labels,
+    /// Learn mode for every pod of the namespace (annotation `netwarden.io/learn: "true"`).
+    pub learn: bool,
+}
+
+/// A `--learn` selector: `NS/POD` (one pod) or `NS/*` (every pod of a namespace). Pods it
+/// selects log each distinct new flow once per window, like pods annotated
+/// `netwarden.io/learn: "true"` (issue 9, learn mode).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LearnSelector {
+    pub namespace: String,
+    /// `None` for `NS/*`.
+    pub pod: Option<String>,
+}
+
+impl LearnSelector {
+    pub fn matches(&self, key: &PodKey) -> bool {
+        self.namespace == key.namespace && self.pod.as_ref().is_none_or(|p| *p == key.name)
+    }
+}
+
+impl std::str::FromStr for LearnSelector {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("--learn {s:?}: expected NS/POD or NS/*");
+        let (ns, pod) = s.split_once('/').ok_or_else(bad)?;
+        if ns.is_empty() || pod.is_empty() || ns.contains('*') || pod.contains('/') {
+            return Err(bad());
+        }
+        if pod.contains('*') && pod != "*" {
+            return Err(bad());
+        }
+        Ok(LearnSelector {
+            namespace: ns.to_string(),
+            pod: (pod != "*").then(|| pod.to_string()),
+        })
+    }
+}
+
+impl fmt::Display for LearnSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            self.namespace,
+            self.pod.as_deref().unwrap_or("*")
+        )
+    }
 }
 
 /// An address family. One type for the whole project: `reach` output (`"ipv4"`/`"ipv6"`), the
@@ -253,6 +301,9 @@ pub struct Pod {
     /// the pod's namespace, name and uid), so a sandbox left by an older pod of the same name
     /// is never taken for this one's. `None` in manifests that omit it.
     pub uid: Option<String>,
+    /// Learn mode asked by the pod itself (annotation `netwarden.io/learn: "true"`); the
+    /// namespace's annotation and `--learn` selectors add to it ([`crate::PodRules::learn`]).
+    pub learn: bool,
 }
 
 impl Pod {

@@ -253,13 +253,33 @@ pub struct PodRules {
     pub pod: PodKey,
     pub netns: Option<String>,
     pub interfaces: Vec<InterfaceRules>,
+    /// Learn mode: every interface logs each distinct new flow once per window, whatever the
+    /// policies decide (the pod's or its namespace's `netwarden.io/learn`, or `--learn`).
+    pub learn: bool,
 }
 
 impl PodRules {
+    /// True when the pod needs a table at all: an isolated interface, or learn mode (which
+    /// programs only logging rules).
+    pub fn needs_rules(&self) -> bool {
+        self.learn || self.is_isolated()
+    }
+
     /// True when any interface is isolated in either view: the pod then gets rules at all,
     /// and forwarding through its netns is rejected (SPEC 3.1).
     pub fn is_isolated(&self) -> bool {
         self.interfaces.iter().any(InterfaceRules::is_isolated)
+    }
+
+    /// True when the pod's rules send NFLOG messages: learn mode, a monitored view, or logged
+    /// denies (the agent then listens in its netns).
+    pub fn logs(&self) -> bool {
+        self.learn
+            || self.interfaces.iter().any(|i| {
+                [&i.ingress, &i.egress]
+                    .iter()
+                    .any(|d| d.has_monitor() || d.log_denies)
+            })
     }
 
     pub fn interface(&self, name: &str) -> Option<&InterfaceRules> {

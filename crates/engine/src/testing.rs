@@ -25,6 +25,7 @@ pub fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
     Namespace {
         name: name.into(),
         labels: l,
+        learn: false,
     }
 }
 
@@ -78,6 +79,7 @@ pub fn pod_with_interfaces(
         netns: None,
         node_name: None,
         uid: None,
+        learn: false,
     }
 }
 

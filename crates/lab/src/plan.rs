@@ -361,6 +361,7 @@ mod tests {
             netns: None,
             node_name: None,
             uid: None,
+            learn: false,
         }
     }
 

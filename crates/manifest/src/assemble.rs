@@ -111,6 +111,7 @@ pub(crate) fn assemble<'a>(
         inv.namespaces.push(Namespace {
             name,
             labels: BTreeMap::new(),
+            learn: false,
         });
     }
     for ns in &mut inv.namespaces {

@@ -450,6 +450,7 @@ impl ClusterSet {
                 a.references.contains_key(&name).then(|| Namespace {
                     name: name.clone(),
                     labels: BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), name.clone())]),
+                    learn: false,
                 })
             };
             match declared.or_else(implicit) {

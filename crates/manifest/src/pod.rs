@@ -96,6 +96,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
             }
         });
 
+    let learn = crate::read::read_learn(cx, &meta.annotations);
     let from_danmep = vec![false; interfaces.len()];
     Some(PodRecord {
         pod: Pod {
@@ -107,6 +108,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
             netns,
             node_name,
             uid,
+            learn,
         },
         pod_ips,
         from_danmep,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use netwarden_engine::{Namespace, Policy, Service};
 use serde_json::Value;
 
-use crate::ctx::{get, type_name, Ctx, LabelCheck};
+use crate::ctx::{get, keyed, type_name, Ctx, LabelCheck};
 use crate::kinds::{self, ApiVersion, Resolved};
 use crate::pod::{self, DanmEpRecord};
 use crate::service::{self, SliceRecord};
@@ -461,10 +461,34 @@ pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Opti
     })
 }
 
+/// Learn mode on a Pod or a Namespace (issue 9): its pods log each distinct new flow.
+pub const LEARN: &str = "netwarden.io/learn";
+
+/// The `netwarden.io/learn` annotation: `"true"` or `"false"`; anything else is reported and
+/// read as `false` (learn mode only adds logging, so leaving it off changes no verdict).
+pub(crate) fn read_learn(cx: &mut Ctx<'_>, annotations: &BTreeMap<String, String>) -> bool {
+    match annotations.get(LEARN).map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            cx.error(
+                &keyed("metadata.annotations", LEARN),
+                format!(
+                    "expected \"true\" or \"false\", found \"{}\"; not learning",
+                    validate::shorten(other)
+                ),
+            );
+            false
+        }
+    }
+}
+
 fn read_namespace(cx: &mut Ctx<'_>, doc: &Value) -> Option<Namespace> {
     let meta = read_meta(cx, doc, false)?;
+    let learn = read_learn(cx, &meta.annotations);
     Some(Namespace {
         name: meta.name,
         labels: meta.labels,
+        learn,
     })
 }

@@ -2928,3 +2928,48 @@ fn special_files_are_never_read() {
     assert_eq!(set.inventory().pods.len(), 1, "last good objects kept");
     assert!(set.inventory().has_errors());
 }
+
+#[test]
+fn learn_annotation_on_pods_and_namespaces() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: ns1, annotations: {netwarden.io/learn: "true"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ns2, annotations: {netwarden.io/learn: "yes"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: ns2, annotations: {netwarden.io/learn: "true"}}
+status: {podIP: 10.0.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: ns2, annotations: {netwarden.io/learn: "false"}}
+status: {podIP: 10.0.0.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: c, namespace: ns2, annotations: {netwarden.io/learn: "True"}}
+status: {podIP: 10.0.0.3}
+"#,
+    );
+    let ns = |name: &str| inv.namespaces.iter().find(|n| n.name == name).unwrap();
+    assert!(ns("ns1").learn);
+    assert!(!ns("ns2").learn);
+    assert!(pod(&inv, "a").learn);
+    assert!(!pod(&inv, "b").learn);
+    assert!(!pod(&inv, "c").learn);
+    // A value other than "true"/"false" is an error naming the object and the field; the
+    // object is read without learn mode.
+    let field = "metadata.annotations[\"netwarden.io/learn\"]";
+    assert_eq!(
+        errors(&inv),
+        vec![e("Namespace", "ns2", field), e("Pod", "ns2/c", field)],
+        "{:#?}",
+        inv.problems
+    );
+}

@@ -66,6 +66,7 @@ impl From<LogAction> for EventAction {
         match a {
             LogAction::WouldDeny => EventAction::WouldDeny,
             LogAction::Deny => EventAction::Deny,
+            LogAction::Observed => EventAction::Observed,
         }
     }
 }
@@ -180,6 +181,15 @@ pub fn build_event(
         Direction::Egress => packet.dst,
     };
     let action = EventAction::from(action);
+    // An observed flow is no verdict: it names no policy and has no cause (SPEC 6).
+    let observed = action == EventAction::Observed;
+    let policy_names = |list: &[netwarden_engine::PolicyRef]| -> Vec<String> {
+        if observed {
+            Vec::new()
+        } else {
+            list.iter().map(ToString::to_string).collect()
+        }
+    };
     Ok(Event {
         time: record
             .timestamp
@@ -198,20 +208,11 @@ pub fn build_event(
         sport: packet.sport,
         dport: packet.dport,
         protocol: packet.protocol.name().into_owned(),
-        policies: info
-            .monitored_policies
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        enforced_policies: info
-            .enforced_policies
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
+        policies: policy_names(&info.monitored_policies),
+        enforced_policies: policy_names(&info.enforced_policies),
         cause: match action {
             EventAction::WouldDeny => Some(info.cause.into()),
             EventAction::Deny => Some(Cause::Denied),
-            // A learned flow was neither denied nor would be: there is no cause to give.
             EventAction::Observed => None,
         },
     })
@@ -400,6 +401,7 @@ pub(crate) mod tests {
         egress.staged = Isolation::Isolated(vec![]);
         egress.enforced_policies = vec![policy("shop", "lock")];
         PodRules {
+            learn: false,
             pod: ObjectKey::new("shop", "web-7d4b9c-xk2p9"),
             netns: None,
             interfaces: vec![
@@ -481,6 +483,45 @@ pub(crate) mod tests {
         });
         assert_eq!(json, expected);
         // And it reads back.
+        let back: Event = serde_json::from_value(json).unwrap();
+        assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn observed_event_names_no_policy() {
+        // The same (interface, direction) key as would-deny messages, action `ob`: the event
+        // has the usual fields, no policy and no cause (SPEC 6).
+        let r = rules();
+        let ctx = PodContext::new("node-a", &r);
+        let key = log_key_for(&r, "eth0", Direction::Ingress).unwrap();
+        let rec = record(
+            &log_prefix(LogAction::Observed, key),
+            "10.0.0.9",
+            "10.0.0.2",
+            8080,
+        );
+        let ev = build_event(&rec, Timestamp(1_700_000_000_000_000), &ctx, &resolver).unwrap();
+        assert_eq!(ev.action.as_str(), "observed");
+        let json: serde_json::Value = serde_json::from_str(&ev.to_json_line()).unwrap();
+        let expected = serde_json::json!({
+            "time": "2023-11-14T22:13:20.000000Z",
+            "node": "node-a",
+            "action": "observed",
+            "direction": "ingress",
+            "pod": "shop/web-7d4b9c-xk2p9",
+            "interface": "eth0",
+            "network": "default",
+            "peer": "shop/client-0",
+            "src": "10.0.0.9",
+            "dst": "10.0.0.2",
+            "sport": 40000,
+            "dport": 8080,
+            "protocol": "TCP",
+            "policies": [],
+            "enforced_policies": [],
+            "cause": null,
+        });
+        assert_eq!(json, expected);
         let back: Event = serde_json::from_value(json).unwrap();
         assert_eq!(back, ev);
     }

@@ -167,7 +167,7 @@ impl Metrics {
                     bump(&self.deny, p, 1);
                 }
             }
-            // Learned flows concern no policy.
+            // Learn mode's flows belong to no policy.
             EventAction::Observed => {}
         }
     }

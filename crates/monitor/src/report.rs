@@ -210,7 +210,7 @@ pub fn aggregate_with(
         let named = match ev.action {
             EventAction::WouldDeny => &ev.policies,
             EventAction::Deny => &ev.enforced_policies,
-            // A flow learned on a pod is no evidence for or against any policy.
+            // Learn mode's flows are no evidence for or against a policy.
             EventAction::Observed => continue,
         };
         for p in &ev.policies {

@@ -11,7 +11,8 @@
 //!    (the floor of any stateful firewall); netwarden's nft and iptables backends (rules built
 //!    through Engine → render → Dataplane, as the agent does); and the seed's DANM Policer
 //!    layout (one `-s <peer>/32 -p tcp --dport 80 -j ACCEPT` rule per peer, client's rule last,
-//!    and in the middle). Reported per configuration: the median wall-clock rate and the CPU
+//!    and in the middle); and netwarden's nft backend with learn mode on (issue 9: the learn
+//!    rules run on every new connection). Reported per configuration: the median wall-clock rate and the CPU
 //!    time per connection (this process's user + system time, which includes the server's
 //!    firewall: the veth delivers in the sender's softirq context), and the paired per-round
 //!    ratios of both. On a shared machine the wall-clock rate follows whatever else runs; the
@@ -682,6 +683,19 @@ fn configs(params: &Params) -> Vec<Config> {
             });
         }
     }
+    // Learn mode beside the same enforcement: every new connection also walks the learn rules
+    // (a negated lookup in the seen-flow set; the client's flow is logged once per window).
+    out.push(Config {
+        label: format!("netwarden nft, {n} peers, learn"),
+        firewall: Firewall::Netwarden(
+            Backend::Nft,
+            PodRules {
+                learn: true,
+                ..headline.clone()
+            },
+        ),
+        filters: true,
+    });
     out.push(Config {
         label: format!("netwarden iptables, {n} peers"),
         firewall: Firewall::Netwarden(Backend::Iptables, headline.clone()),
@@ -916,6 +930,12 @@ fn report_ratios(params: &Params, dp: &DataPath) {
             );
         }
     }
+    line(
+        "nft learn / nft",
+        &format!("netwarden nft, {n} peers, learn"),
+        &nft,
+        Some(0.9),
+    );
     let first = format!("netwarden nft, {} peers", params.peer_counts[0]);
     let mut flat = true;
     for k in &params.peer_counts[1..] {

@@ -189,12 +189,7 @@ impl Monitor {
             let Some(rules) = syncer.current().get(key) else {
                 continue;
             };
-            let logs = rules.interfaces.iter().any(|i| {
-                [&i.ingress, &i.egress]
-                    .iter()
-                    .any(|d| d.has_monitor() || d.log_denies)
-            });
-            if logs {
+            if rules.logs() {
                 wanted.insert(netns.clone(), key);
                 if let Err(e) = self
                     .collector

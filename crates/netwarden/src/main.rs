@@ -217,6 +217,30 @@ struct DataplaneArgs {
     /// Log every enforced deny (as if every policy had `netwarden.io/log: "true"`).
     #[arg(long)]
     log_denies: bool,
+    /// Learn mode for these pods (`NS/POD` or `NS/*`, repeatable), as if annotated
+    /// `netwarden.io/learn: "true"`: each distinct new flow (direction, interface, peer
+    /// address, port, protocol) is logged once per --learn-window as an `observed` event,
+    /// deduplicated in the kernel; verdicts are unchanged. Needs the nft backend.
+    #[arg(long = "learn", value_name = "NS/POD|NS/*")]
+    learn: Vec<netwarden_engine::LearnSelector>,
+    /// How long learn mode remembers a flow: it is logged again after this long (1s to 10y,
+    /// e.g. 30s, 1h, 1d).
+    #[arg(long, default_value = "1h", value_parser = parse_learn_window)]
+    learn_window: std::time::Duration,
+    /// Flows each learn set remembers (one set per family and direction); flows that find
+    /// their set full are not logged and are counted in the table's counter `lrn_full`.
+    #[arg(long, default_value_t = 65_536)]
+    learn_set_size: u32,
+}
+
+/// `--learn-window`: whole seconds (the kernel's set timeouts are kept in seconds here), at
+/// least 1s.
+fn parse_learn_window(s: &str) -> Result<std::time::Duration, String> {
+    let d = netwarden::cli_args::parse_window(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("--learn-window {s:?}: whole seconds only"));
+    }
+    Ok(d)
 }
 
 fn parse_mark(s: &str) -> Result<u32, String> {
@@ -240,9 +264,19 @@ impl DataplaneArgs {
             log_rate_per_minute: self.log_rate,
             log_burst: self.log_rate.max(1),
             reject_forward: !self.allow_forward,
+            learn_window_secs: self.learn_window.as_secs(),
+            learn_set_size: self.learn_set_size,
         };
         options.validate().map_err(anyhow::Error::msg)?;
         Ok(options)
+    }
+
+    /// The engine's options: the input's, with --log-denies and --learn.
+    fn engine_options(&self, input: &Input) -> EngineOptions {
+        EngineOptions {
+            learn: self.learn.clone(),
+            ..input.engine_options(self.log_denies)
+        }
     }
 }
 
@@ -492,6 +526,7 @@ impl InputOptions {
         EngineOptions {
             dns: self.dns.mode(),
             log_all_denies,
+            learn: Vec::new(),
         }
     }
 
@@ -515,13 +550,6 @@ impl Input {
 
     fn engine_options(&self, log_all_denies: bool) -> EngineOptions {
         self.options.engine_options(log_all_denies)
-    }
-
-    fn load(&self) -> Result<(netwarden_engine::Engine, netwarden_manifest::Inventory)> {
-        let load = self.load_options();
-        let (engine, inventory) = load_engine(&self.paths, &load, self.engine_options(false));
-        self.options.check(&inventory)?;
-        Ok((engine, inventory))
     }
 }
 
@@ -675,7 +703,7 @@ fn lab_options(
     Ok(netwarden::lab::LabCheckOptions {
         backend: dataplane.backend.backend(),
         ports,
-        engine: input.engine_options(dataplane.log_denies),
+        engine: dataplane.engine_options(input),
         render: dataplane.render_options()?,
     })
 }
@@ -747,7 +775,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentCon
     Ok(netwarden::agent::AgentConfig {
         source,
         load: input.load_options(),
-        engine: input.engine_options(args.dataplane.log_denies),
+        engine: args.dataplane.engine_options(&input),
         render: args.dataplane.render_options()?,
         backend: args.dataplane.backend.backend(),
         interval: args.interval,
@@ -873,7 +901,12 @@ fn explain_command(args: ExplainArgs) -> Result<ExitCode> {
 
 /// `render`: the exact rules of one pod, as the chosen backend writes them.
 fn render_command(args: RenderArgs) -> Result<ExitCode> {
-    let (mut engine, _) = args.input.load()?;
+    let (mut engine, inventory) = load_engine(
+        &args.input.paths,
+        &args.input.load_options(),
+        args.dataplane.engine_options(&args.input),
+    );
+    args.input.options.check(&inventory)?;
     let key = pod_key(&args.pod)?;
     let rules = engine
         .pod_rules(&key)
@@ -897,8 +930,10 @@ fn render_command(args: RenderArgs) -> Result<ExitCode> {
             }
         }
     }
-    if !rules.is_isolated() {
+    if !rules.needs_rules() {
         eprintln!("{key} is not isolated: netwarden programs nothing in its netns");
+    } else if !rules.is_isolated() {
+        eprintln!("{key} is not isolated: only learn mode's logging rules are programmed");
     }
     Ok(ExitCode::SUCCESS)
 }

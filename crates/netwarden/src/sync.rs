@@ -144,7 +144,7 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             // The pod left its old netns (deleted, or recreated elsewhere): clean the old one.
             if let Some(old) = self.programmed.get(&key).cloned() {
                 let left =
-                    netns.as_ref() != Some(&old) || rules.as_ref().is_none_or(|r| !r.is_isolated());
+                    netns.as_ref() != Some(&old) || rules.as_ref().is_none_or(|r| !r.needs_rules());
                 if left && self.remove_from(&key, &old, &mut report) {
                     report.removed += 1;
                     self.programmed.remove(&key);
@@ -154,7 +154,8 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
                 self.current.remove(&key);
                 continue;
             };
-            if !rules.is_isolated() {
+            // Isolation or learn mode gives a pod rules; otherwise its netns holds none.
+            if !rules.needs_rules() {
                 if let (true, Some(netns)) = (self.converge_removals, &netns) {
                     self.remove_from(&key, netns, &mut report);
                 }

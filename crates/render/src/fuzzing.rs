@@ -259,6 +259,8 @@ pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
         pod: ObjectKey::new(MARK, MARK),
         netns: None,
         interfaces,
+        // Decoded last, so the earlier fields read the bytes they always did.
+        learn: b.bool(),
     }
 }
 
@@ -276,10 +278,11 @@ pub struct Rendered {
 /// exactly, and never otherwise; the JSON is a well-formed document of commands; interface
 /// names appear only as exact-match operands; no object text (see [`MARK`]) reaches a rule.
 pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
+    // Learn mode matches every interface by name.
     let isolated: Vec<&InterfaceRules> = rules
         .interfaces
         .iter()
-        .filter(|i| i.is_isolated())
+        .filter(|i| rules.learn || i.is_isolated())
         .collect();
     let nft = match build_table(rules, opts) {
         Ok(table) => {
@@ -302,6 +305,7 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
             );
             None
         }
+        Err(e @ RenderError::LearnNeedsNft { .. }) => panic!("the nft backend refused: {e}"),
     };
     if let Some((json, text)) = &nft {
         assert!(!json.contains(MARK), "object text in the nft JSON: {json}");
@@ -339,6 +343,7 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
         .collect();
     let iptables = match render_iptables(rules, opts) {
         Ok(r) => {
+            assert!(!rules.learn, "iptables rendered a learning pod");
             for i in &chained {
                 assert!(
                     iptables_ifname(&i.name).is_ok(),
@@ -361,6 +366,13 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
             assert!(
                 iptables_ifname(&name).is_err() && chained.iter().any(|i| i.name == name),
                 "{name:?} refused though iptables can match it or it needs no rule"
+            );
+            None
+        }
+        Err(RenderError::LearnNeedsNft { pod }) => {
+            assert!(
+                rules.learn,
+                "{pod}: refused for learn mode though it does not learn"
             );
             None
         }

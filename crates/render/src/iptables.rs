@@ -584,11 +584,17 @@ impl FamilyRenderer<'_> {
 
 /// Renders everything iptables mode programs into the pod's netns. A pod nothing isolates (in
 /// either view) gets [`IptablesRuleset::empty`]; a pod with an interface iptables cannot match
-/// exactly is refused. `opts` is assumed valid ([`RenderOptions::validate`]).
+/// exactly is refused, and so is a pod in learn mode ([`RenderError::LearnNeedsNft`]).
+/// `opts` is assumed valid ([`RenderOptions::validate`]).
 pub fn render_iptables(
     rules: &PodRules,
     opts: &RenderOptions,
 ) -> Result<IptablesRuleset, RenderError> {
+    if rules.learn {
+        return Err(RenderError::LearnNeedsNft {
+            pod: rules.pod.clone(),
+        });
+    }
     if !rules.is_isolated() {
         return Ok(IptablesRuleset::empty());
     }
@@ -698,6 +704,7 @@ mod tests {
         PodRules {
             pod: ObjectKey::new("ns", "pod"),
             netns: None,
+            learn: false,
             interfaces: vec![InterfaceRules {
                 name: iface.into(),
                 network: NetworkId::Primary,

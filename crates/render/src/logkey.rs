@@ -1,7 +1,7 @@
 //! The NFLOG prefix contract between the rendered rules and the event collector.
 //!
-//! A log rule carries `nw:<action>:<key> ` where `<action>` is `wd` (would-deny) or `dn` (deny)
-//! and `<key>` 8 lowercase hex digits identifying one (interface, direction) of the pod. The
+//! A log rule carries `nw:<action>:<key> ` where `<action>` is `wd` (would-deny), `dn` (deny)
+//! or `ob` (observed: a distinct flow in learn mode) and `<key>` 8 lowercase hex digits identifying one (interface, direction) of the pod. The
 //! collector maps the key back with [`log_keys`] on the pod's current [`PodRules`], so nothing
 //! from object names, labels or annotations ever appears in the prefix (which the kernel limits
 //! to 64 bytes for NFLOG, 29 for the iptables LOG target — ours is 15 ASCII bytes).
@@ -20,6 +20,8 @@ pub enum LogAction {
     WouldDeny,
     /// The enforced view denied (the packet was rejected).
     Deny,
+    /// Learn mode saw a flow not seen in the current window (the verdict is not involved).
+    Observed,
 }
 
 impl LogAction {
@@ -28,6 +30,7 @@ impl LogAction {
         match self {
             LogAction::WouldDeny => "wd",
             LogAction::Deny => "dn",
+            LogAction::Observed => "ob",
         }
     }
 
@@ -36,6 +39,7 @@ impl LogAction {
         match self {
             LogAction::WouldDeny => "would-deny",
             LogAction::Deny => "deny",
+            LogAction::Observed => "observed",
         }
     }
 }
@@ -69,6 +73,7 @@ pub fn parse_log_prefix(s: &str) -> Option<(LogAction, LogKey)> {
     let action = match parts.next()? {
         "wd" => LogAction::WouldDeny,
         "dn" => LogAction::Deny,
+        "ob" => LogAction::Observed,
         _ => return None,
     };
     let hex = parts.next()?;
@@ -170,6 +175,7 @@ mod tests {
         PodRules {
             pod: ObjectKey::new("ns", "p"),
             netns: None,
+            learn: false,
             interfaces: ifaces
                 .iter()
                 .map(|n| InterfaceRules {
@@ -185,7 +191,7 @@ mod tests {
 
     #[test]
     fn prefix_round_trips() {
-        for action in [LogAction::WouldDeny, LogAction::Deny] {
+        for action in [LogAction::WouldDeny, LogAction::Deny, LogAction::Observed] {
             let p = log_prefix(action, LogKey(0x0123abcd));
             assert!(p.is_ascii() && p.len() < 32, "{p}");
             assert_eq!(parse_log_prefix(&p), Some((action, LogKey(0x0123abcd))));
@@ -197,6 +203,10 @@ mod tests {
         assert_eq!(
             log_prefix(LogAction::WouldDeny, LogKey(0x0123abcd)),
             "nw:wd:0123abcd "
+        );
+        assert_eq!(
+            log_prefix(LogAction::Observed, LogKey(0x0123abcd)),
+            "nw:ob:0123abcd "
         );
         assert_eq!(parse_log_prefix("nw:xx:0123abcd "), None);
         assert_eq!(parse_log_prefix("nw:wd:0123abc "), None);

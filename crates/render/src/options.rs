@@ -1,5 +1,5 @@
-//! Knobs of the rendered rules that are not policy: marks, NFLOG group, log rate limits and the
-//! forwarding switch of SPEC 3.1 (which DNS the rules imply is the engine's decision). Shared by the nft and iptables renderers and by the monitor (which
+//! Knobs of the rendered rules that are not policy: marks, NFLOG group, log rate limits, the
+//! learn-mode window and set size, and the forwarding switch of SPEC 3.1 (which DNS the rules imply is the engine's decision). Shared by the nft and iptables renderers and by the monitor (which
 //! needs the NFLOG group to listen on).
 
 /// Options common to every backend.
@@ -19,6 +19,12 @@ pub struct RenderOptions {
     /// Packets forwarded through an isolated pod's netns are rejected (SPEC 3.1; off for pods
     /// that route).
     pub reject_forward: bool,
+    /// Learn mode: how long a flow stays in the kernel's set of seen flows, i.e. each distinct
+    /// flow is logged once per this many seconds (`--learn-window`).
+    pub learn_window_secs: u64,
+    /// Learn mode: elements of each seen-flow set (per family and direction). A flow that finds
+    /// its set full is not logged; it is counted in the table's counter `lrn_full`.
+    pub learn_set_size: u32,
 }
 
 impl Default for RenderOptions {
@@ -30,6 +36,8 @@ impl Default for RenderOptions {
             log_rate_per_minute: 10,
             log_burst: 10,
             reject_forward: true,
+            learn_window_secs: 3600,
+            learn_set_size: 65_536,
         }
     }
 }
@@ -51,6 +59,9 @@ impl RenderOptions {
                 "staged_mark {:#x} and allow_mark {:#x} overlap",
                 self.staged_mark, self.allow_mark
             ));
+        }
+        if self.learn_window_secs == 0 || self.learn_set_size == 0 {
+            return Err("learn window and learn set size must be non-zero".into());
         }
         if self.log_rate_per_minute == 0 || self.log_burst == 0 {
             return Err("log rate and burst must be non-zero".into());

@@ -89,6 +89,9 @@ pub struct TraceResult {
     pub logged: Option<LogAction>,
     /// The exact prefix of that message.
     pub log_prefix: Option<String>,
+    /// The learn-mode message the packet produced (`nw:ob:…`), the learn sets taken as not
+    /// yet holding its flow (the tracer keeps no state between packets).
+    pub observed: Option<String>,
     /// The mark when the packet left the table.
     pub mark: u32,
     /// Origins of the allow rules that matched (accepted or marked), in chain order.
@@ -110,6 +113,7 @@ pub fn trace(
             verdict: TraceVerdict::Accept,
             logged: None,
             log_prefix: None,
+            observed: None,
             mark: packet.mark,
             matched: Vec::new(),
             chains: Vec::new(),
@@ -122,6 +126,7 @@ struct State<'a> {
     packet: &'a TracePacket,
     mark: u32,
     logged: Option<(LogAction, String)>,
+    observed: Option<String>,
     matched: Vec<RuleOrigin>,
     chains: Vec<String>,
 }
@@ -147,6 +152,7 @@ pub fn trace_table(table: &Table, packet: &TracePacket) -> TraceResult {
         packet,
         mark: packet.mark,
         logged: None,
+        observed: None,
         matched: Vec::new(),
         chains: Vec::new(),
     };
@@ -166,6 +172,7 @@ pub fn trace_table(table: &Table, packet: &TracePacket) -> TraceResult {
         verdict,
         logged,
         log_prefix,
+        observed: st.observed,
         mark: st.mark,
         matched: st.matched,
         chains: st.chains,
@@ -212,7 +219,14 @@ fn apply_stmts(st: &mut State<'_>, rule: &Rule) {
                     st.matched.push(o.clone());
                 }
             }
+            Stmt::Log {
+                action: LogAction::Observed,
+                key,
+                ..
+            } => st.observed = Some(log_prefix(LogAction::Observed, *key)),
             Stmt::Log { action, key, .. } => st.logged = Some((*action, log_prefix(*action, *key))),
+            // The learn set and the full counter hold no state here (module doc).
+            Stmt::Learn(_) | Stmt::Counter(_) => {}
         }
     }
     if rule.verdict == Verdict::Accept {
@@ -270,6 +284,19 @@ fn matches(st: &State<'_>, m: &Match) -> bool {
             def.ranges.iter().any(|&(lo, hi)| x >= lo && x <= hi)
         }
         Match::Mark { mask, value } => st.mark & mask == *value,
+        Match::NotLearned(k) => {
+            assert!(
+                st.table.learn_set(&k.set).is_some(),
+                "rule uses missing learn set {}",
+                k.set
+            );
+            let family = if p.peer.is_ipv4() {
+                Family::Ipv4
+            } else {
+                Family::Ipv6
+            };
+            k.family == family && k.direction == p.direction
+        }
         Match::Limit(name) => {
             assert!(
                 st.table.limits.iter().any(|l| &l.name == name),

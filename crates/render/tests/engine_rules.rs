@@ -40,6 +40,7 @@ fn engine_rules_render_and_trace_consistently() {
     engine.set_namespace(Namespace {
         name: "ns".into(),
         labels: labels(&[]),
+        learn: false,
     });
     let web = with_port(
         mk_pod("web", "web", "10.0.0.1"),

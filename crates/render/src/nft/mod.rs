@@ -12,12 +12,39 @@
 //! input   (hook input)   lo, established/related, ICMPv6 ND → accept; iifname "X" jump in_<n>
 //! output  (hook output)  lo, established/related, ICMPv6 ND → accept; oifname "X" jump out_<n>
 //! forward (hook forward) reject everything (when an interface is enforced-isolated)
+//!   (learn mode: after established/related, per interface, family and protocol, the learn
+//!    rules described below; they only log, so both base chains exist for a learning pod)
 //! in_<n> / out_<n>       one chain per isolated (interface, direction):
 //!   enforce only:  [implicit DNS] <allow clause> accept … [deny log] reject
 //!   with monitor:  clear bits; <staged clause> mark|=STAGED …; <enforced clause> mark|=ALLOW …;
 //!                  would-deny log when mark&(STAGED|ALLOW)==ALLOW;
 //!                  mark&ALLOW==ALLOW → clear bits, accept; [deny log] reject
 //! ```
+//!
+//! # Learn mode
+//!
+//! A learning pod logs each distinct new flow once per window, deduplicated in the kernel: one
+//! dynamic set per family and direction (`lrn4_in_<hash>` …, `flags dynamic,timeout`, the
+//! window as its `timeout`, bounded by `size`), keyed `ifname . addr . l4proto . dport` (the
+//! peer's address: source on ingress, destination on egress). Per interface, family and
+//! protocol (TCP, UDP, SCTP: the protocols with ports) the base chain gets
+//!
+//! ```text
+//! ct state new iifname "eth0" meta l4proto tcp iifname . ip saddr . meta l4proto . th dport != @S
+//!     add @S { iifname . ip saddr . meta l4proto . th dport } log group G prefix "nw:ob:<key> "
+//! ct state new iifname "eth0" meta l4proto tcp iifname . ip saddr . meta l4proto . th dport != @S
+//!     counter name "lrn_full"
+//! ```
+//!
+//! The first rule logs a flow its set does not hold and adds it; the kernel's `add` fails when
+//! the set is full, which ends the rule before the log (nft_dynset breaks), so the flow is
+//! still absent and the second rule counts it in the named counter `lrn_full` (it outlives
+//! rule refills). The rules sit in the base chains after loopback and established/related and
+//! before the dispatch to the policy chains: they see every new flow of the pod, allowed,
+//! would-denied or denied alike, and have no verdict, so enforcement is what it was without
+//! them. There is no rate limit: the set already bounds the messages to `size` per window.
+//! Learn sets are named by their parameters, so a new window or size is a new set and the old
+//! one is collected by the planner like a stale peer set.
 //!
 //! Outgoing DNS without a rule (SPEC 3.1) is part of a view's allow clauses, in the chain of the
 //! interface whose isolating policies imply it (the engine decides: DanmNetworkPolicy by
@@ -159,6 +186,36 @@ pub enum Match {
     },
     /// `limit name "lim_in"`: passes while under the named limit's rate.
     Limit(String),
+    /// `iifname . ip saddr . meta l4proto . th dport != @lrn4_in_…`: a flow the learn set does
+    /// not hold (yet, or any more: its element timed out).
+    NotLearned(LearnKey),
+}
+
+/// The flow key of a learn set and the set it lives in: the interface of `direction`, the
+/// peer's address of `family`, the protocol and the destination port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LearnKey {
+    pub family: Family,
+    pub direction: Direction,
+    pub set: String,
+}
+
+impl LearnKey {
+    /// The address end holding the peer.
+    pub fn end(&self) -> AddrEnd {
+        match self.direction {
+            Direction::Ingress => AddrEnd::Src,
+            Direction::Egress => AddrEnd::Dst,
+        }
+    }
+
+    /// The interface keyword's side.
+    pub fn by(&self) -> IfBy {
+        match self.direction {
+            Direction::Ingress => IfBy::In,
+            Direction::Egress => IfBy::Out,
+        }
+    }
 }
 
 /// Non-terminal actions, run in order after the matches.
@@ -174,6 +231,11 @@ pub enum Stmt {
         action: LogAction,
         key: LogKey,
     },
+    /// `add @lrn4_in_… { iifname . ip saddr . meta l4proto . th dport }` (with the set's
+    /// timeout); ends the rule when the set is full.
+    Learn(LearnKey),
+    /// `counter name "lrn_full"`
+    Counter(String),
 }
 
 /// What happens to a packet when the rule matches.
@@ -309,11 +371,29 @@ pub struct LimitDef {
     pub burst: u32,
 }
 
+/// A learn set: the flows seen on one family and direction in the current window (see
+/// the module doc, "Learn mode"). Named by its parameters ([`learn_set_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LearnSetDef {
+    pub name: String,
+    pub family: Family,
+    pub direction: Direction,
+    pub timeout_secs: u64,
+    pub size: u32,
+}
+
+/// The named counter of flows learn mode could not log because their set was full.
+pub const LEARN_FULL_COUNTER: &str = "lrn_full";
+
 /// The whole `inet netwarden` table of one pod.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Table {
     pub limits: Vec<LimitDef>,
     pub sets: Vec<AddrSetDef>,
+    /// Learn mode's dynamic sets (empty unless the pod learns).
+    pub learn_sets: Vec<LearnSetDef>,
+    /// Named counters (learn mode's [`LEARN_FULL_COUNTER`]).
+    pub counters: Vec<String>,
     pub chains: Vec<Chain>,
 }
 
@@ -324,6 +404,10 @@ impl Table {
 
     pub fn set(&self, name: &str) -> Option<&AddrSetDef> {
         self.sets.iter().find(|s| s.name == name)
+    }
+
+    pub fn learn_set(&self, name: &str) -> Option<&LearnSetDef> {
+        self.learn_sets.iter().find(|s| s.name == name)
     }
 
     pub fn base_chain(&self, hook: Hook) -> Option<&Chain> {
@@ -349,6 +433,13 @@ pub enum RenderError {
         backend: &'static str,
         reason: &'static str,
     },
+    /// Learn mode deduplicates flows in nft dynamic sets; iptables has no equivalent that keeps
+    /// one message per distinct flow per window (`hashlimit` counts packets, not flows, and
+    /// `recent` keys on an address only), so the iptables backend refuses the pod.
+    #[error(
+        "{pod}: learn mode (netwarden.io/learn or --learn) needs the nft backend; the iptables backend refuses this pod (use --backend nft, or stop learning on it)"
+    )]
+    LearnNeedsNft { pod: PodKey },
 }
 
 /// Why nftables cannot match interface `name` exactly, if it cannot.
@@ -388,6 +479,107 @@ pub fn set_name(family: Family, ranges: &[(u128, u128)]) -> String {
         h.write(&hi.to_be_bytes());
     }
     format!("{prefix}_{:016x}", h.finish())
+}
+
+/// The parameter-derived name of a learn set: `lrn4_in_`/`lrn6_out_`… and 16 hex digits of a
+/// hash of its window and size.
+pub fn learn_set_name(
+    family: Family,
+    direction: Direction,
+    timeout_secs: u64,
+    size: u32,
+) -> String {
+    let f = match family {
+        Family::Ipv4 => 4,
+        Family::Ipv6 => 6,
+    };
+    let d = match direction {
+        Direction::Ingress => "in",
+        Direction::Egress => "out",
+    };
+    let mut h = StableHasher::default();
+    h.write(&timeout_secs.to_be_bytes());
+    h.write(&size.to_be_bytes());
+    format!("lrn{f}_{d}_{:016x}", h.finish())
+}
+
+/// The families learn mode watches on an interface: those of its addresses, both when it has
+/// none (nothing then says which family its traffic uses).
+fn learn_families(ips: &[std::net::IpAddr]) -> Vec<Family> {
+    let v4 = ips.iter().any(|ip| ip.is_ipv4());
+    let v6 = ips.iter().any(|ip| ip.is_ipv6());
+    match (v4, v6) {
+        (true, false) => vec![Family::Ipv4],
+        (false, true) => vec![Family::Ipv6],
+        _ => vec![Family::Ipv4, Family::Ipv6],
+    }
+}
+
+/// The learn rules of one (interface, direction) and the learn sets they use (see the module
+/// doc, "Learn mode").
+fn learn_rules(
+    iface: &netwarden_engine::InterfaceRules,
+    direction: Direction,
+    key: LogKey,
+    opts: &RenderOptions,
+    sets: &mut Vec<LearnSetDef>,
+) -> Vec<Rule> {
+    let by = match direction {
+        Direction::Ingress => IfBy::In,
+        Direction::Egress => IfBy::Out,
+    };
+    let mut out = Vec::new();
+    for family in learn_families(&iface.ips) {
+        let name = learn_set_name(
+            family,
+            direction,
+            opts.learn_window_secs,
+            opts.learn_set_size,
+        );
+        if !sets.iter().any(|s| s.name == name) {
+            sets.push(LearnSetDef {
+                name: name.clone(),
+                family,
+                direction,
+                timeout_secs: opts.learn_window_secs,
+                size: opts.learn_set_size,
+            });
+        }
+        let lk = LearnKey {
+            family,
+            direction,
+            set: name,
+        };
+        for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            let matches = vec![
+                Match::Ct(CtMatch::New),
+                Match::IfName {
+                    by,
+                    name: iface.name.clone(),
+                },
+                Match::L4Proto(protocol),
+                Match::NotLearned(lk.clone()),
+            ];
+            out.push(Rule::new(
+                matches.clone(),
+                vec![
+                    Stmt::Learn(lk.clone()),
+                    Stmt::Log {
+                        group: opts.nflog_group,
+                        action: LogAction::Observed,
+                        key,
+                    },
+                ],
+                Verdict::Continue,
+            ));
+            out.push(Rule::new(
+                matches,
+                vec![Stmt::Counter(LEARN_FULL_COUNTER.into())],
+                Verdict::Continue,
+            ));
+        }
+    }
+    out
 }
 
 /// Builds the IR, deduplicating address sets by content.
@@ -688,10 +880,11 @@ pub(crate) fn merge_ports(mut list: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
     out
 }
 
-/// Builds the table for a pod: `Ok(None)` when nothing is isolated (the table must then be
-/// absent), an error when an interface that needs a rule cannot be matched exactly.
+/// Builds the table for a pod: `Ok(None)` when nothing is isolated and the pod does not learn
+/// (the table must then be absent), an error when an interface that needs a rule cannot be
+/// matched exactly.
 pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Table>, RenderError> {
-    if !rules.is_isolated() {
+    if !rules.needs_rules() {
         return Ok(None);
     }
     let keys = assign_keys(rules);
@@ -709,6 +902,28 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
     let mut dispatch_in = Vec::new();
     let mut dispatch_out = Vec::new();
     let mut any_enforced = false;
+    let mut learn_sets = Vec::new();
+    let mut learn_in = Vec::new();
+    let mut learn_out = Vec::new();
+    if rules.learn {
+        for iface in &ifaces {
+            if let Some(reason) = ifname_match_error(&iface.name) {
+                return Err(RenderError::UnmatchableInterface {
+                    pod: rules.pod.clone(),
+                    name: iface.name.clone(),
+                    backend: "nft",
+                    reason,
+                });
+            }
+            for (direction, out) in [
+                (Direction::Ingress, &mut learn_in),
+                (Direction::Egress, &mut learn_out),
+            ] {
+                let key = keys[&(iface.name.clone(), direction)];
+                out.extend(learn_rules(iface, direction, key, opts, &mut learn_sets));
+            }
+        }
+    }
     for (n, iface) in ifaces.iter().enumerate() {
         for direction in [Direction::Ingress, Direction::Egress] {
             let dr = iface.direction(direction);
@@ -762,14 +977,28 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
         )
     };
     let mut base = Vec::new();
-    for (hook, lo, entries, by) in [
-        (Hook::Input, Match::IifLoopback, dispatch_in, IfBy::In),
-        (Hook::Output, Match::OifLoopback, dispatch_out, IfBy::Out),
+    for (hook, lo, entries, learn, by) in [
+        (
+            Hook::Input,
+            Match::IifLoopback,
+            dispatch_in,
+            learn_in,
+            IfBy::In,
+        ),
+        (
+            Hook::Output,
+            Match::OifLoopback,
+            dispatch_out,
+            learn_out,
+            IfBy::Out,
+        ),
     ] {
-        if entries.is_empty() {
+        if entries.is_empty() && learn.is_empty() {
             continue;
         }
         let mut r = vec![Rule::new(vec![lo], vec![], Verdict::Accept), established()];
+        // Learn rules see every new flow before any policy chain decides (module doc).
+        r.extend(learn);
         r.extend(nd());
         r.extend(dispatch(by, entries));
         base.push(Chain {
@@ -799,9 +1028,16 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
             burst: opts.log_burst,
         })
         .collect();
+    let counters = if learn_sets.is_empty() {
+        Vec::new()
+    } else {
+        vec![LEARN_FULL_COUNTER.to_string()]
+    };
     Ok(Some(Table {
         limits,
         sets: b.set_defs,
+        learn_sets,
+        counters,
         chains: base,
     }))
 }

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 use netwarden_engine::Family;
 
 use super::{
-    AddrEnd, AddrSetDef, Chain, CtMatch, IfBy, LimitDef, Match, Rule, SetElement, Stmt, Table,
-    Verdict, TABLE_FAMILY, TABLE_NAME,
+    AddrEnd, AddrSetDef, Chain, CtMatch, IfBy, LearnKey, LearnSetDef, LimitDef, Match, Rule,
+    SetElement, Stmt, Table, Verdict, TABLE_FAMILY, TABLE_NAME,
 };
 use crate::logkey::log_prefix;
 
@@ -37,6 +37,11 @@ pub enum Command<'t> {
     AddSet(&'t AddrSetDef),
     /// `add element` with every element of the set.
     AddElements(&'t AddrSetDef),
+    /// `add set` of a learn set (idempotent: its name is its parameters; never filled here,
+    /// the kernel's rules fill it).
+    AddLearnSet(&'t LearnSetDef),
+    /// `add counter NAME` (idempotent; keeps its value).
+    AddCounter(&'t str),
     /// `add chain` (idempotent); a base chain with its hook.
     AddChain(&'t Chain),
     /// `flush chain NAME`.
@@ -87,12 +92,36 @@ impl<'t> Transaction<'t> {
         }
     }
 
-    /// `add table`, the limits, the sets for which `send_set` says so (with their elements),
-    /// and every chain.
+    /// `add table`, the limits, every learn set and counter (nothing to fill), the sets for
+    /// which `send_set` says so (with their elements), and every chain.
     pub fn declare(&mut self, table: &'t Table, send_set: impl Fn(&AddrSetDef) -> bool) {
+        self.declare_some(table, send_set, |_| true);
+    }
+
+    /// [`Transaction::declare`], with only the learn sets `send_learn_set` names.
+    ///
+    /// A learn set must not be declared again once the kernel holds it: nft's JSON parser
+    /// (1.0.6) has no `dynamic` flag, nft adds it itself when a rule of the batch updates the
+    /// set, and the kernel refuses a declaration of an existing set whose flags differ
+    /// (`EEXIST`). The planner therefore sends only the learn sets the kernel lacks.
+    pub fn declare_some(
+        &mut self,
+        table: &'t Table,
+        send_set: impl Fn(&AddrSetDef) -> bool,
+        send_learn_set: impl Fn(&LearnSetDef) -> bool,
+    ) {
         self.commands.push(Command::AddTable);
         self.commands
             .extend(table.limits.iter().map(Command::AddLimit));
+        self.commands.extend(
+            table
+                .learn_sets
+                .iter()
+                .filter(|s| send_learn_set(s))
+                .map(Command::AddLearnSet),
+        );
+        self.commands
+            .extend(table.counters.iter().map(|c| Command::AddCounter(c)));
         for set in table.sets.iter().filter(|s| send_set(s)) {
             self.commands.push(Command::AddSet(set));
             self.commands.push(Command::AddElements(set));
@@ -141,6 +170,15 @@ impl<'t> Transaction<'t> {
                         elements.join(", ")
                     )
                 }
+                Command::AddLearnSet(s) => writeln!(
+                    out,
+                    "add set {t} {} {{ type {}; flags dynamic,timeout; timeout {}s; size {}; }}",
+                    s.name,
+                    learn_set_type(s.family).join(" . "),
+                    s.timeout_secs,
+                    s.size
+                ),
+                Command::AddCounter(name) => writeln!(out, "add counter {t} {name}"),
                 Command::AddChain(chain) => match chain.hook {
                     Some(hook) => writeln!(
                         out,
@@ -166,6 +204,31 @@ impl<'t> Transaction<'t> {
         let commands: Vec<Value> = self.commands.iter().map(command_json).collect();
         json!({ "nftables": commands }).to_string()
     }
+}
+
+/// The key type of a learn set: interface, peer address, protocol, destination port.
+fn learn_set_type(family: Family) -> [&'static str; 4] {
+    ["ifname", set_type(family), "inet_proto", "inet_service"]
+}
+
+/// The learn key as nft text: `iifname . ip saddr . meta l4proto . th dport`.
+fn learn_key_text(k: &LearnKey) -> String {
+    format!(
+        "{} . {} {} . meta l4proto . th dport",
+        ifname_keyword(k.by()),
+        addr_keyword(k.family),
+        end_keyword(k.end())
+    )
+}
+
+/// The learn key as a libnftables JSON concatenation.
+fn learn_key_json(k: &LearnKey) -> Value {
+    json!({ "concat": [
+        meta(ifname_keyword(k.by())),
+        payload(addr_keyword(k.family), end_keyword(k.end())),
+        meta("l4proto"),
+        payload("th", "dport"),
+    ] })
 }
 
 fn set_type(family: Family) -> &'static str {
@@ -231,6 +294,7 @@ fn match_text(m: &Match, out: &mut String) {
         ),
         Match::Mark { mask, value } => write!(out, "meta mark and {mask:#010x} == {value:#010x}"),
         Match::Limit(name) => write!(out, "limit name \"{name}\""),
+        Match::NotLearned(k) => write!(out, "{} != @{}", learn_key_text(k), k.set),
     };
 }
 
@@ -243,6 +307,8 @@ fn stmt_text(s: &Stmt, out: &mut String) {
             "log group {group} prefix \"{}\"",
             log_prefix(*action, *key)
         ),
+        Stmt::Learn(k) => write!(out, "add @{} {{ {} }}", k.set, learn_key_text(k)),
+        Stmt::Counter(name) => write!(out, "counter name \"{name}\""),
     };
 }
 
@@ -313,6 +379,12 @@ fn command_json(c: &Command<'_>) -> Value {
             let elem: Vec<Value> = s.elements().map(element_json).collect();
             json!({ "add": object("element", json!({ "name": s.name, "elem": elem })) })
         }
+        // No "dynamic": see `declare_some` (nft adds it for the rules that update the set).
+        Command::AddLearnSet(s) => json!({ "add": object("set", json!({
+            "name": s.name, "type": learn_set_type(s.family), "flags": ["timeout"],
+            "timeout": s.timeout_secs, "size": s.size,
+        })) }),
+        Command::AddCounter(name) => json!({ "add": object("counter", json!({ "name": name })) }),
         Command::AddChain(chain) => {
             let fields = match chain.hook {
                 Some(hook) => json!({
@@ -380,6 +452,9 @@ pub fn rule_json(rule: &Rule) -> Vec<Value> {
                 equals(json!({ "&": [meta("mark"), mask] }), json!(value))
             }
             Match::Limit(name) => json!({ "limit": name }),
+            Match::NotLearned(k) => json!({ "match": {
+                "op": "!=", "left": learn_key_json(k), "right": format!("@{}", k.set),
+            } }),
         });
     }
     for s in &rule.stmts {
@@ -389,6 +464,10 @@ pub fn rule_json(rule: &Rule) -> Vec<Value> {
             Stmt::Log { group, action, key } => json!({ "log": {
                 "prefix": log_prefix(*action, *key), "group": group,
             } }),
+            Stmt::Learn(k) => json!({ "set": {
+                "op": "add", "elem": learn_key_json(k), "set": format!("@{}", k.set),
+            } }),
+            Stmt::Counter(name) => json!({ "counter": name }),
         });
     }
     match &rule.verdict {
@@ -425,6 +504,8 @@ mod tests {
         };
         Table {
             limits: vec![],
+            learn_sets: vec![],
+            counters: vec![],
             sets: vec![AddrSetDef {
                 name: "p4_x".into(),
                 family: Family::Ipv4,

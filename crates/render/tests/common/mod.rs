@@ -109,6 +109,7 @@ pub fn pod(interfaces: Vec<InterfaceRules>) -> PodRules {
         pod: ObjectKey::new("ns", "pod"),
         netns: None,
         interfaces,
+        learn: false,
     }
 }
 
@@ -462,6 +463,45 @@ pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
             enforced(&["deny"], vec![]),
         )]),
         o(),
+    ));
+
+    // Learn mode on a pod no policy isolates: a dual-stack primary interface and an IPv4-only
+    // secondary one; only base chains with learn rules, no policy chain, no forward chain.
+    v.push((
+        "learn_open",
+        PodRules {
+            learn: true,
+            ..pod(vec![
+                iface("eth0", &["10.0.0.1", "fd00::1"], open(), open()),
+                iface("net1", &["192.168.1.1"], open(), open()),
+            ])
+        },
+        o(),
+    ));
+
+    // Learn mode beside an enforced ingress policy, with a short window and a small set.
+    v.push((
+        "learn_isolated",
+        PodRules {
+            learn: true,
+            ..pod(vec![iface(
+                "eth0",
+                &["10.0.0.1"],
+                enforced(
+                    &["allow-web"],
+                    vec![rule(
+                        origin("allow-web", Ingress, 0, Enforce),
+                        vec![clause(addrs(&["10.0.0.2"]), ports(&[tcp(80)]))],
+                    )],
+                ),
+                open(),
+            )])
+        },
+        RenderOptions {
+            learn_window_secs: 30,
+            learn_set_size: 1024,
+            ..o()
+        },
     ));
     v
 }
