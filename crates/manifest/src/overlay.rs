@@ -161,7 +161,7 @@ pub(crate) fn lay_over<'a>(
         .collect();
     let added: Vec<Cow<'_, FileRead>> = change_reads().map(without_markers).collect();
     let path_problems = base.iter().filter_map(|p| match p {
-        Part::Problem(p) => Some(Part::Problem(*p)),
+        Part::Problem(p) => Some(Part::Problem(p)),
         Part::File(_) => None,
     });
     let change_problems = changes.iter().filter_map(|s| match s {

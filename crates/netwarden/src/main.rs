@@ -1096,7 +1096,11 @@ fn promote_command(args: PromoteArgs) -> Result<ExitCode> {
         kind: args.kind,
     };
     if args.require_ready {
-        let (report, _) = evidence_report(&args.events, &[args.policy.clone()], args.clean_for)?;
+        let (report, _) = evidence_report(
+            &args.events,
+            std::slice::from_ref(&args.policy),
+            args.clean_for,
+        )?;
         let row = report
             .policies
             .iter()
@@ -1203,7 +1207,7 @@ fn promote_in_cluster(
     }
     let after = netwarden_kube::merge_patch(
         kubeconfig,
-        *kind,
+        kind,
         &target.key.namespace,
         &target.key.name,
         &patch,

@@ -268,6 +268,7 @@ fn check(
             &namespace_json(&Namespace {
                 name: ns.into(),
                 labels: Labels::new(),
+                learn: false,
             }),
         );
     }

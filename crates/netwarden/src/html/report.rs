@@ -335,7 +335,12 @@ mod tests {
             would_deny(10, "x/web-0", &["x/new", "x/other"]),
             would_deny(300, "x/web-1", &["x/new"]),
         ];
-        let report = aggregate(&events, Timestamp::from_secs(600), Duration::from_secs(60));
+        let report = aggregate(
+            &events,
+            &[],
+            Timestamp::from_secs(600),
+            Duration::from_secs(60),
+        );
         let page = report_page(&report, &events, "r");
         let axis = page.axis.unwrap();
         // 0 s to 300 s: 10 s buckets (5 s would make 61).
@@ -362,7 +367,12 @@ mod tests {
     fn hostile_policy_names_are_escaped() {
         let hostile = "x/<script>alert(1)</script>";
         let events = vec![would_deny(0, "x/<b>pod</b>", &[hostile])];
-        let report = aggregate(&events, Timestamp::from_secs(10), Duration::from_secs(60));
+        let report = aggregate(
+            &events,
+            &[],
+            Timestamp::from_secs(10),
+            Duration::from_secs(60),
+        );
         let html = render(&report_page(&report, &events, "r"));
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("<b>"), "{html}");
@@ -371,7 +381,7 @@ mod tests {
 
     #[test]
     fn no_events_no_chart() {
-        let report = aggregate(&[], Timestamp::from_secs(10), Duration::from_secs(60));
+        let report = aggregate(&[], &[], Timestamp::from_secs(10), Duration::from_secs(60));
         let html = render(&report_page(&report, &[], "r"));
         assert!(html.contains("No would-deny events.") && !html.contains("<svg"));
     }
