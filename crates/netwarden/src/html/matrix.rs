@@ -662,9 +662,13 @@ mod tests {
             kind: crate::diff::ChangeKind::of(before, after),
             policies: policies
                 .iter()
-                .map(|s| netwarden_engine::PolicyRef {
-                    kind: netwarden_engine::PolicyKind::NetworkPolicy,
-                    key: key(s.strip_prefix("NetworkPolicy ").unwrap()),
+                .map(|s| {
+                    let name = s.strip_prefix("NetworkPolicy ").unwrap_or(s);
+                    let (ns, name) = name.split_once('/').unwrap_or(("x", name));
+                    netwarden_engine::PolicyRef {
+                        kind: netwarden_engine::PolicyKind::NetworkPolicy,
+                        key: netwarden_engine::ObjectKey::new(ns, name),
+                    }
                 })
                 .collect(),
             src: "10.0.0.1".parse().unwrap(),
@@ -735,6 +739,9 @@ mod tests {
         let end = start + html[start..].find("</script>").unwrap();
         let data: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
         assert_eq!(data["members"][0]["namespace"], hostile);
-        assert_eq!(data["classes"][0]["change"]["policies"][0], hostile);
+        assert_eq!(
+            data["classes"][0]["change"]["policies"][0],
+            format!("NetworkPolicy {hostile}")
+        );
     }
 }

@@ -183,13 +183,22 @@ fn chart(series: &PolicySeries, axis: &Axis, clean_from: Timestamp) -> String {
     svg
 }
 
+/// The verdict, and why (`report`'s reason: which evidence condition fails).
 fn status_cell(row: &PolicyRow) -> String {
     let text = row.status.as_str();
-    format!(
+    let mut cell = format!(
         "<span class=\"status {}\">{}</span>",
         text.replace(' ', "-"),
         escape(text)
-    )
+    );
+    if !row.reason.is_empty() {
+        let _ = write!(
+            cell,
+            " <span class=\"reason\">{}</span>",
+            escape(&row.reason)
+        );
+    }
+    cell
 }
 
 fn or_dash(t: Option<Timestamp>) -> String {
@@ -359,8 +368,11 @@ mod tests {
         let html = render(&page);
         assert_eq!(html.matches("<svg class=\"chart\"").count(), 2);
         assert_eq!(html.matches("<rect class=\"b\"").count(), 4);
-        // The last would-deny (300 s) is older than the 60 s window before 600 s.
-        assert!(html.contains("<span class=\"status ready-to-promote\">ready to promote</span>"));
+        // Events alone are no evidence for promotion: without the agents' status records the
+        // verdict says so (the verdicts themselves are tested in netwarden-monitor).
+        assert!(html.contains("<span class=\"status not-ready\">not ready</span>"));
+        assert!(html.contains("no evidence yet"), "{html}");
+        assert!(!html.contains("<span class=\"status ready-to-promote\">"));
     }
 
     #[test]
