@@ -34,22 +34,43 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// Runs `cmd` with stdout and stderr captured, like [`Command::output`], but kills it and
 /// panics when it has not exited within `limit`: for commands that must end at once, where a
 /// hang is the defect (`what` names the command in the message).
+///
+/// Both pipes are drained by threads while the command runs: a command that writes more than
+/// a pipe holds (64 KiB) would otherwise block on its write and never exit.
 pub fn output_within(cmd: &mut Command, limit: Duration, what: &str) -> Output {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<_>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<_>));
     let started = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
         if started.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             panic!("{what}: still running after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
     }
-    child.wait_with_output().expect("wait_with_output")
 }
 
 /// This test binary, set to run only its test `name` (exactly, on one thread, output not
@@ -222,6 +243,17 @@ mod tests {
             "echo",
         );
         assert!(out.status.success() && out.stdout == b"hi\n");
+        // More than a pipe holds, on both streams: read while the command runs.
+        let big = output_within(
+            Command::new("sh").args([
+                "-c",
+                "head -c 1000000 /dev/zero; head -c 300000 /dev/zero >&2",
+            ]),
+            Duration::from_secs(20),
+            "big output",
+        );
+        assert!(big.status.success());
+        assert_eq!((big.stdout.len(), big.stderr.len()), (1_000_000, 300_000));
         let hung = std::panic::catch_unwind(|| {
             output_within(
                 Command::new("sleep").arg("30"),
