@@ -12,7 +12,7 @@ use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
 use netwarden_engine::PodRules;
-use netwarden_render::RenderError;
+use netwarden_render::{CounterKind, LogKey, RenderError};
 
 use crate::libnft::LibnftError;
 use crate::netns::{Netns, NetnsError, NetnsId};
@@ -45,6 +45,9 @@ pub enum ApplyOutcome {
     /// The ruleset was a removal: netwarden's rules are gone from the netns.
     Removed,
 }
+
+/// Evidence counter values of one netns: (interface-direction key, counter) → packets.
+pub type EvidenceCounters = std::collections::BTreeMap<(LogKey, CounterKind), u64>;
 
 /// One variant per stage that can fail, each with its source.
 #[derive(Debug, thiserror::Error)]
@@ -265,6 +268,12 @@ pub trait Dataplane: Send {
 
     /// What netwarden owns in `netns` as the kernel lists it, `None` when nothing.
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError>;
+
+    /// The evidence counters of the monitored chains in `netns`
+    /// ([`CounterKind`](netwarden_render::CounterKind)), cumulative for as long as this
+    /// dataplane programmed it: a backend whose applies reset them carries the old values over.
+    /// Empty when nothing is monitored there.
+    fn read_counters(&self, netns: &Path) -> Result<EvidenceCounters, ApplyError>;
 
     /// Forgets what was applied to `netns` (its next apply is a full one).
     fn forget(&mut self, netns: &Path);

@@ -18,7 +18,7 @@ use netwarden_engine::PodRules;
 use netwarden_render::nft::Table;
 use netwarden_render::{RenderError, RenderOptions};
 
-use crate::apply::{ApplyError, ApplyOutcome, Backend, Dataplane};
+use crate::apply::{ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters};
 use crate::nft_apply::NftRuleset;
 use crate::nft_plan::{plan, NftNetnsState, NftObjects};
 
@@ -144,6 +144,11 @@ impl Dataplane for FakeDataplane {
             .tables
             .get(netns)
             .map(|t| netwarden_render::nft::Transaction::create(t).to_text()))
+    }
+
+    /// No kernel counts anything here.
+    fn read_counters(&self, _netns: &Path) -> Result<EvidenceCounters, ApplyError> {
+        Ok(EvidenceCounters::new())
     }
 
     fn forget(&mut self, netns: &Path) {

@@ -22,7 +22,7 @@
 //! read back with the same variant that wrote them, and a pod whose own tools use the other
 //! variant would have two filter tables that both apply.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
     netns_gone, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane,
-    APPLY_WORKERS,
+    EvidenceCounters, APPLY_WORKERS,
 };
 use crate::netns::{self, exec_in, Netns, NetnsError};
 
@@ -55,6 +55,8 @@ pub enum IptablesError {
     Version(String),
     #[error("removing the nft backend's table: {0}")]
     NftLeftover(String),
+    #[error("the evidence counters were lost when the rules were replaced: {0}")]
+    CountersLost(String),
 }
 
 impl IptablesError {
@@ -66,7 +68,9 @@ impl IptablesError {
             | IptablesError::RestoreV6(e)
             | IptablesError::ReadBack(e)
             | IptablesError::Destroy { source: e, .. } => netns_gone(e),
-            IptablesError::Version(_) | IptablesError::NftLeftover(_) => false,
+            IptablesError::Version(_)
+            | IptablesError::NftLeftover(_)
+            | IptablesError::CountersLost(_) => false,
         }
     }
 }
@@ -151,6 +155,9 @@ pub struct IptablesDataplane {
     applied: AppliedLog,
     /// Netns found changed by a sweep, not yet reported by `changed_netns`.
     changed: Vec<PathBuf>,
+    /// Per netns whose applied rules hold evidence counters: what earlier rule generations
+    /// counted (a restore starts every rule counter at zero), or why that is unknown.
+    carried: HashMap<PathBuf, Result<EvidenceCounters, String>>,
 }
 
 impl IptablesDataplane {
@@ -159,6 +166,21 @@ impl IptablesDataplane {
             options,
             applied: AppliedLog::default(),
             changed: Vec::new(),
+            carried: HashMap::new(),
+        }
+    }
+
+    /// Before `netns`'s rules are replaced: adds what their counters hold to the carry, when
+    /// they hold any. A failed read taints the netns's figures (they would be too low) rather
+    /// than stop the apply: enforcement never waits on evidence.
+    fn carry_counters(&mut self, netns: &Path) {
+        let Some(carried) = self.carried.get_mut(netns) else {
+            return;
+        };
+        let Ok(sum) = carried else { return };
+        match read_saved_counters(netns) {
+            Ok(now) => add_counters(sum, &now),
+            Err(e) => *carried = Err(e.to_string()),
         }
     }
 
@@ -199,6 +221,13 @@ impl IptablesDataplane {
         }
         if first {
             Self::remove_nft_leftovers(netns).map_err(err)?;
+        }
+        if ruleset.as_ref().is_some_and(|r| r.counted) {
+            self.carried
+                .entry(netns.to_owned())
+                .or_insert_with(|| Ok(EvidenceCounters::new()));
+        } else {
+            self.carried.remove(netns);
         }
         self.applied
             .record(netns, handle, netwarden_engine::hash::content_hash(ruleset));
@@ -244,6 +273,7 @@ impl Dataplane for IptablesDataplane {
         let first = !self.applied.knows(netns);
         // Forget first: if anything below fails, the next sync must re-apply in full.
         self.applied.forget(netns);
+        self.carry_counters(netns);
         // Opened before the apply: what was applied is recorded against this namespace.
         let handle = match Netns::open(netns) {
             Ok(handle) => handle,
@@ -281,6 +311,7 @@ impl Dataplane for IptablesDataplane {
             }
             let first = !self.applied.knows(netns);
             self.applied.forget(netns);
+            self.carry_counters(netns);
             match Netns::open(netns) {
                 Ok(handle) => {
                     results.push(None);
@@ -311,6 +342,7 @@ impl Dataplane for IptablesDataplane {
 
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
         self.applied.forget(netns);
+        self.carried.remove(netns);
         match remove_from(netns).and_then(|()| Self::remove_nft_leftovers(netns)) {
             Ok(()) => Ok(()),
             Err(e) if e.netns_gone() => Ok(()),
@@ -329,6 +361,23 @@ impl Dataplane for IptablesDataplane {
             "### ipset\n{}### v4\n{}### v6\n{}",
             state.ipset, state.v4, state.v6
         )))
+    }
+
+    /// The rule counters now plus what earlier generations of the rules counted.
+    fn read_counters(&self, netns: &Path) -> Result<EvidenceCounters, ApplyError> {
+        let mut total = match self.carried.get(netns) {
+            None => return Ok(EvidenceCounters::new()),
+            Some(Err(why)) => {
+                return Err(ApplyError::iptables(
+                    netns,
+                    IptablesError::CountersLost(why.clone()),
+                ))
+            }
+            Some(Ok(carried)) => carried.clone(),
+        };
+        let now = read_saved_counters(netns).map_err(|e| ApplyError::iptables(netns, e))?;
+        add_counters(&mut total, &now);
+        Ok(total)
     }
 
     fn forget(&mut self, netns: &Path) {
@@ -406,6 +455,56 @@ pub fn read_state(netns: &Path) -> Result<IptablesState, IptablesError> {
     })
 }
 
+/// Adds `more` into `sum`, counter by counter.
+fn add_counters(sum: &mut EvidenceCounters, more: &EvidenceCounters) {
+    for (k, v) in more {
+        *sum.entry(*k).or_default() += v;
+    }
+}
+
+/// The evidence counters of both families' filter tables (`iptables-save -c`), summed.
+fn read_saved_counters(netns: &Path) -> Result<EvidenceCounters, IptablesError> {
+    let mut total = EvidenceCounters::new();
+    for program in ["iptables-save", "ip6tables-save"] {
+        let out = exec_in(netns, program, &["-c", "-t", "filter"], None)
+            .map_err(IptablesError::ReadBack)?;
+        add_counters(
+            &mut total,
+            &parse_saved_counters(&String::from_utf8_lossy(&out.stdout)),
+        );
+    }
+    Ok(total)
+}
+
+/// The evidence counters in `iptables-save -c` output: rules `[packets:bytes] -A … -m comment
+/// --comment nw_cn_<key> …` (the comment possibly quoted), summed per name.
+pub fn parse_saved_counters(saved: &str) -> EvidenceCounters {
+    let mut out = EvidenceCounters::new();
+    for line in saved.lines() {
+        let Some(rest) = line.strip_prefix('[') else {
+            continue;
+        };
+        let Some((packets, rule)) = rest.split_once(':') else {
+            continue;
+        };
+        let Ok(packets) = packets.parse::<u64>() else {
+            continue;
+        };
+        let Some((_, after)) = rule.split_once("--comment ") else {
+            continue;
+        };
+        let name = after
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .trim_matches('"');
+        if let Some((kind, key)) = netwarden_render::parse_counter_name(name) {
+            *out.entry((key, kind)).or_default() += packets;
+        }
+    }
+    out
+}
+
 /// Sets, then both tables, then stale sets (see the module doc for why in this order).
 fn apply_uncached(netns: &Path, ruleset: &IptablesRuleset) -> Result<(), IptablesError> {
     let ipset = ruleset.ipset_script();
@@ -476,6 +575,27 @@ fn destroy_stale_sets(netns: &Path, keep: &BTreeSet<String>) -> Result<(), Iptab
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evidence_counters_are_read_from_saved_rules() {
+        use netwarden_render::{CounterKind, LogKey};
+        let saved = "*filter\n:INPUT ACCEPT [3:180]\n\
+            [12:720] -A DANM_IN_0 -m conntrack --ctstate NEW -m comment --comment nw_cn_0000002a\n\
+            [5:300] -A DANM_IN_0 -m mark --mark 0x20000/0x60000 -m conntrack --ctstate NEW -m comment --comment \"nw_wd_0000002a\"\n\
+            [2:120] -A DANM_IN_0 -m limit --limit 10/min -m comment --comment nw_wl_0000002a -j NFLOG --nflog-prefix \"nw:wd:0000002a \"\n\
+            [7:1] -A DANM_IN_0 -m comment --comment other-tool -j ACCEPT\n\
+            [9:1] -A DANM_IN_0 -j MARK --set-xmark 0x0/0x60000\nCOMMIT\n";
+        let got = parse_saved_counters(saved);
+        assert_eq!(
+            got,
+            [
+                ((LogKey(42), CounterKind::Connections), 12),
+                ((LogKey(42), CounterKind::WouldDeny), 5),
+                ((LogKey(42), CounterKind::Logged), 2),
+            ]
+            .into()
+        );
+    }
 
     #[test]
     fn variant_is_parsed() {

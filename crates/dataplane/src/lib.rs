@@ -24,7 +24,7 @@ pub mod nft_apply;
 pub mod nft_contexts;
 pub mod nft_plan;
 
-pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane};
+pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters};
 pub use discover::{interfaces, interfaces_of, DiscoverError, DiscoveredInterface};
 pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;

@@ -25,12 +25,15 @@ use netwarden_render::nft::{build_table, Table, TABLE_FAMILY, TABLE_NAME};
 use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
-    run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane, APPLY_WORKERS,
+    run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters,
+    APPLY_WORKERS,
 };
 use crate::libnft::{NftContext, Output};
 use crate::netns::Netns;
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
-use crate::nft_plan::{parse_objects, parse_tables, plan, NftNetnsState, NftObjects};
+use crate::nft_plan::{
+    parse_counters, parse_objects, parse_tables, plan, NftNetnsState, NftObjects,
+};
 
 /// The nft ruleset of one pod: its table, `None` when nothing is isolated.
 pub type NftRuleset = Option<Arc<Table>>;
@@ -493,6 +496,22 @@ impl Dataplane for NftDataplane {
                 &format!("list table {TABLE_FAMILY} {TABLE_NAME}"),
                 Output::Text,
             )?))
+        })
+    }
+
+    /// Named counters keep their values across chain refills (`add counter` of an existing
+    /// one changes nothing), so the kernel's figures are cumulative already.
+    fn read_counters(&self, netns: &Path) -> Result<EvidenceCounters, ApplyError> {
+        Self::with_context(netns, |ctx| {
+            let tables = list_tables(ctx)?;
+            if !tables.contains(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string())) {
+                return Ok(EvidenceCounters::new());
+            }
+            let listing = ctx.run(
+                &format!("list counters table {TABLE_FAMILY} {TABLE_NAME}"),
+                Output::JsonTerse,
+            )?;
+            Ok(parse_counters(&listing, TABLE_NAME)?)
         })
     }
 

@@ -328,6 +328,36 @@ pub fn parse_tables(json: &str) -> Result<BTreeSet<(String, String)>, serde_json
     Ok(out)
 }
 
+#[derive(Deserialize)]
+struct CounterObject {
+    table: Option<String>,
+    name: String,
+    packets: u64,
+}
+
+/// The evidence counters ([`netwarden_render::CounterKind`]) a `list counters table` JSON
+/// output holds for table `table`; other counters (learn mode's) are left out.
+pub fn parse_counters(
+    json: &str,
+    table: &str,
+) -> Result<crate::apply::EvidenceCounters, serde_json::Error> {
+    let listing: Listing = serde_json::from_str(json)?;
+    let mut out = crate::apply::EvidenceCounters::new();
+    for item in listing.nftables {
+        let Some(v) = item.get("counter") else {
+            continue;
+        };
+        let counter: CounterObject = serde_json::from_value(v.clone())?;
+        if counter.table.as_deref() != Some(table) {
+            continue;
+        }
+        if let Some((kind, key)) = netwarden_render::parse_counter_name(&counter.name) {
+            out.insert((key, kind), counter.packets);
+        }
+    }
+    Ok(out)
+}
+
 /// The sets and chains a `list table` JSON output (terse or not) names for table `table`.
 pub fn parse_objects(json: &str, table: &str) -> Result<NftObjects, serde_json::Error> {
     let listing: Listing = serde_json::from_str(json)?;
@@ -352,6 +382,25 @@ pub fn parse_objects(json: &str, table: &str) -> Result<NftObjects, serde_json::
 mod tests {
     use super::*;
     use netwarden_engine::Family;
+
+    #[test]
+    fn evidence_counters_are_read_from_a_listing() {
+        let json = r#"{"nftables": [{"metainfo": {"json_schema_version": 1}},
+            {"counter": {"family": "inet", "name": "nw_cn_0000002a", "table": "netwarden", "handle": 3, "packets": 12, "bytes": 720}},
+            {"counter": {"family": "inet", "name": "nw_wd_0000002a", "table": "netwarden", "handle": 4, "packets": 5, "bytes": 300}},
+            {"counter": {"family": "inet", "name": "lrn_full", "table": "netwarden", "handle": 5, "packets": 9, "bytes": 1}},
+            {"counter": {"family": "inet", "name": "nw_wl_0000002a", "table": "other", "handle": 6, "packets": 99, "bytes": 1}}]}"#;
+        let got = parse_counters(json, "netwarden").unwrap();
+        use netwarden_render::{CounterKind, LogKey};
+        assert_eq!(
+            got,
+            [
+                ((LogKey(42), CounterKind::Connections), 12),
+                ((LogKey(42), CounterKind::WouldDeny), 5),
+            ]
+            .into()
+        );
+    }
     use netwarden_render::nft::{AddrEnd, AddrSetDef, Chain, Hook, IfBy, Match, Rule, Verdict};
 
     /// A table with `chains` (the first one a base chain jumping to each other) and one set per

@@ -151,6 +151,7 @@ impl Monitor {
         let counters = Counters {
             would_deny: &|p: &str| metrics.would_deny_count(p),
             dropped: &dropped,
+            kernel: &|pod: &PodKey| kernel_counters(syncer, pod),
         };
         self.status
             .observe(engine.policies(), &cover, &counters, Timestamp::now());
@@ -160,7 +161,7 @@ impl Monitor {
 
     /// Writes one status record per monitored policy, when `--status-interval` has passed
     /// since the last ones, or always (`force`, at shutdown).
-    fn write_status(&mut self, force: bool) {
+    fn write_status(&mut self, syncer: &dyn Reconciler, force: bool) {
         let due = self
             .status_written
             .is_none_or(|at| at.elapsed() >= self.status_interval);
@@ -173,6 +174,7 @@ impl Monitor {
         let counters = Counters {
             would_deny: &|p: &str| metrics.would_deny_count(p),
             dropped: &dropped,
+            kernel: &|pod: &PodKey| kernel_counters(syncer, pod),
         };
         for record in self.status.records(&self.node, &counters, Timestamp::now()) {
             if let Err(e) = self.sink.emit_status(&record) {
@@ -222,6 +224,21 @@ impl Monitor {
         self.metrics.set_objects(kube.counts());
         if let Some(events) = kube.events() {
             self.metrics.set_kube_events(events.counters().snapshot());
+        }
+    }
+}
+
+/// The evidence counters in `pod`'s netns, `None` (and a warning) when they cannot be read: the
+/// status records then carry `null` (see `status_tracker`).
+fn kernel_counters(
+    syncer: &dyn Reconciler,
+    pod: &PodKey,
+) -> Option<netwarden_dataplane::EvidenceCounters> {
+    match syncer.read_counters(pod)? {
+        Ok(counters) => Some(counters),
+        Err(e) => {
+            warn!("{pod}: cannot read the evidence counters: {e}");
+            None
         }
     }
 }
@@ -602,7 +619,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         if stop.load(Ordering::Relaxed) {
             info!("stopping; the rules in place stay");
             if let Some(monitor) = monitor.as_mut() {
-                monitor.write_status(true);
+                monitor.write_status(syncer.as_ref(), true);
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -771,7 +788,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                     // Policies changed without a pod to sync (e.g. none local): follow them too.
                     monitor.track(&engine, syncer.as_ref());
                 }
-                monitor.write_status(false);
+                monitor.write_status(syncer.as_ref(), false);
             }
             if let Some(at) = oldest.take().filter(|_| fresh) {
                 monitor.metrics.observe_event_to_apply(at.elapsed());

@@ -1,6 +1,8 @@
 //! `netwarden demo`: one command that shows what netwarden does — the prediction, the real
 //! lab with rules enforced in each pod's netns, real connections agreeing with the prediction,
-//! and (for monitored policies) traffic that still flows while it is reported.
+//! and (for monitored policies) traffic that still flows while it is reported. Then, when a
+//! traffic file describes the workloads' flows, the loop from observed traffic to an enforced
+//! policy ([`crate::demo_loop`]): observe → suggest → monitor → report → promote.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +15,7 @@ use netwarden_render::RenderOptions;
 
 use crate::lab::{default_ports, render_text, EnforcedLab, LabCheckOptions};
 
-pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
+pub fn run(paths: &[PathBuf], traffic: Option<PathBuf>, backend: Backend) -> Result<ExitCode> {
     let inventory = netwarden_manifest::load_paths(paths, &LoadOptions::default());
     crate::inventory::report_problems(&inventory, false);
     let options = LabCheckOptions {
@@ -113,10 +115,22 @@ pub fn run(paths: &[PathBuf], backend: Backend) -> Result<ExitCode> {
     for e in report.events.iter().take(6) {
         println!("   {}", e.to_json_line());
     }
-    println!("\n== cleaning up");
     lab.down()?;
-    println!("   lab removed: no netns, link or rule of the demo is left");
-    Ok(if report.mismatches == 0 {
+    let mut ok = report.mismatches == 0;
+    match traffic.or_else(|| crate::demo_loop::default_traffic(paths)) {
+        Some(traffic) => {
+            let workdir = std::env::temp_dir().join(format!("netwarden-demo-{}", std::process::id()));
+            std::fs::create_dir_all(&workdir)?;
+            ok &= crate::demo_loop::run(&inventory, &traffic, backend, &workdir)?;
+        }
+        None => println!(
+            "\n(no traffic file beside {}: the loop observe → suggest → monitor → report → promote is skipped; give one with --traffic)",
+            paths.first().map_or(String::new(), |p| p.display().to_string())
+        ),
+    }
+    println!("\n== cleaning up");
+    println!("   labs removed: no netns, link or rule of the demo is left");
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod cli_args;
 pub mod crd;
 pub mod demo;
+pub mod demo_loop;
 pub mod diff;
 pub mod explain;
 pub mod html;

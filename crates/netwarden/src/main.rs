@@ -341,8 +341,9 @@ struct RunArgs {
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
     /// How often a `status` record per monitored policy (monitored since, pods, would-deny,
-    /// events lost; the evidence `report` and `promote --require-ready` judge) is written to
-    /// the events, besides one at shutdown.
+    /// events lost, and from the kernel's counters: connections judged and would-denies the
+    /// rate limit suppressed; the evidence `report` and `promote --require-ready` judge) is
+    /// written to the events, besides one at shutdown.
     #[arg(long, default_value = "60s", value_parser = parse_interval)]
     status_interval: std::time::Duration,
     /// Accept a pod netns that is netwarden's own network namespace (refused by default:
@@ -420,6 +421,11 @@ struct DemoArgs {
     paths: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = BackendArg::Nft)]
     backend: BackendArg,
+    /// The workloads' traffic for the loop observe → suggest → monitor → report → promote:
+    /// lines `FROM -> TO PORT/PROTO [on NETWORK]` (pods and networks as namespace/name).
+    /// Default: `<first -f path>.traffic` when it exists (examples/multinet.traffic).
+    #[arg(long, value_name = "FILE")]
+    traffic: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -1291,7 +1297,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Crd => crd_command(),
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;
-            netwarden::demo::run(&args.paths, args.backend.backend())
+            netwarden::demo::run(&args.paths, args.traffic, args.backend.backend())
         }
     }
 }

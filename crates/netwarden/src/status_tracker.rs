@@ -7,19 +7,88 @@
 //! experiment: the evidence for the old one says nothing about the new one). Counters are
 //! reported relative to the episode's start, so a record never counts what happened before it.
 //!
-//! Counters come from the agent's metrics, which count since the agent started: would-deny
-//! events per policy, NFLOG messages lost per pod. A pod's losses count for every monitored
-//! policy that covers it (a lost message may have been that policy's would-deny), from the
-//! moment the pod joined the episode; a pod that leaves keeps what it contributed.
+//! Two sources feed the counters:
+//! - the agent's metrics, which count since the agent started: would-deny events per policy,
+//!   NFLOG messages lost per pod. A pod's losses count for every monitored policy that covers
+//!   it (a lost message may have been that policy's would-deny), from the moment the pod
+//!   joined the episode; a pod that leaves keeps what it contributed;
+//! - the kernel's evidence counters in each pod's rules ([`CounterKind`]), per (interface,
+//!   direction) the policy monitors there: new connections judged, would-denies, and
+//!   would-denies that passed the rate limit to the log (the difference is what the limit
+//!   suppressed). They are read when a pod joins an episode (the base) and at every record;
+//!   a reading below the previous one means the counters started again (a new netns, a table
+//!   made anew) and counts from zero.
 //!
-//! Connections and rate-limit suppressions are written as `null`: this agent does not count
-//! them in the kernel yet, and `report` then refuses to call the policy ready (fail closed)
-//! rather than take an absent count for zero.
+//! Fail closed: when a pod's kernel counters cannot be read (its base at joining, or now), the
+//! record carries `null` for connections and rate-limit suppressions, and `report` refuses to
+//! call the policy ready rather than take an absent count for zero. Counts of a pod between
+//! its last reading and the moment it leaves an episode are not seen (it is usually gone).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use netwarden_engine::{Mode, PodKey, PodRules, Policy, PolicyRef};
+use netwarden_dataplane::EvidenceCounters;
+use netwarden_engine::{Direction, Mode, PodKey, PodRules, Policy, PolicyRef};
 use netwarden_monitor::{RecordType, StatusRecord, Timestamp};
+use netwarden_render::{log_key_for, CounterKind, LogKey};
+
+/// What the kernel counted on one pod for one policy: accumulated readings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counted {
+    connections: u64,
+    would_deny: u64,
+    logged: u64,
+}
+
+impl Counted {
+    fn add(&mut self, other: Counted) {
+        self.connections += other.connections;
+        self.would_deny += other.would_deny;
+        self.logged += other.logged;
+    }
+
+    /// Would-denies the rate limit kept out of the log.
+    fn rate_limited(&self) -> u64 {
+        self.would_deny.saturating_sub(self.logged)
+    }
+}
+
+/// One pod's part in an episode.
+#[derive(Debug, Clone)]
+struct PodShare {
+    /// The pod's NFLOG loss count when it joined.
+    dropped_base: u64,
+    /// The (interface, direction) keys the policy monitors on the pod, now.
+    keys: BTreeSet<LogKey>,
+    /// The kernel counters at the last reading; `None` when a reading failed (from then on the
+    /// pod's kernel figures are unknown).
+    last: Option<EvidenceCounters>,
+    /// What the kernel counted on `keys` since the pod joined, up to `last`.
+    counted: Counted,
+}
+
+impl PodShare {
+    /// Takes a new reading: adds what each key counted since the last one.
+    fn advance(&mut self, now: Option<&EvidenceCounters>) {
+        let (Some(last), Some(now)) = (&self.last, now) else {
+            self.last = None;
+            return;
+        };
+        for key in &self.keys {
+            for kind in CounterKind::ALL {
+                let was = last.get(&(*key, kind)).copied().unwrap_or(0);
+                let is = now.get(&(*key, kind)).copied().unwrap_or(0);
+                // Below the last reading: the counter started again from zero.
+                let delta = if is >= was { is - was } else { is };
+                match kind {
+                    CounterKind::Connections => self.counted.connections += delta,
+                    CounterKind::WouldDeny => self.counted.would_deny += delta,
+                    CounterKind::Logged => self.counted.logged += delta,
+                }
+            }
+        }
+        self.last = Some(now.clone());
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Episode {
@@ -27,18 +96,24 @@ struct Episode {
     since: Timestamp,
     /// The policy's would-deny count when the episode started.
     would_deny_base: u64,
-    /// Pods covered now → their NFLOG loss count when they joined.
-    pods: BTreeMap<PodKey, u64>,
+    /// Pods covered now.
+    pods: BTreeMap<PodKey, PodShare>,
     /// Losses of pods that left the episode, while they were in it.
     dropped_settled: u64,
+    /// Kernel counts of pods that left the episode, while they were in it.
+    counted_settled: Counted,
+    /// A pod that left had unknown kernel figures: the episode's stay unknown.
+    counted_unknown: bool,
 }
 
-/// What the metrics count since the agent started, read at one instant.
+/// What the metrics and the kernel count, read at one instant.
 pub struct Counters<'a> {
     /// Would-deny events naming a policy (`ns/name`).
     pub would_deny: &'a dyn Fn(&str) -> u64,
     /// NFLOG messages lost per pod (`ns/name`).
     pub dropped: &'a BTreeMap<String, u64>,
+    /// The evidence counters in a pod's netns now (`None`: cannot be read).
+    pub kernel: &'a dyn Fn(&PodKey) -> Option<EvidenceCounters>,
 }
 
 impl Counters<'_> {
@@ -48,16 +123,26 @@ impl Counters<'_> {
 }
 
 /// Monitored policies → the local pods whose rules they monitor (any interface, any
-/// direction), from the rules currently programmed.
+/// direction) → the (interface, direction) keys they monitor there, from the rules
+/// currently programmed.
 pub fn coverage<'a>(
     rules: impl IntoIterator<Item = &'a PodRules>,
-) -> BTreeMap<PolicyRef, BTreeSet<PodKey>> {
-    let mut out: BTreeMap<PolicyRef, BTreeSet<PodKey>> = BTreeMap::new();
+) -> BTreeMap<PolicyRef, BTreeMap<PodKey, BTreeSet<LogKey>>> {
+    let mut out: BTreeMap<PolicyRef, BTreeMap<PodKey, BTreeSet<LogKey>>> = BTreeMap::new();
     for pod in rules {
         for iface in &pod.interfaces {
-            for dr in [&iface.ingress, &iface.egress] {
+            for (direction, dr) in [
+                (Direction::Ingress, &iface.ingress),
+                (Direction::Egress, &iface.egress),
+            ] {
+                let key = log_key_for(pod, &iface.name, direction);
                 for p in &dr.monitored_policies {
-                    out.entry(p.clone()).or_default().insert(pod.pod.clone());
+                    let keys = out
+                        .entry(p.clone())
+                        .or_default()
+                        .entry(pod.pod.clone())
+                        .or_default();
+                    keys.extend(key);
                 }
             }
         }
@@ -77,11 +162,12 @@ impl StatusTracker {
     }
 
     /// Follows the current state: `policies` (all of them; the monitored ones are kept) and
-    /// the local pods each covers. Call it after every sync so pods join promptly.
+    /// the local pods each covers. Call it after every sync so pods join promptly (a joining
+    /// pod's kernel counters are read then, as its base).
     pub fn observe<'a>(
         &mut self,
         policies: impl IntoIterator<Item = &'a Policy>,
-        coverage: &BTreeMap<PolicyRef, BTreeSet<PodKey>>,
+        coverage: &BTreeMap<PolicyRef, BTreeMap<PodKey, BTreeSet<LogKey>>>,
         counters: &Counters,
         now: Timestamp,
     ) {
@@ -94,6 +180,8 @@ impl StatusTracker {
                 would_deny_base: (counters.would_deny)(&policy.key.to_string()),
                 pods: BTreeMap::new(),
                 dropped_settled: 0,
+                counted_settled: Counted::default(),
+                counted_unknown: false,
             };
             let episode = self
                 .episodes
@@ -108,35 +196,68 @@ impl StatusTracker {
             let left: Vec<PodKey> = episode
                 .pods
                 .keys()
-                .filter(|k| !covered.is_some_and(|c| c.contains(*k)))
+                .filter(|k| !covered.is_some_and(|c| c.contains_key(*k)))
                 .cloned()
                 .collect();
             for pod in left {
-                let base = episode.pods.remove(&pod).unwrap_or(0);
-                episode.dropped_settled += counters.dropped(&pod).saturating_sub(base);
+                let Some(share) = episode.pods.remove(&pod) else {
+                    continue;
+                };
+                episode.dropped_settled +=
+                    counters.dropped(&pod).saturating_sub(share.dropped_base);
+                episode.counted_settled.add(share.counted);
+                episode.counted_unknown |= share.last.is_none();
             }
-            for pod in covered.into_iter().flatten() {
+            for (pod, keys) in covered.into_iter().flatten() {
                 episode
                     .pods
                     .entry(pod.clone())
-                    .or_insert_with(|| counters.dropped(pod));
+                    .or_insert_with(|| PodShare {
+                        dropped_base: counters.dropped(pod),
+                        keys: BTreeSet::new(),
+                        last: (counters.kernel)(pod),
+                        counted: Counted::default(),
+                    })
+                    .keys = keys.clone();
             }
             seen.insert(reference);
         }
         self.episodes.retain(|r, _| seen.contains(r));
     }
 
-    /// One record per monitored policy, as of `now`.
-    pub fn records(&self, node: &str, counters: &Counters, now: Timestamp) -> Vec<StatusRecord> {
+    /// One record per monitored policy, as of `now`. Reads the kernel counters of every
+    /// covered pod (once each, however many policies cover it).
+    pub fn records(
+        &mut self,
+        node: &str,
+        counters: &Counters,
+        now: Timestamp,
+    ) -> Vec<StatusRecord> {
+        let pods: BTreeSet<PodKey> = self
+            .episodes
+            .values()
+            .flat_map(|e| e.pods.keys().cloned())
+            .collect();
+        let readings: BTreeMap<PodKey, Option<EvidenceCounters>> = pods
+            .into_iter()
+            .map(|pod| {
+                let reading = (counters.kernel)(&pod);
+                (pod, reading)
+            })
+            .collect();
         self.episodes
-            .iter()
+            .iter_mut()
             .map(|(reference, e)| {
                 let policy = reference.key.to_string();
-                let dropped_now: u64 = e
-                    .pods
-                    .iter()
-                    .map(|(pod, base)| counters.dropped(pod).saturating_sub(*base))
-                    .sum();
+                let mut dropped_now = 0;
+                let mut counted = e.counted_settled;
+                let mut known = !e.counted_unknown;
+                for (pod, share) in &mut e.pods {
+                    dropped_now += counters.dropped(pod).saturating_sub(share.dropped_base);
+                    share.advance(readings.get(pod).and_then(Option::as_ref));
+                    known &= share.last.is_some();
+                    counted.add(share.counted);
+                }
                 StatusRecord {
                     time: now,
                     node: node.to_owned(),
@@ -146,8 +267,8 @@ impl StatusTracker {
                     pods: e.pods.len() as u64,
                     would_deny: (counters.would_deny)(&policy).saturating_sub(e.would_deny_base),
                     nflog_dropped: e.dropped_settled + dropped_now,
-                    rate_limited: None,
-                    connections: None,
+                    rate_limited: known.then(|| counted.rate_limited()),
+                    connections: known.then_some(counted.connections),
                     policy,
                 }
             })
@@ -174,8 +295,24 @@ mod tests {
         }
     }
 
-    fn pods(names: &[&str]) -> BTreeSet<PodKey> {
-        names.iter().map(|n| ObjectKey::new("shop", *n)).collect()
+    /// Pods covered on one key each (`LogKey(1)`).
+    fn pods(names: &[&str]) -> BTreeMap<PodKey, BTreeSet<LogKey>> {
+        names
+            .iter()
+            .map(|n| (ObjectKey::new("shop", *n), BTreeSet::from([LogKey(1)])))
+            .collect()
+    }
+
+    /// Kernel counters of key `LogKey(1)`: connections, would-deny, logged.
+    fn kernel(cn: u64, wd: u64, wl: u64) -> EvidenceCounters {
+        [
+            ((LogKey(1), CounterKind::Connections), cn),
+            ((LogKey(1), CounterKind::WouldDeny), wd),
+            ((LogKey(1), CounterKind::Logged), wl),
+            // Another key of the pod, which the policy does not monitor: never counted.
+            ((LogKey(2), CounterKind::Connections), 1_000),
+        ]
+        .into()
     }
 
     #[test]
@@ -192,6 +329,7 @@ mod tests {
                 Counters {
                     would_deny: &|p: &str| would_deny.get(p).copied().unwrap_or(0),
                     dropped: &dropped,
+                    kernel: &|_: &PodKey| Some(kernel(0, 0, 0)),
                 }
             };
         }
@@ -203,7 +341,7 @@ mod tests {
             ("shop/web", at(100), 1)
         );
         assert_eq!((r[0].would_deny, r[0].nflog_dropped), (0, 0));
-        assert_eq!((r[0].connections, r[0].rate_limited), (None, None));
+        assert_eq!((r[0].connections, r[0].rate_limited), (Some(0), Some(0)));
 
         // Later: 2 would-deny, pod a lost 3 messages, then left; pod b joined.
         *would_deny.get_mut("shop/web").unwrap() += 2;
@@ -235,5 +373,43 @@ mod tests {
         let enforced = policy("web", Mode::Enforce, false);
         t.observe([&enforced], &cover, &counters!(), at(400));
         assert!(t.records("node-a", &counters!(), at(410)).is_empty());
+    }
+
+    #[test]
+    fn kernel_counters_count_from_joining_survive_restarts_and_fail_closed() {
+        let web = policy("web", Mode::Monitor, true);
+        let dropped = BTreeMap::new();
+        let cover = BTreeMap::from([(web.reference(), pods(&["a"]))]);
+        let reading = std::cell::RefCell::new(Some(kernel(10, 4, 4)));
+        let counters = Counters {
+            would_deny: &|_: &str| 0,
+            dropped: &dropped,
+            kernel: &|_: &PodKey| reading.borrow().clone(),
+        };
+        let at = Timestamp::from_secs;
+        let mut t = StatusTracker::new();
+        // Joins with 10 connections and 4 would-denies (4 logged) counted before: not this
+        // episode's. Then 15 connections, 5 would-denies, 2 logged: 3 suppressed.
+        t.observe([&web], &cover, &counters, at(100));
+        *reading.borrow_mut() = Some(kernel(25, 9, 6));
+        let r = t.records("n", &counters, at(110));
+        assert_eq!((r[0].connections, r[0].rate_limited), (Some(15), Some(3)));
+        // The netns was made anew: counters from zero, nothing lost or subtracted.
+        *reading.borrow_mut() = Some(kernel(3, 1, 0));
+        let r = t.records("n", &counters, at(120));
+        assert_eq!((r[0].connections, r[0].rate_limited), (Some(18), Some(4)));
+        // Unreadable: unknown from then on (fail closed), even when readable again.
+        *reading.borrow_mut() = None;
+        let r = t.records("n", &counters, at(130));
+        assert_eq!((r[0].connections, r[0].rate_limited), (None, None));
+        *reading.borrow_mut() = Some(kernel(50, 1, 0));
+        let r = t.records("n", &counters, at(140));
+        assert_eq!((r[0].connections, r[0].rate_limited), (None, None));
+        // A new spec is a new episode: known again, counting from its start.
+        let web2 = policy("web", Mode::Monitor, false);
+        t.observe([&web2], &cover, &counters, at(150));
+        *reading.borrow_mut() = Some(kernel(52, 1, 0));
+        let r = t.records("n", &counters, at(160));
+        assert_eq!((r[0].connections, r[0].rate_limited), (Some(2), Some(0)));
     }
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use netwarden_dataplane::{
-    ApplyError, ApplyOutcome, Backend, Dataplane, IptablesDataplane, NftDataplane,
+    ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters, IptablesDataplane, NftDataplane,
 };
 use netwarden_engine::{Engine, PodKey, PodRules};
 use netwarden_render::RenderOptions;
@@ -81,6 +81,10 @@ pub trait Reconciler: Send {
 
     /// What netwarden owns in `netns` as the kernel lists it.
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError>;
+
+    /// The evidence counters of a programmed pod (see `Dataplane::read_counters`); `None`
+    /// when the pod is not programmed.
+    fn read_counters(&self, pod: &PodKey) -> Option<Result<EvidenceCounters, ApplyError>>;
 }
 
 /// The reconciler of `backend`, with its dataplane.
@@ -240,6 +244,11 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
 
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
         self.dataplane.read_back(netns)
+    }
+
+    fn read_counters(&self, pod: &PodKey) -> Option<Result<EvidenceCounters, ApplyError>> {
+        let netns = self.programmed.get(pod)?;
+        Some(self.dataplane.read_counters(netns))
     }
 }
 

@@ -50,7 +50,10 @@
 //! both, enforced allow rules set `allow_mark`, staged allow rules set `staged_mark`; a NEW
 //! connection with allow-but-not-staged is logged (NFLOG, `nw:wd:<key>`), then allow-marked
 //! packets are accepted and the rest rejected — so enforcement is exactly the enforced view.
-//! Directions without monitoring carry no mark rules. `-m limit` rules are per rule, and the
+//! Directions without monitoring carry no mark rules. The evidence counters of the `status`
+//! records are rule counters marked with a comment naming them (`nw_cn_<key>` counts new
+//! connections at the top of the chain, `nw_wd_<key>` every would-deny, `nw_wl_<key>` is the
+//! log rule itself: what passed the limit). `-m limit` rules are per rule, and the
 //! ruleset is per pod netns, so each limit is per pod, direction and family.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,10 +65,17 @@ use netwarden_engine::{
     PortRange, Protocol,
 };
 
-use crate::logkey::{log_key_for, log_prefix, LogAction, LogKey};
+use crate::logkey::{counter_name, log_key_for, log_prefix, CounterKind, LogAction, LogKey};
 use crate::nft::RenderError;
 use crate::options::RenderOptions;
 use netwarden_engine::hash::hash_bytes;
+
+/// `-m comment --comment nw_cn_<key>`: marks a rule whose packet counter is evidence counter
+/// `kind` (a rule with no target only counts). The comment is the name [`counter_name`]
+/// gives, read back from `iptables-save -c`.
+fn counter_comment(kind: CounterKind, key: u32) -> String {
+    format!("-m comment --comment {}", counter_name(kind, LogKey(key)))
+}
 
 /// The fastest rate `-m limit` can hold: it counts in 1/10,000 s, so 10,000/s (600,000/min).
 /// iptables-restore rejects the whole ruleset for a faster rate ("Rate too fast"), so a faster
@@ -119,6 +129,9 @@ pub struct IptablesRuleset {
     pub v4: String,
     /// `ip6tables-restore` text: the whole filter table.
     pub v6: String,
+    /// Whether the rules hold evidence counters (a direction is monitored): a restore resets
+    /// rule counters, so the dataplane reads them before it replaces these rules.
+    pub counted: bool,
 }
 
 impl IptablesRuleset {
@@ -129,6 +142,7 @@ impl IptablesRuleset {
             sets: Vec::new(),
             v4: empty_filter_table(),
             v6: empty_filter_table(),
+            counted: false,
         }
     }
 
@@ -388,8 +402,14 @@ impl FamilyRenderer<'_> {
         let mark = mark
             .map(|(v, m)| format!("-m mark --mark {v:#x}/{m:#x} "))
             .unwrap_or_default();
+        // A would-deny log rule's packet counter is the `Logged` evidence counter.
+        let counted = if action == LogAction::WouldDeny {
+            format!("{} ", counter_comment(CounterKind::Logged, key))
+        } else {
+            String::new()
+        };
         let spec = format!(
-            "{mark}-m conntrack --ctstate NEW -m limit --limit {}/min --limit-burst {} -j NFLOG --nflog-group {} --nflog-prefix \"{}\"",
+            "{mark}-m conntrack --ctstate NEW -m limit --limit {}/min --limit-burst {} {counted}-j NFLOG --nflog-group {} --nflog-prefix \"{}\"",
             o.log_rate_per_minute.min(LIMIT_MAX_PER_MINUTE),
             o.log_burst.min(LIMIT_MAX_BURST),
             o.nflog_group,
@@ -476,6 +496,10 @@ impl FamilyRenderer<'_> {
         }
         let (allow, staged) = (self.opts.allow_mark, self.opts.staged_mark);
         let both = allow | staged;
+        if let Some(key) = key {
+            let count = counter_comment(CounterKind::Connections, key);
+            self.rule(chain, &format!("-m conntrack --ctstate NEW {count}"));
+        }
         self.rule(chain, &format!("-j MARK --set-xmark 0x0/{both:#x}"));
         self.allow_rules(
             chain,
@@ -491,7 +515,15 @@ impl FamilyRenderer<'_> {
             dns.staged,
             AllowAction::Mark(staged),
         );
-        // Would-deny: the enforced view allows, the staged view does not.
+        // Would-deny: the enforced view allows, the staged view does not. Every one is counted;
+        // the log rule's own counter says how many passed the rate limit.
+        if let Some(key) = key {
+            let count = counter_comment(CounterKind::WouldDeny, key);
+            self.rule(
+                chain,
+                &format!("-m mark --mark {allow:#x}/{both:#x} -m conntrack --ctstate NEW {count}"),
+            );
+        }
         self.log(chain, Some((allow, both)), LogAction::WouldDeny, key);
         self.rule(
             chain,
@@ -611,10 +643,15 @@ pub fn render_iptables(
     };
     let v4 = family(Family::Ipv4)?;
     let v6 = family(Family::Ipv6)?;
+    let counted = rules
+        .interfaces
+        .iter()
+        .any(|i| i.ingress.has_monitor() || i.egress.has_monitor());
     Ok(IptablesRuleset {
         sets: sets.sets.into_values().collect(),
         v4,
         v6,
+        counted,
     })
 }
 
@@ -819,7 +856,12 @@ mod tests {
             "{}",
             r.v4
         );
-        assert!(r.v4.contains("-m mark --mark 0x200/0x300 -m conntrack --ctstate NEW -m limit --limit 3/min --limit-burst 4 -j NFLOG --nflog-group 7 --nflog-prefix \"nw:wd:"), "{}", r.v4);
+        assert!(r.v4.contains("-m mark --mark 0x200/0x300 -m conntrack --ctstate NEW -m limit --limit 3/min --limit-burst 4 -m comment --comment nw_wl_"), "{}", r.v4);
+        assert!(
+            r.v4.contains(" -j NFLOG --nflog-group 7 --nflog-prefix \"nw:wd:"),
+            "{}",
+            r.v4
+        );
         assert!(
             r.v4.contains("-A DANM_IN_0 -m mark --mark 0x200/0x200 -j ACCEPT\n"),
             "{}",
@@ -836,7 +878,7 @@ mod tests {
         };
         let r = render_iptables(&pod, &fast).unwrap();
         assert!(
-            r.v4.contains("-m limit --limit 600000/min --limit-burst 10000 -j NFLOG"),
+            r.v4.contains("-m limit --limit 600000/min --limit-burst 10000 -m comment"),
             "{}",
             r.v4
         );

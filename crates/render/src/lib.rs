@@ -28,7 +28,8 @@ pub mod options;
 pub mod tracer;
 
 pub use logkey::{
-    log_key_for, log_keys, log_prefix, parse_log_prefix, LogAction, LogKey, LogKeyInfo,
+    counter_name, log_key_for, log_keys, log_prefix, parse_counter_name, parse_log_prefix,
+    CounterKind, LogAction, LogKey, LogKeyInfo,
 };
 
 pub use iptables::{render_iptables, IptablesRuleset};

@@ -84,6 +84,57 @@ pub fn parse_log_prefix(s: &str) -> Option<(LogAction, LogKey)> {
     Some((action, LogKey(key)))
 }
 
+/// A kernel counter kept per monitored (interface, direction) of a pod: the evidence a `status`
+/// record carries besides the events (issue 9, "promotion with evidence"). Counted in the
+/// policy chain of that interface and direction, so only traffic a monitored policy judges:
+///
+/// - [`Connections`](CounterKind::Connections): new connections entering the chain;
+/// - [`WouldDeny`](CounterKind::WouldDeny): new connections the staged view would deny;
+/// - [`Logged`](CounterKind::Logged): those of them the rate limit let through to the log.
+///
+/// `WouldDeny − Logged` is what the rate limit suppressed. The name is the same in both
+/// backends (an nft named counter, an iptables rule comment) and, like a log prefix, carries
+/// only a generated key: `nw_cn_0123abcd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CounterKind {
+    Connections,
+    WouldDeny,
+    Logged,
+}
+
+impl CounterKind {
+    pub const ALL: [CounterKind; 3] = [
+        CounterKind::Connections,
+        CounterKind::WouldDeny,
+        CounterKind::Logged,
+    ];
+
+    fn code(self) -> &'static str {
+        match self {
+            CounterKind::Connections => "cn",
+            CounterKind::WouldDeny => "wd",
+            CounterKind::Logged => "wl",
+        }
+    }
+}
+
+/// `nw_cn_0123abcd`: the name of counter `kind` of (interface, direction) `key`.
+pub fn counter_name(kind: CounterKind, key: LogKey) -> String {
+    format!("{PREFIX_TAG}_{}_{key}", kind.code())
+}
+
+/// Inverse of [`counter_name`]; `None` for any other name (learn mode's `lrn_full`, another
+/// tool's comment).
+pub fn parse_counter_name(s: &str) -> Option<(CounterKind, LogKey)> {
+    let rest = s.strip_prefix(PREFIX_TAG)?.strip_prefix('_')?;
+    let (code, hex) = rest.split_once('_')?;
+    let kind = CounterKind::ALL.into_iter().find(|k| k.code() == code)?;
+    if hex.len() != 8 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((kind, LogKey(u32::from_str_radix(hex, 16).ok()?)))
+}
+
 /// What the collector needs to turn a log message into an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogKeyInfo {
@@ -170,6 +221,29 @@ pub fn log_key_for(rules: &PodRules, interface: &str, direction: Direction) -> O
 mod tests {
     use super::*;
     use netwarden_engine::{DirectionRules, InterfaceRules, ObjectKey};
+
+    #[test]
+    fn counter_names_round_trip_and_nothing_else_parses() {
+        for kind in CounterKind::ALL {
+            let name = counter_name(kind, LogKey(0x0123_abcd));
+            assert_eq!(name.len(), 14, "{name}");
+            assert_eq!(parse_counter_name(&name), Some((kind, LogKey(0x0123_abcd))));
+        }
+        assert_eq!(
+            counter_name(CounterKind::Logged, LogKey(7)),
+            "nw_wl_00000007"
+        );
+        for other in [
+            "lrn_full",
+            "nw_xx_0123abcd",
+            "nw_cn_0123abc",
+            "nw_cn_0123abcdz",
+            "cn_0123abcd",
+            "",
+        ] {
+            assert_eq!(parse_counter_name(other), None, "{other}");
+        }
+    }
 
     fn pod(ifaces: &[&str]) -> PodRules {
         PodRules {

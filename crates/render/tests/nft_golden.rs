@@ -230,7 +230,8 @@ fn no_object_names_in_text() {
             );
         }
         assert!(!text.contains("ns/pod"), "{name}: pod name leaked");
-        // Every quoted string is an interface name of the pod, "lo", a limit or a log prefix.
+        // Every quoted string is an interface name of the pod, "lo", a limit, a counter or a
+        // log prefix.
         let ifnames: Vec<&str> = rules.interfaces.iter().map(|i| i.name.as_str()).collect();
         for (i, quoted) in text.split('"').enumerate() {
             if i % 2 == 0 {
@@ -241,6 +242,7 @@ fn no_object_names_in_text() {
                 || quoted == "lim_in"
                 || quoted == "lim_out"
                 || quoted == netwarden_render::nft::LEARN_FULL_COUNTER
+                || netwarden_render::parse_counter_name(quoted).is_some()
                 || (quoted.starts_with("nw:")
                     && netwarden_render::parse_log_prefix(quoted).is_some());
             assert!(ok, "{name}: unexpected quoted string {quoted:?}");

@@ -16,10 +16,17 @@
 //!    rules described below; they only log, so both base chains exist for a learning pod)
 //! in_<n> / out_<n>       one chain per isolated (interface, direction):
 //!   enforce only:  [implicit DNS] <allow clause> accept … [deny log] reject
-//!   with monitor:  clear bits; <staged clause> mark|=STAGED …; <enforced clause> mark|=ALLOW …;
-//!                  would-deny log when mark&(STAGED|ALLOW)==ALLOW;
+//!   with monitor:  count new (nw_cn_<key>); clear bits; <staged clause> mark|=STAGED …;
+//!                  <enforced clause> mark|=ALLOW …;
+//!                  when mark&(STAGED|ALLOW)==ALLOW and new: count (nw_wd_<key>), then under
+//!                  the rate limit count (nw_wl_<key>) and log;
 //!                  mark&ALLOW==ALLOW → clear bits, accept; [deny log] reject
 //! ```
+//!
+//! The three named counters of a monitored chain are the kernel's evidence for the `status`
+//! records ([`CounterKind`]): connections the monitored policies judged, would-denies, and
+//! would-denies logged (the difference is what the rate limit suppressed). Named counters
+//! outlive the chain refills of later applies (`add counter` keeps the value).
 //!
 //! # Learn mode
 //!
@@ -87,7 +94,7 @@ use netwarden_engine::{
     PortMatch, PortRange, Protocol, RuleOrigin,
 };
 
-use crate::logkey::{assign_keys, LogAction, LogKey};
+use crate::logkey::{assign_keys, counter_name, CounterKind, LogAction, LogKey};
 use crate::options::RenderOptions;
 use netwarden_engine::hash::StableHasher;
 
@@ -392,7 +399,8 @@ pub struct Table {
     pub sets: Vec<AddrSetDef>,
     /// Learn mode's dynamic sets (empty unless the pod learns).
     pub learn_sets: Vec<LearnSetDef>,
-    /// Named counters (learn mode's [`LEARN_FULL_COUNTER`]).
+    /// Named counters: the monitored chains' evidence counters ([`CounterKind`]), learn
+    /// mode's [`LEARN_FULL_COUNTER`].
     pub counters: Vec<String>,
     pub chains: Vec<Chain>,
 }
@@ -588,6 +596,8 @@ struct Builder<'a> {
     sets: BTreeMap<(Family, Vec<(u128, u128)>), String>,
     set_defs: Vec<AddrSetDef>,
     used_limits: [bool; 2],
+    /// The evidence counters the monitored chains use ([`CounterKind`]), in order of use.
+    counters: Vec<String>,
 }
 
 /// The clause outgoing DNS is allowed by when a view implies it (SPEC 3.1).
@@ -714,6 +724,8 @@ impl Builder<'_> {
         out
     }
 
+    /// A log rule of new connections matching `pre`, under the direction's rate limit; a
+    /// would-deny one also counts what it logs (`Logged`, after the limit).
     fn log_rule(
         &mut self,
         direction: Direction,
@@ -725,15 +737,32 @@ impl Builder<'_> {
         let mut matches = pre;
         matches.push(Match::Ct(CtMatch::New));
         matches.push(Match::Limit(limit_name(direction)));
-        Rule::new(
-            matches,
-            vec![Stmt::Log {
-                group: self.opts.nflog_group,
-                action,
-                key,
-            }],
-            Verdict::Continue,
-        )
+        let mut stmts = Vec::new();
+        if action == LogAction::WouldDeny {
+            stmts.push(Stmt::Counter(self.counter(CounterKind::Logged, key)));
+        }
+        stmts.push(Stmt::Log {
+            group: self.opts.nflog_group,
+            action,
+            key,
+        });
+        Rule::new(matches, stmts, Verdict::Continue)
+    }
+
+    /// The name of evidence counter `kind` of `key`, declared in the table.
+    fn counter(&mut self, kind: CounterKind, key: LogKey) -> String {
+        let name = counter_name(kind, key);
+        if !self.counters.contains(&name) {
+            self.counters.push(name.clone());
+        }
+        name
+    }
+
+    /// `[matches] ct state new counter name "<kind counter of key>"`: counts, decides nothing.
+    fn count_new(&mut self, mut matches: Vec<Match>, kind: CounterKind, key: LogKey) -> Rule {
+        matches.push(Match::Ct(CtMatch::New));
+        let counter = self.counter(kind, key);
+        Rule::new(matches, vec![Stmt::Counter(counter)], Verdict::Continue)
     }
 
     fn reject_rules() -> Vec<Rule> {
@@ -767,6 +796,7 @@ impl Builder<'_> {
             let staged = self.opts.staged_mark;
             let allow = self.opts.allow_mark;
             let bits = self.opts.monitor_bits();
+            rules.push(self.count_new(vec![], CounterKind::Connections, key));
             rules.push(Rule::new(
                 vec![],
                 vec![Stmt::ClearMark(bits)],
@@ -786,15 +816,13 @@ impl Builder<'_> {
                 &[Stmt::SetMark(allow)],
                 &Verdict::Continue,
             ));
-            let wd = self.log_rule(
-                direction,
-                vec![Match::Mark {
-                    mask: bits,
-                    value: allow,
-                }],
-                LogAction::WouldDeny,
-                key,
-            );
+            let would_deny = Match::Mark {
+                mask: bits,
+                value: allow,
+            };
+            // Every would-deny is counted; the log rule counts what passes its rate limit.
+            rules.push(self.count_new(vec![would_deny.clone()], CounterKind::WouldDeny, key));
+            let wd = self.log_rule(direction, vec![would_deny], LogAction::WouldDeny, key);
             rules.push(wd);
             // Accept with our bits cleared, so the mark is left as the packet came in.
             rules.push(Rule::new(
@@ -893,6 +921,7 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
         sets: BTreeMap::new(),
         set_defs: Vec::new(),
         used_limits: [false, false],
+        counters: Vec::new(),
     };
     // Sorted by name so chain numbering does not depend on the engine's interface order.
     let mut ifaces: Vec<_> = rules.interfaces.iter().collect();
@@ -1028,11 +1057,10 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
             burst: opts.log_burst,
         })
         .collect();
-    let counters = if learn_sets.is_empty() {
-        Vec::new()
-    } else {
-        vec![LEARN_FULL_COUNTER.to_string()]
-    };
+    let mut counters = b.counters;
+    if !learn_sets.is_empty() {
+        counters.push(LEARN_FULL_COUNTER.to_string());
+    }
     Ok(Some(Table {
         limits,
         sets: b.set_defs,
