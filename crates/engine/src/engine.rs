@@ -27,6 +27,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::addrset::AddrSet;
+use crate::labelindex::{Candidates, LabelIndex};
 use crate::model::*;
 use crate::rules::*;
 use crate::sorted::{insert_sorted, remove_sorted};
@@ -135,6 +136,8 @@ pub struct Engine {
     namespaces: BTreeMap<String, Namespace>,
     pods: BTreeMap<PodKey, Pod>,
     pods_by_namespace: BTreeMap<String, BTreeSet<String>>,
+    /// Pods by label per namespace: pod peers are found through it ([`LabelIndex`]).
+    labels: LabelIndex,
     /// Shared so that computing a pod borrows its policies without copying them.
     policies: BTreeMap<PolicyRef, Arc<Policy>>,
     policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
@@ -150,8 +153,19 @@ pub struct Engine {
     /// over every Service.
     services_by_endpoint: BTreeMap<IpAddr, Vec<ObjectKey>>,
     cache: HashMap<RuleKey, Arc<ResolvedRule>>,
+    /// The address sets of pod peers resolved since pods or namespaces last changed, by what
+    /// determines them ([`PeerSetKey`]): many rules name the same peers (every policy of a
+    /// team allowing `tier: web` from the team's namespaces), and each such set is found once
+    /// (issue 10). Emptied by every change other pods or namespaces can see.
+    peer_sets: HashMap<PeerSetKey, Arc<AddrSet>>,
     dirty: BTreeSet<PodKey>,
 }
+
+/// What a pod peer's addresses depend on besides the cluster: the peer, the policy's namespace
+/// when the peer has no namespace selector (it looks there; with one, the policy's namespace
+/// plays no part, so the policies of every namespace share the set), and the policy's kind and
+/// scope (which interfaces' addresses count, [`contributed_addrs`]).
+type PeerSetKey = (Peer, Option<String>, PolicyKind, PolicyScope);
 
 impl Engine {
     pub fn new(options: EngineOptions) -> Self {
@@ -250,6 +264,7 @@ impl Engine {
         }
         self.namespaces.insert(namespace.name.clone(), namespace);
         if old_labels != new_labels {
+            self.forget_peer_sets();
             // Only a change of membership in a namespaceSelector matters.
             self.invalidate_rules_where(|_, peer| match peer {
                 Peer::Pods {
@@ -267,6 +282,7 @@ impl Engine {
                 self.dirty_namespace_pods(name);
             }
             let new_labels = self.namespace_labels(name);
+            self.forget_peer_sets();
             self.invalidate_rules_where(|_, peer| match peer {
                 Peer::Pods {
                     namespace_selector: Some(sel),
@@ -288,6 +304,14 @@ impl Engine {
             .or_default()
             .insert(key.name.clone());
         let old = self.pods.insert(key, pod.clone());
+        match &old {
+            Some(old) if old.labels == pod.labels => {}
+            Some(old) => {
+                self.labels.remove(&old.key, &old.labels);
+                self.labels.insert(&pod.key, &pod.labels);
+            }
+            None => self.labels.insert(&pod.key, &pod.labels),
+        }
         if let Some(old) = &old {
             if peer_view(old) == peer_view(&pod) {
                 // Only the pod itself can see this change (its netns, its interface names).
@@ -304,6 +328,7 @@ impl Engine {
             if let Some(names) = self.pods_by_namespace.get_mut(&key.namespace) {
                 names.remove(&key.name);
             }
+            self.labels.remove(key, &old.labels);
             self.unindex_addrs(&old);
             self.pod_changed(Some(&old), None);
             self.dirty.insert(key.clone());
@@ -495,34 +520,39 @@ impl Engine {
 
     /// Pods a policy selects (same namespace, podSelector, never hostNetwork pods).
     pub fn targets(&self, policy: &Policy) -> Vec<PodKey> {
-        let Some(names) = self.pods_by_namespace.get(&policy.key.namespace) else {
-            return Vec::new();
-        };
-        names
-            .iter()
-            .filter_map(|name| {
-                self.pods
-                    .get(&ObjectKey::new(policy.key.namespace.clone(), name.clone()))
-            })
+        self.candidates_in(&policy.key.namespace, &policy.pod_selector)
+            .into_iter()
             .filter(|pod| selects(policy, pod))
             .map(|pod| pod.key.clone())
             .collect()
     }
 
+    /// The pods of `namespace` that can match `selector`, in key order: the label index's
+    /// candidates, or every pod of the namespace (a superset; the caller tests each).
+    fn candidates_in(&self, namespace: &str, selector: &LabelSelector) -> Vec<&Pod> {
+        match self.labels.candidates(namespace, selector) {
+            Candidates::Among(keys) => keys.into_iter().filter_map(|k| self.pods.get(k)).collect(),
+            Candidates::Everyone => self
+                .pods
+                .range(PodKey::new(namespace, "")..)
+                .take_while(|(key, _)| key.namespace == namespace)
+                .map(|(_, pod)| pod)
+                .collect(),
+        }
+    }
+
     /// Whether a policy selects any pod: [`Engine::targets`] without collecting them, stopping
     /// at the first (cheap enough to ask of every policy after every change).
     pub fn selects_any_pod(&self, policy: &Policy) -> bool {
-        // Pods are ordered by namespace first: the policy's namespace is one range.
-        let namespace = &policy.key.namespace;
-        self.pods
-            .range(PodKey::new(namespace.clone(), String::new())..)
-            .take_while(|(key, _)| &key.namespace == namespace)
-            .any(|(_, pod)| selects(policy, pod))
+        self.candidates_in(&policy.key.namespace, &policy.pod_selector)
+            .into_iter()
+            .any(|pod| selects(policy, pod))
     }
 
     /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):
     /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
+        self.forget_peer_sets();
         // Services whose endpoints this pod is, was, or resolves named ports for.
         let mut moved: Vec<ServiceEntry> = Vec::new();
         let affected: Vec<ObjectKey> = self
@@ -646,10 +676,14 @@ impl Engine {
 
     // ----- computing -----------------------------------------------------------------------
 
-    /// Pods selected as peers by a pod-based peer of `policy`.
+    /// Pods selected as peers by a pod-based peer of `policy`: in each namespace the peer
+    /// admits, the pod selector's candidates from the label index, each tested in full (the
+    /// same pods as testing every pod of those namespaces with [`Engine::peer_selects_pod`]).
     fn peer_pods<'a>(&'a self, policy: &'a Policy, peer: &'a Peer) -> Vec<&'a Pod> {
         let Peer::Pods {
-            namespace_selector, ..
+            namespace_selector,
+            pod_selector,
+            ..
         } = peer
         else {
             return Vec::new();
@@ -662,35 +696,57 @@ impl Engine {
                 .collect(),
             None => vec![&policy.key.namespace],
         };
+        let everything = LabelSelector::everything();
+        let selector = pod_selector.as_ref().unwrap_or(&everything);
         let mut out = Vec::new();
         for ns in namespaces {
-            let Some(names) = self.pods_by_namespace.get(ns) else {
-                continue;
-            };
-            for name in names {
-                if let Some(pod) = self.pods.get(&ObjectKey::new(ns.clone(), name.clone())) {
-                    if self.peer_selects_pod(policy, peer, pod) {
-                        out.push(pod);
-                    }
-                }
-            }
+            out.extend(self.candidates_in(ns, selector));
         }
+        // The namespaces were chosen above; the rest of the peer's test.
+        out.retain(|pod| !pod.host_network && selector.matches(&pod.labels));
         out
     }
 
-    fn peer_addrs(&self, policy: &Policy, peer: &Peer) -> AddrSet {
-        match peer {
-            Peer::IpBlock(block) => AddrSet::from_ip_block(block),
-            Peer::Pods { .. } => AddrSet::from_addrs(
-                self.peer_pods(policy, peer)
-                    .into_iter()
-                    .flat_map(|pod| contributed_addrs(policy, peer, pod)),
-            ),
+    /// The addresses `peer` of `policy` stands for; a pod peer's set is found once per
+    /// [`PeerSetKey`] until pods or namespaces change.
+    fn peer_addrs(&mut self, policy: &Policy, peer: &Peer) -> Arc<AddrSet> {
+        if let Peer::IpBlock(block) = peer {
+            return Arc::new(AddrSet::from_ip_block(block));
+        }
+        let own_namespace = matches!(
+            peer,
+            Peer::Pods {
+                namespace_selector: None,
+                ..
+            }
+        );
+        let key: PeerSetKey = (
+            peer.clone(),
+            own_namespace.then(|| policy.key.namespace.clone()),
+            policy.kind,
+            policy.scope.clone(),
+        );
+        if let Some(hit) = self.peer_sets.get(&key) {
+            return hit.clone();
+        }
+        let set = Arc::new(AddrSet::from_addrs(
+            self.peer_pods(policy, peer)
+                .into_iter()
+                .flat_map(|pod| contributed_addrs(policy, peer, pod)),
+        ));
+        self.peer_sets.insert(key, set.clone());
+        set
+    }
+
+    /// Forgets the resolved peer sets: pods or namespaces changed in a way peers can see.
+    fn forget_peer_sets(&mut self) {
+        if !self.peer_sets.is_empty() {
+            self.peer_sets = HashMap::new();
         }
     }
 
     fn resolve_rule(
-        &self,
+        &mut self,
         policy: &Policy,
         direction: Direction,
         rule: &PolicyRule,
@@ -698,8 +754,17 @@ impl Engine {
         let peers = if rule.peers.is_empty() {
             PeerMatch::Any
         } else {
-            let set = AddrSet::union_of(rule.peers.iter().map(|p| self.peer_addrs(policy, p)));
-            PeerMatch::Addrs(Arc::new(set))
+            let sets: Vec<Arc<AddrSet>> = rule
+                .peers
+                .iter()
+                .map(|p| self.peer_addrs(policy, p))
+                .collect();
+            let set = match sets.as_slice() {
+                // One peer: its set is the rule's, shared.
+                [only] => only.clone(),
+                _ => Arc::new(AddrSet::union_of(sets.iter().map(|s| s.as_ref()))),
+            };
+            PeerMatch::Addrs(set)
         };
         let (egress_clauses, egress_base) = match direction {
             Direction::Ingress => (Vec::new(), 0),

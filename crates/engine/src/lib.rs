@@ -19,6 +19,7 @@
 
 pub mod addrset;
 pub mod hash;
+pub mod labelindex;
 pub mod model;
 
 pub use addrset::AddrSet;

@@ -293,3 +293,100 @@ proptest! {
         prop_assert_eq!(cached, fresh);
     }
 }
+
+/// Labels from a small universe, so that selectors and pods collide often.
+fn arb_labels() -> impl Strategy<Value = Labels> {
+    proptest::collection::btree_map(
+        prop_oneof![Just("app"), Just("tier"), Just("zone")].prop_map(str::to_string),
+        (0..3usize).prop_map(|v| VALUES[v].to_string()),
+        0..3,
+    )
+}
+
+/// A selector mixing every operator, on the keys of [`arb_labels`].
+fn arb_index_selector() -> impl Strategy<Value = LabelSelector> {
+    let key = prop_oneof![Just("app"), Just("tier"), Just("zone")].prop_map(str::to_string);
+    let values = proptest::collection::vec((0..3usize).prop_map(|v| VALUES[v].to_string()), 0..3);
+    let operator = prop_oneof![
+        Just(Operator::In),
+        Just(Operator::NotIn),
+        Just(Operator::Exists),
+        Just(Operator::DoesNotExist)
+    ];
+    (
+        arb_labels(),
+        proptest::collection::vec((key, operator, values), 0..3),
+    )
+        .prop_map(|(match_labels, exprs)| LabelSelector {
+            match_labels,
+            match_expressions: exprs
+                .into_iter()
+                .map(|(key, operator, values)| Requirement {
+                    key,
+                    operator,
+                    values,
+                })
+                .collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Issue 10: the label index finds exactly the pods brute-force selection finds, after
+    /// pods were added, relabelled and removed in any order.
+    #[test]
+    fn indexed_selection_equals_brute_force(
+        pods in proptest::collection::vec((0..2usize, arb_labels()), 0..24),
+        relabels in proptest::collection::vec((0..24usize, arb_labels()), 0..8),
+        removals in proptest::collection::vec(0..24usize, 0..6),
+        selectors in proptest::collection::vec(arb_index_selector(), 1..8),
+    ) {
+        use netwarden_engine::labelindex::{Candidates, LabelIndex};
+        let mut index = LabelIndex::default();
+        let mut live: BTreeMap<PodKey, Labels> = BTreeMap::new();
+        for (i, (ns, labels)) in pods.iter().enumerate() {
+            let key = PodKey::new(NAMESPACES[*ns], format!("p{i}"));
+            index.insert(&key, labels);
+            live.insert(key, labels.clone());
+        }
+        let keys: Vec<PodKey> = live.keys().cloned().collect();
+        for (i, labels) in &relabels {
+            if let Some(key) = keys.get(*i) {
+                if let Some(old) = live.get(key).cloned() {
+                    index.remove(key, &old);
+                    index.insert(key, labels);
+                    live.insert(key.clone(), labels.clone());
+                }
+            }
+        }
+        for i in &removals {
+            if let Some(key) = keys.get(*i) {
+                if let Some(old) = live.remove(key) {
+                    index.remove(key, &old);
+                }
+            }
+        }
+        for selector in &selectors {
+            for ns in NAMESPACES {
+                let brute: Vec<&PodKey> = live
+                    .iter()
+                    .filter(|(k, labels)| k.namespace == ns && selector.matches(labels))
+                    .map(|(k, _)| k)
+                    .collect();
+                let indexed: Vec<&PodKey> = match index.candidates(ns, selector) {
+                    Candidates::Among(list) => list
+                        .into_iter()
+                        .filter(|k| selector.matches(&live[*k]))
+                        .collect(),
+                    Candidates::Everyone => live
+                        .iter()
+                        .filter(|(k, labels)| k.namespace == ns && selector.matches(labels))
+                        .map(|(k, _)| k)
+                        .collect(),
+                };
+                prop_assert_eq!(&indexed, &brute, "{:?} in {}", selector, ns);
+            }
+        }
+    }
+}

@@ -13,11 +13,8 @@
 
 use std::path::PathBuf;
 
-use std::collections::BTreeMap;
-
-use netwarden::synthetic::api_objects;
+use netwarden::synthetic::write_files;
 use netwarden_engine::generate::cluster;
-use serde_json::{json, Value};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,17 +31,7 @@ fn main() {
     let seed = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1);
     let generated = cluster(pods, policies, seed);
     let dir = PathBuf::from(dir);
-    std::fs::create_dir_all(&dir).expect("create the output directory");
-    let mut by_kind: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for object in api_objects(&generated) {
-        let kind = object["kind"].as_str().unwrap_or("Unknown").to_string();
-        by_kind.entry(kind).or_default().push(object);
-    }
-    for (kind, items) in by_kind {
-        let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
-        let text = serde_json::to_string(&list).expect("JSON");
-        std::fs::write(dir.join(format!("{kind}.json")), text).expect("write a manifest file");
-    }
+    write_files(&dir, &generated).expect("write the manifest files");
     eprintln!(
         "{}: {} namespaces, {} pods, {} policies, {} services",
         dir.display(),

@@ -26,6 +26,22 @@ pub fn api_objects(cluster: &Cluster) -> Vec<Value> {
     out
 }
 
+/// Writes `cluster` into `dir` as one JSON file per kind (`Namespace.json`, `Pod.json`, ...),
+/// each a `kind: List`: what `netwarden -f DIR` reads.
+pub fn write_files(dir: &std::path::Path, cluster: &Cluster) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut by_kind: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    for object in api_objects(cluster) {
+        let kind = object["kind"].as_str().unwrap_or("Unknown").to_string();
+        by_kind.entry(kind).or_default().push(object);
+    }
+    for (kind, items) in by_kind {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+        std::fs::write(dir.join(format!("{kind}.json")), serde_json::to_vec(&list)?)?;
+    }
+    Ok(())
+}
+
 pub fn service_json(service: &Service) -> Value {
     let ips: Vec<String> = service
         .cluster_ips
