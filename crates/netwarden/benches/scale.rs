@@ -8,10 +8,11 @@
 //! command runs on them as a user would: `netwarden reach -f DIR --from ns0/pod0 --port 80/TCP`
 //! — which loads every object, feeds the engine and computes every pod's rules (the
 //! destinations' ingress rules are needed), as an agent's initial sync does on every node. The
-//! time is the command's wall time (best of `NETWARDEN_BENCH_STEPS`, 1 by default for the
-//! full sizes); the memory is its peak resident size (`getrusage` of the children: sizes run in
-//! increasing order, so each figure is that size's). The time per doubling is printed (the
-//! target is at most 2.2×).
+//! time is the command's wall time (best of `NETWARDEN_BENCH_STEPS`, 1 by default); the memory
+//! is its peak resident size (`getrusage` of the children, in a small child process whose only
+//! child is the command: Linux counts a process's pre-`exec` peak in its children's, so neither
+//! the generated cluster nor an earlier run may be in the measuring process). The time per
+//! doubling is printed (the target is at most 2.2×).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -27,6 +28,29 @@ fn children_peak_mib() -> f64 {
     nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
         .map(|u| u.max_rss() as f64 / 1024.0)
         .unwrap_or(f64::NAN)
+}
+
+/// One run of `reach` on `dir`, measured in a child process of its own (this benchmark with
+/// `--measure`), whose only child is the command: its wall time and peak resident size.
+fn measured_reach(dir: &Path) -> (Duration, f64) {
+    let out = Command::new(std::env::current_exe().expect("the benchmark binary"))
+        .arg("--measure")
+        .arg(dir)
+        .output()
+        .expect("run the measuring child");
+    assert!(
+        out.status.success(),
+        "measuring reach on {} failed",
+        dir.display()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fields = text
+        .split_whitespace()
+        .map(|f| f.parse::<f64>().expect("a figure"));
+    let (Some(secs), Some(peak)) = (fields.next(), fields.next()) else {
+        panic!("unexpected measurement {text:?}");
+    };
+    (Duration::from_secs_f64(secs), peak)
 }
 
 /// One run of `reach` on `dir`: its wall time.
@@ -49,8 +73,36 @@ fn reach(dir: &Path) -> Duration {
     elapsed
 }
 
+/// Writes the cluster of `pods` pods into `dir` in a child process (this same benchmark with
+/// `--generate`): the generated objects never live in this process, whose resident size a
+/// spawned command would otherwise inherit in its peak (Linux carries the pre-`exec` peak into
+/// the child's `ru_maxrss`).
+fn generate(dir: &Path, pods: usize) {
+    let status = Command::new(std::env::current_exe().expect("the benchmark binary"))
+        .arg("--generate")
+        .arg(dir)
+        .arg(pods.to_string())
+        .status()
+        .expect("run the generator");
+    assert!(status.success(), "generating {pods} pods failed");
+}
+
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
+    let args: Vec<String> = std::env::args().collect();
+    match args.as_slice() {
+        [_, flag, dir, pods] if flag == "--generate" => {
+            let pods: usize = pods.parse().expect("a pod count");
+            write_files(Path::new(dir), &cluster(pods, pods / 5, 1)).expect("write the cluster");
+            return;
+        }
+        [_, flag, dir] if flag == "--measure" => {
+            let elapsed = reach(Path::new(dir));
+            println!("{} {}", elapsed.as_secs_f64(), children_peak_mib());
+            return;
+        }
+        _ => {}
+    }
+    let full = args.iter().any(|a| a == "--bench");
     let sizes: &[usize] = if full {
         &[10_000, 20_000, 50_000, 100_000]
     } else {
@@ -65,15 +117,15 @@ fn main() {
     let mut previous: Option<(usize, Duration)> = None;
     for &pods in sizes {
         let dir = root.join(pods.to_string());
-        let generated = cluster(pods, pods / 5, 1);
-        write_files(&dir, &generated).expect("write the cluster");
+        generate(&dir, pods);
         let bytes: u64 = std::fs::read_dir(&dir)
             .expect("the cluster directory")
             .filter_map(|e| e.ok()?.metadata().ok())
             .map(|m| m.len())
             .sum();
-        let best = (0..steps).map(|_| reach(&dir)).min().expect("one step");
-        let peak = children_peak_mib();
+        let runs: Vec<(Duration, f64)> = (0..steps).map(|_| measured_reach(&dir)).collect();
+        let best = runs.iter().map(|r| r.0).min().expect("one step");
+        let peak = runs.iter().map(|r| r.1).fold(0.0, f64::max);
         let growth = previous
             .map(|(n, t)| {
                 format!(
