@@ -495,18 +495,20 @@ impl Engine {
 
     /// Pods a policy selects (same namespace, podSelector, never hostNetwork pods).
     pub fn targets(&self, policy: &Policy) -> Vec<PodKey> {
-        let Some(names) = self.pods_by_namespace.get(&policy.key.namespace) else {
-            return Vec::new();
-        };
-        names
-            .iter()
-            .filter_map(|name| {
-                self.pods
-                    .get(&ObjectKey::new(policy.key.namespace.clone(), name.clone()))
-            })
+        self.namespace_pods(&policy.key.namespace)
             .filter(|pod| selects(policy, pod))
             .map(|pod| pod.key.clone())
             .collect()
+    }
+
+    /// The pods of one namespace, in name order. Pods are ordered by namespace first, so they
+    /// are one range of `pods`: walked without building a key per pod (what resolving every
+    /// policy's peers and targets spent most of its time on).
+    fn namespace_pods<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
+        self.pods
+            .range(PodKey::new(namespace.to_string(), String::new())..)
+            .take_while(move |(key, _)| key.namespace == namespace)
+            .map(|(_, pod)| pod)
     }
 
     /// Whether a policy selects any pod: [`Engine::targets`] without collecting them, stopping
@@ -664,16 +666,10 @@ impl Engine {
         };
         let mut out = Vec::new();
         for ns in namespaces {
-            let Some(names) = self.pods_by_namespace.get(ns) else {
-                continue;
-            };
-            for name in names {
-                if let Some(pod) = self.pods.get(&ObjectKey::new(ns.clone(), name.clone())) {
-                    if self.peer_selects_pod(policy, peer, pod) {
-                        out.push(pod);
-                    }
-                }
-            }
+            out.extend(
+                self.namespace_pods(ns)
+                    .filter(|pod| self.peer_selects_pod(policy, peer, pod)),
+            );
         }
         out
     }
