@@ -621,10 +621,7 @@ impl Engine {
             Some(sel) => self.namespace_matches(&pod.key.namespace, sel),
             None => pod.key.namespace == policy.key.namespace,
         };
-        namespace_ok
-            && pod_selector
-                .as_ref()
-                .is_none_or(|sel| sel.matches(&pod.labels))
+        namespace_ok && peer_pod_matches(pod_selector.as_ref(), pod)
     }
 
     /// Drops cached rules with a peer satisfying `affected`, marking their users dirty.
@@ -651,7 +648,9 @@ impl Engine {
     /// Pods selected as peers by a pod-based peer of `policy`.
     fn peer_pods<'a>(&'a self, policy: &'a Policy, peer: &'a Peer) -> Vec<&'a Pod> {
         let Peer::Pods {
-            namespace_selector, ..
+            pod_selector,
+            namespace_selector,
+            ..
         } = peer
         else {
             return Vec::new();
@@ -665,10 +664,12 @@ impl Engine {
             None => vec![&policy.key.namespace],
         };
         let mut out = Vec::new();
+        // The namespaces listed are the ones the peer accepts: only the pods are left to check
+        // ([`Engine::peer_selects_pod`] without matching each pod's namespace again).
         for ns in namespaces {
             out.extend(
                 self.namespace_pods(ns)
-                    .filter(|pod| self.peer_selects_pod(policy, peer, pod)),
+                    .filter(|pod| peer_pod_matches(pod_selector.as_ref(), pod)),
             );
         }
         out
@@ -1018,6 +1019,12 @@ impl Engine {
             .filter_map(|k| self.pod_rules(&k).map(|r| (k, r)))
             .collect()
     }
+}
+
+/// The pod half of [`Engine::peer_selects_pod`], for a pod of a namespace the peer accepts:
+/// not host-network, and its labels match the peer's pod selector (if any).
+fn peer_pod_matches(pod_selector: Option<&LabelSelector>, pod: &Pod) -> bool {
+    !pod.host_network && pod_selector.is_none_or(|sel| sel.matches(&pod.labels))
 }
 
 /// Whether `policy` selects `pod` as a target.

@@ -16,10 +16,19 @@
 //! ([`InventoryDelta`]), and names the pods whose rules may differ
 //! ([`Engine::take_dirty`]: the targets of added, removed and edited policies, and of the
 //! policies whose peers or named ports moved with a pod or namespace change). Only those are
-//! recomputed, and only the pairs with such a pod at one end are evaluated: with one changed
-//! policy on the 10,000-pod cluster, a few pods × 10,000 peers instead of 10,000². A property
-//! test (`tests/diff.rs`) checks the result against the naive comparison of two full `reach`
-//! runs on random clusters and changes.
+//! recomputed, and only the pairs with such a pod at one end are considered: with one changed
+//! policy on the 10,000-pod cluster, a few pods × 10,000 peers instead of 10,000².
+//!
+//! Of those, a pair with one touched end is evaluated in full (both views, with the policies
+//! and rules that explain it) only where it can change (`TouchedSides`): the untouched end
+//! has the same rules and addresses in both views, so its side's verdict is the same too, and
+//! the flow's verdict changes only where the touched end's side verdict does — on the
+//! direction facing the peer (the source's egress, the destination's ingress), against the
+//! peer's address. That side test ([`side_allows`]) collects nothing, and is made once per
+//! distinct (before, after) rules and peer, shared by the replicas whose rules are equal. A
+//! touched pod whose addresses moved is paired in full (its peers see another address). A
+//! property test (`tests/diff.rs`) checks the result against the naive comparison of two full
+//! `reach` runs on random clusters and changes.
 //!
 //! # The policies responsible
 //!
