@@ -649,10 +649,7 @@ impl Engine {
             Some(sel) => self.namespace_matches(&pod.key.namespace, sel),
             None => pod.key.namespace == policy.key.namespace,
         };
-        namespace_ok
-            && pod_selector
-                .as_ref()
-                .is_none_or(|sel| sel.matches(&pod.labels))
+        namespace_ok && peer_pod_matches(pod_selector.as_ref(), pod)
     }
 
     /// Drops cached rules with a peer satisfying `affected`, marking their users dirty.
@@ -702,8 +699,9 @@ impl Engine {
         for ns in namespaces {
             out.extend(self.candidates_in(ns, selector));
         }
-        // The namespaces were chosen above; the rest of the peer's test.
-        out.retain(|pod| !pod.host_network && selector.matches(&pod.labels));
+        // The namespaces listed are the ones the peer accepts: only the pods are left to check
+        // ([`Engine::peer_selects_pod`] without matching each pod's namespace again).
+        out.retain(|pod| peer_pod_matches(pod_selector.as_ref(), pod));
         out
     }
 
@@ -1087,6 +1085,12 @@ impl Engine {
             .filter_map(|k| self.pod_rules(&k).map(|r| (k, r)))
             .collect()
     }
+}
+
+/// The pod half of [`Engine::peer_selects_pod`], for a pod of a namespace the peer accepts:
+/// not host-network, and its labels match the peer's pod selector (if any).
+fn peer_pod_matches(pod_selector: Option<&LabelSelector>, pod: &Pod) -> bool {
+    !pod.host_network && pod_selector.is_none_or(|sel| sel.matches(&pod.labels))
 }
 
 /// Whether `policy` selects `pod` as a target.

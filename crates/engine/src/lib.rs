@@ -34,4 +34,4 @@ pub use engine::{selects, DnsMode, Engine, EngineOptions};
 pub use rules::*;
 pub mod testing;
 pub mod verdict;
-pub use verdict::{flow_verdict, FlowEnd, FlowVerdict, SideVerdict};
+pub use verdict::{flow_verdict, side_allows, FlowEnd, FlowVerdict, SideVerdict};

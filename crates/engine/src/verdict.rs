@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::model::{Direction, PodKey, PolicyRef, Protocol};
-use crate::rules::{DirectionRules, InterfaceRules, RuleOrigin, StagedCause};
+use crate::rules::{DirectionRules, InterfaceRules, Isolation, RuleOrigin, StagedCause};
 
 /// Why a side allows traffic without looking at any rule (SPEC 3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,6 +73,17 @@ struct Implicit {
 }
 
 impl Implicit {
+    /// The implicit allowances of a `direction` side of a flow to `protocol`/`port`, between
+    /// two interfaces of one pod (`loopback`) or not.
+    fn of(direction: Direction, loopback: bool, protocol: Protocol, port: u16) -> Implicit {
+        Implicit {
+            loopback,
+            dns_port: direction == Direction::Egress
+                && port == 53
+                && matches!(protocol, Protocol::Tcp | Protocol::Udp),
+        }
+    }
+
     fn in_view(self, rules: &DirectionRules, staged: bool) -> Option<AlwaysAllowed> {
         if self.loopback {
             Some(AlwaysAllowed::Loopback)
@@ -143,6 +154,36 @@ fn side_verdicts(
     }
 }
 
+/// Whether one side of a flow allows it in one view: the `allowed` of that side's
+/// [`SideVerdict`] in [`flow_verdict`], without collecting the policies and rules that explain
+/// it — for callers that test many flows and explain few (`diff` tests every peer of a changed
+/// pod and explains only the flows whose verdict changed). `rules` is the side's direction of
+/// its interface, `peer` the other end's address, `loopback` whether both ends are one pod.
+pub fn side_allows(
+    direction: Direction,
+    rules: &DirectionRules,
+    staged: bool,
+    peer: IpAddr,
+    protocol: Protocol,
+    port: u16,
+    loopback: bool,
+) -> bool {
+    let isolation = if staged {
+        &rules.staged
+    } else {
+        &rules.enforced
+    };
+    match isolation {
+        Isolation::Open => true,
+        Isolation::Isolated(allow) => {
+            allow.iter().any(|r| r.matches(peer, protocol, port))
+                || Implicit::of(direction, loopback, protocol, port)
+                    .in_view(rules, staged)
+                    .is_some()
+        }
+    }
+}
+
 /// The verdict for a new connection `src → dst` to `protocol`/`port`.
 pub fn flow_verdict(
     src: FlowEnd<'_>,
@@ -151,14 +192,13 @@ pub fn flow_verdict(
     port: u16,
 ) -> FlowVerdict {
     let loopback = src.pod == dst.pod;
-    let dns_port = port == 53 && matches!(protocol, Protocol::Tcp | Protocol::Udp);
     let egress = side_verdicts(
         Direction::Egress,
         src,
         dst.ip,
         protocol,
         port,
-        Implicit { loopback, dns_port },
+        Implicit::of(Direction::Egress, loopback, protocol, port),
     );
     let ingress = side_verdicts(
         Direction::Ingress,
@@ -166,10 +206,7 @@ pub fn flow_verdict(
         src.ip,
         protocol,
         port,
-        Implicit {
-            loopback,
-            dns_port: false,
-        },
+        Implicit::of(Direction::Ingress, loopback, protocol, port),
     );
     let allowed = egress.enforced.allowed && ingress.enforced.allowed;
     let staged_allowed = egress.staged.allowed && ingress.staged.allowed;

@@ -16,10 +16,19 @@
 //! ([`InventoryDelta`]), and names the pods whose rules may differ
 //! ([`Engine::take_dirty`]: the targets of added, removed and edited policies, and of the
 //! policies whose peers or named ports moved with a pod or namespace change). Only those are
-//! recomputed, and only the pairs with such a pod at one end are evaluated: with one changed
-//! policy on the 10,000-pod cluster, a few pods × 10,000 peers instead of 10,000². A property
-//! test (`tests/diff.rs`) checks the result against the naive comparison of two full `reach`
-//! runs on random clusters and changes.
+//! recomputed, and only the pairs with such a pod at one end are considered: with one changed
+//! policy on the 10,000-pod cluster, a few pods × 10,000 peers instead of 10,000².
+//!
+//! Of those, a pair with one touched end is evaluated in full (both views, with the policies
+//! and rules that explain it) only where it can change (`TouchedSides`): the untouched end
+//! has the same rules and addresses in both views, so its side's verdict is the same too, and
+//! the flow's verdict changes only where the touched end's side verdict does — on the
+//! direction facing the peer (the source's egress, the destination's ingress), against the
+//! peer's address. That side test ([`side_allows`]) collects nothing, and is made once per
+//! distinct (before, after) rules and peer, shared by the replicas whose rules are equal. A
+//! touched pod whose addresses moved is paired in full (its peers see another address). A
+//! property test (`tests/diff.rs`) checks the result against the naive comparison of two full
+//! `reach` runs on random clusters and changes.
 //!
 //! # The policies responsible
 //!
@@ -42,8 +51,8 @@ use std::process::ExitCode;
 
 use netwarden_engine::verdict::SideVerdicts;
 use netwarden_engine::{
-    Engine, EngineOptions, FlowVerdict, Mode, NetworkId, PodKey, PodRules, PolicyRef, PortRef,
-    Protocol, SideVerdict,
+    side_allows, Direction, DirectionRules, Engine, EngineOptions, FlowVerdict, Mode, NetworkId,
+    PodKey, PodRules, PolicyRef, PortRef, Protocol, SideVerdict,
 };
 use netwarden_manifest::{Inventory, InventoryDelta};
 use serde::Serialize;
@@ -247,6 +256,7 @@ impl Views<'_> {
             let touched_members: Vec<usize> =
                 (0..members.len()).filter(|i| is_touched[*i]).collect();
             let all: Vec<usize> = (0..members.len()).collect();
+            let mut sides = TouchedSides::new(members, &counterpart, &touched_members, self.ports);
             for (s, src) in members.iter().enumerate() {
                 let Some(old_src) = counterpart[s] else {
                     continue;
@@ -261,6 +271,16 @@ impl Views<'_> {
                     let Some(old_dst) = counterpart[d] else {
                         continue;
                     };
+                    // With one end touched, the untouched end's side is the same in both
+                    // views: the pair can change only where the touched end's side does.
+                    let may_change = match (is_touched[s], is_touched[d]) {
+                        (true, false) => sides.may_change(s, Direction::Egress, d),
+                        (false, true) => sides.may_change(d, Direction::Ingress, s),
+                        _ => true,
+                    };
+                    if !may_change {
+                        continue;
+                    }
                     let dst = &members[d];
                     for port in self.ports {
                         for family in [Family::Ipv4, Family::Ipv6] {
@@ -338,6 +358,128 @@ impl Views<'_> {
             }
         }
         out.into_iter().collect()
+    }
+}
+
+/// How a touched member's side (one direction of its interface) differs between the views.
+#[derive(Debug, Clone, Copy)]
+enum SideChange {
+    /// Same rules, same addresses: no pair changes through this side.
+    Same,
+    /// The member's addresses moved: its peers see another address, so any pair may change.
+    Moved,
+    /// Other rules, same addresses: the pair changes only where [`side_allows`] differs for
+    /// the peer's address; the index names the distinct (before, after) rules.
+    Rules(usize),
+}
+
+/// For the touched members of one network, whether a pair with one touched end can change:
+/// the untouched end's rules and addresses are the same in both views, so its side's verdict
+/// is too, and the flow's verdict can change only where the touched end's side does. The
+/// answer is a function of the touched side's (before, after) rules and the peer's address, so
+/// members with equal rules (the replicas of a workload) share it: it is computed once per
+/// distinct rules and peer, and only for the peers asked about.
+struct TouchedSides<'m, 'a> {
+    members: &'m [Member<'a>],
+    ports: &'m [PortProto],
+    /// Per member, per direction (egress, ingress); `Same` for untouched members (unused).
+    sides: Vec<[SideChange; 2]>,
+    /// The distinct (direction, before, after) rules of the `Rules` sides.
+    distinct: Vec<(Direction, &'a DirectionRules, &'a DirectionRules)>,
+    /// Per distinct rules, per peer member: whether some port and family changes.
+    answers: Vec<Vec<Option<bool>>>,
+}
+
+impl<'m, 'a> TouchedSides<'m, 'a> {
+    fn new(
+        members: &'m [Member<'a>],
+        counterpart: &[Option<&'m Member<'a>>],
+        touched: &[usize],
+        ports: &'m [PortProto],
+    ) -> Self {
+        let mut sides = vec![[SideChange::Same; 2]; members.len()];
+        let mut index: HashMap<(Direction, &'a DirectionRules, &'a DirectionRules), usize> =
+            HashMap::new();
+        let mut distinct = Vec::new();
+        for &t in touched {
+            let (member, Some(old)) = (&members[t], counterpart[t]) else {
+                continue;
+            };
+            let moved = [Family::Ipv4, Family::Ipv6]
+                .into_iter()
+                .any(|f| member.address(f) != old.address(f));
+            for (slot, direction) in [Direction::Egress, Direction::Ingress]
+                .into_iter()
+                .enumerate()
+            {
+                let (before, after) = (
+                    old.rules.direction(direction),
+                    member.rules.direction(direction),
+                );
+                sides[t][slot] = if moved {
+                    SideChange::Moved
+                } else if before == after {
+                    SideChange::Same
+                } else {
+                    let key = (direction, before, after);
+                    SideChange::Rules(*index.entry(key).or_insert_with(|| {
+                        distinct.push(key);
+                        distinct.len() - 1
+                    }))
+                };
+            }
+        }
+        let answers = vec![vec![None; members.len()]; distinct.len()];
+        TouchedSides {
+            members,
+            ports,
+            sides,
+            distinct,
+            answers,
+        }
+    }
+
+    /// Whether a pair of touched member `t` (on its `direction` side) and untouched member
+    /// `peer` may change its verdict; `false` only when it certainly does not.
+    fn may_change(&mut self, t: usize, direction: Direction, peer: usize) -> bool {
+        let slot = match direction {
+            Direction::Egress => 0,
+            Direction::Ingress => 1,
+        };
+        let g = match self.sides[t][slot] {
+            SideChange::Same => return false,
+            SideChange::Moved => return true,
+            SideChange::Rules(g) => g,
+        };
+        if let Some(known) = self.answers[g][peer] {
+            return known;
+        }
+        let (direction, before, after) = self.distinct[g];
+        let peer_member = &self.members[peer];
+        let changes = [Family::Ipv4, Family::Ipv6]
+            .into_iter()
+            .filter_map(|family| peer_member.address(family))
+            .any(|ip| {
+                self.ports.iter().any(|port| {
+                    [false, true].into_iter().any(|staged| {
+                        // Different pods (one is touched, the other not): never loopback.
+                        let allows = |rules| {
+                            side_allows(
+                                direction,
+                                rules,
+                                staged,
+                                ip,
+                                port.protocol,
+                                port.port,
+                                false,
+                            )
+                        };
+                        allows(before) != allows(after)
+                    })
+                })
+            });
+        self.answers[g][peer] = Some(changes);
+        changes
     }
 }
 

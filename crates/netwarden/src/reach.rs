@@ -90,7 +90,7 @@ pub(crate) struct Member<'a> {
 }
 
 impl Member<'_> {
-    fn address(&self, family: Family) -> Option<IpAddr> {
+    pub(crate) fn address(&self, family: Family) -> Option<IpAddr> {
         match family {
             Family::Ipv4 => self.v4,
             Family::Ipv6 => self.v6,

@@ -1,8 +1,8 @@
 //! `netwarden diff` (issue 9 item 3), the pure core: hand-computed cases (a policy added, a
-//! rule narrowed, a policy deleted through `netwarden.io/delete`, a monitored replacement, a
-//! namespace relabel, a MultiNetworkPolicy on a secondary network, dual-stack pods), and the
-//! property that only evaluating the pairs with a touched end gives exactly what comparing two
-//! full `reach` runs gives.
+//! pod moved to another address, a rule narrowed, a policy deleted through
+//! `netwarden.io/delete`, a monitored replacement, a namespace relabel, a MultiNetworkPolicy on
+//! a secondary network, dual-stack pods), and the property that only evaluating the pairs with
+//! a touched end gives exactly what comparing two full `reach` runs gives.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -117,6 +117,34 @@ fn a_policy_added_newly_isolates_a_pod() {
     let reverse = changes(&changed, &base, &["80/TCP"]);
     assert_eq!(reverse.len(), 1);
     assert_eq!(reverse[0].kind, ChangeKind::NewlyAllowed);
+}
+
+/// Only the pairs whose touched end's side changes are evaluated in full; a pod that only
+/// moved to another address keeps its (open) rules, yet its peers' verdicts follow the new
+/// address: every pair with it must still be evaluated.
+#[test]
+fn a_pod_moved_to_an_address_a_peer_does_not_accept() {
+    let b_from_block = "
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: b-in, namespace: x}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  ingress:
+  - from: [{ipBlock: {cidr: 10.0.0.1/32}}]
+";
+    let base = load(&format!("{}{b_from_block}", three_pods()));
+    let moved = format!(
+        "{NS_X}{}{}{}{b_from_block}",
+        pod("a", &["10.0.0.9"]),
+        pod("b", &["10.0.0.2"]),
+        pod("c", &["10.0.0.3"])
+    );
+    assert_eq!(
+        lines(&changes(&base, &load(&moved), &["80/TCP"])),
+        ["x/a -> x/b default 80/TCP ipv4 newly-denied true/false staged true/false [x/b-in]"]
+    );
 }
 
 #[test]
