@@ -153,10 +153,10 @@ pub struct Engine {
     /// over every Service.
     services_by_endpoint: BTreeMap<IpAddr, Vec<ObjectKey>>,
     cache: HashMap<RuleKey, Arc<ResolvedRule>>,
-    /// The address sets of pod peers resolved since pods or namespaces last changed, by what
-    /// determines them ([`PeerSetKey`]): many rules name the same peers (every policy of a
-    /// team allowing `tier: web` from the team's namespaces), and each such set is found once
-    /// (issue 10). Emptied by every change other pods or namespaces can see.
+    /// The address sets of pod peers, by what determines them ([`PeerSetKey`]): many rules
+    /// name the same peers (every policy of a team allowing `tier: web` from the team's
+    /// namespaces), and each such set is found once (issue 10). A pod change other pods can
+    /// see drops the sets that held or now hold the pod; a namespace relabel drops them all.
     peer_sets: HashMap<PeerSetKey, Arc<AddrSet>>,
     dirty: BTreeSet<PodKey>,
 }
@@ -552,7 +552,7 @@ impl Engine {
     /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):
     /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
-        self.forget_peer_sets();
+        self.forget_peer_sets_of(old, new);
         // Services whose endpoints this pod is, was, or resolves named ports for.
         let mut moved: Vec<ServiceEntry> = Vec::new();
         let affected: Vec<ObjectKey> = self
@@ -736,11 +736,44 @@ impl Engine {
         set
     }
 
-    /// Forgets the resolved peer sets: pods or namespaces changed in a way peers can see.
+    /// Forgets every resolved peer set (namespace labels changed: any set may differ).
     fn forget_peer_sets(&mut self) {
         if !self.peer_sets.is_empty() {
             self.peer_sets = HashMap::new();
         }
+    }
+
+    /// Forgets the resolved peer sets whose addresses a pod's change (`old` → `new`) changes:
+    /// the pod's contribution to them differs (it joins, leaves, or brings other addresses).
+    /// The others stay exact (dropping them all on every pod event cost more than the
+    /// lookups they save).
+    fn forget_peer_sets_of(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
+        if self.peer_sets.is_empty() {
+            return;
+        }
+        let mut sets = std::mem::take(&mut self.peer_sets);
+        sets.retain(|key, _| self.peer_set_share(key, old) == self.peer_set_share(key, new));
+        self.peer_sets = sets;
+    }
+
+    /// The addresses `pod` gives the peer set of `key` (`None`: it is not in the set).
+    fn peer_set_share(&self, key: &PeerSetKey, pod: Option<&Pod>) -> Option<Vec<IpAddr>> {
+        let pod = pod?;
+        let (peer, own_namespace, kind, scope) = key;
+        let Peer::Pods {
+            pod_selector,
+            namespace_selector,
+            ..
+        } = peer
+        else {
+            return None;
+        };
+        let namespace_ok = match namespace_selector {
+            Some(sel) => self.namespace_matches(&pod.key.namespace, sel),
+            None => own_namespace.as_deref() == Some(pod.key.namespace.as_str()),
+        };
+        (namespace_ok && peer_pod_matches(pod_selector.as_ref(), pod))
+            .then(|| addrs_counted(*kind, scope, peer, pod).collect())
     }
 
     fn resolve_rule(
@@ -1208,6 +1241,16 @@ fn contributed_addrs<'a>(
     peer: &'a Peer,
     pod: &'a Pod,
 ) -> impl Iterator<Item = IpAddr> + 'a {
+    addrs_counted(policy.kind, &policy.scope, peer, pod)
+}
+
+/// [`contributed_addrs`] from what it depends on: the policy's kind and scope.
+fn addrs_counted<'a>(
+    kind: PolicyKind,
+    scope: &'a PolicyScope,
+    peer: &'a Peer,
+    pod: &'a Pod,
+) -> impl Iterator<Item = IpAddr> + 'a {
     let network_selector = match peer {
         Peer::Pods {
             network_selector, ..
@@ -1216,14 +1259,14 @@ fn contributed_addrs<'a>(
     };
     pod.interfaces
         .iter()
-        .filter(move |iface| match policy.kind {
+        .filter(move |iface| match kind {
             PolicyKind::NetworkPolicy => iface.is_primary(),
             PolicyKind::DanmNetworkPolicy => network_selector.is_none_or(|entries| {
                 entries
                     .iter()
                     .any(|e| e.matches(&iface.network, &pod.key.namespace))
             }),
-            PolicyKind::MultiNetworkPolicy => policy.covers_interface(iface),
+            PolicyKind::MultiNetworkPolicy => scope.covers(iface),
         })
         .flat_map(|iface| iface.ips.iter().copied())
 }

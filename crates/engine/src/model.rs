@@ -536,6 +536,17 @@ pub enum PolicyScope {
     Networks(Vec<NetworkId>),
 }
 
+impl PolicyScope {
+    /// Whether a policy of this scope covers `iface`.
+    pub fn covers(&self, iface: &PodInterface) -> bool {
+        match self {
+            PolicyScope::Primary => iface.is_primary(),
+            PolicyScope::AllInterfaces => true,
+            PolicyScope::Networks(nets) => nets.contains(&iface.network),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub kind: PolicyKind,
@@ -571,11 +582,7 @@ impl Policy {
 
     /// Whether this policy isolates `iface` of a pod it selects.
     pub fn covers_interface(&self, iface: &PodInterface) -> bool {
-        match &self.scope {
-            PolicyScope::Primary => iface.is_primary(),
-            PolicyScope::AllInterfaces => true,
-            PolicyScope::Networks(nets) => nets.contains(&iface.network),
-        }
+        self.scope.covers(iface)
     }
 }
 
