@@ -74,6 +74,9 @@ type RuleKey = (PolicyRef, Direction, usize);
 /// The target-independent part of a resolved rule, shared by every pod the policy selects.
 #[derive(Debug, Clone)]
 struct ResolvedRule {
+    /// The policy the rule is of, as it is now (a changed or removed policy's rules leave
+    /// the cache): a change compares every cached rule without looking its policy up.
+    policy: Arc<Policy>,
     /// Union of the rule's peers (`Any` for a rule without peers).
     peers: PeerMatch,
     /// Egress only: the clauses, named ports resolved per destination pod and Service VIPs
@@ -450,15 +453,15 @@ impl Engine {
     /// A Service's endpoints as the pods are now.
     fn resolve_endpoints(&self, service: &Service) -> Endpoints {
         match &service.selector {
-            Some(_) => self
-                .pods_by_namespace
-                .get(&service.key.namespace)
+            Some(selector) => self
+                .candidates_in(
+                    &service.key.namespace,
+                    &LabelSelector {
+                        match_labels: selector.clone(),
+                        match_expressions: Vec::new(),
+                    },
+                )
                 .into_iter()
-                .flatten()
-                .filter_map(|name| {
-                    self.pods
-                        .get(&ObjectKey::new(service.key.namespace.clone(), name.clone()))
-                })
                 .filter(|pod| service_selects(service, pod))
                 .flat_map(|pod| {
                     let targets = service_targets(service, Some(pod));
@@ -581,10 +584,8 @@ impl Engine {
             .cache
             .iter()
             .filter(|(key, resolved)| {
-                let (reference, direction, index) = key;
-                let Some(policy) = self.policies.get(reference) else {
-                    return true;
-                };
+                let (_, direction, index) = key;
+                let policy = &resolved.policy;
                 let Some(rule) = policy.rules(*direction).and_then(|r| r.get(*index)) else {
                     return true;
                 };
@@ -656,17 +657,15 @@ impl Engine {
     fn invalidate_rules_where(&mut self, affected: impl Fn(&Policy, &Peer) -> bool) {
         let stale: Vec<RuleKey> = self
             .cache
-            .keys()
-            .filter(|(reference, direction, index)| {
-                let Some(policy) = self.policies.get(reference) else {
-                    return true;
-                };
+            .iter()
+            .filter(|((_, direction, index), resolved)| {
+                let policy = &resolved.policy;
                 policy
                     .rules(*direction)
                     .and_then(|r| r.get(*index))
                     .is_none_or(|rule| rule.peers.iter().any(|peer| affected(policy, peer)))
             })
-            .cloned()
+            .map(|(key, _)| key.clone())
             .collect();
         self.invalidate(stale);
     }
@@ -805,7 +804,14 @@ impl Engine {
                 (self.with_service_vips(base), len)
             }
         };
+        // The engine's own copy, shared (computing a pod borrows policies the engine holds).
+        let policy = self
+            .policies
+            .get(&policy.reference())
+            .cloned()
+            .unwrap_or_else(|| Arc::new(policy.clone()));
         ResolvedRule {
+            policy,
             peers,
             egress_clauses,
             egress_base,
