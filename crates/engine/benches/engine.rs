@@ -20,26 +20,25 @@ use std::time::{Duration, Instant};
 use netwarden_engine::generate::{cluster, pod_ip};
 use netwarden_engine::{Engine, EngineOptions, Service};
 
-fn peak_rss_mib() -> f64 {
+/// A size line of `/proc/self/status` (`VmHWM`, `VmRSS`), in MiB.
+fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
 }
 
+fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM")
+}
+
 /// Resident size now, in MiB (an upper bound of what is live: freed memory the allocator
 /// keeps counts too).
 fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    status_mib("VmRSS")
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
