@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::inventory::PodChange;
 use anyhow::Result;
 use netwarden_dataplane::{Backend, DiscoveredInterface, NetnsId};
 use netwarden_engine::{Engine, EngineOptions, NetworkId, NetworkType, Pod, PodInterface, PodKey};
@@ -499,40 +500,23 @@ pub fn apply_delta(
     local: &mut BTreeMap<PodKey, Pod>,
 ) -> bool {
     let mut local_changed = false;
-    for key in &delta.pods_removed {
-        local_changed |= local.remove(key).is_some();
-        engine.remove_pod(key);
-    }
-    for reference in &delta.policies_removed {
-        engine.remove_policy(reference);
-    }
-    for key in &delta.services_removed {
-        engine.remove_service(key);
-    }
-    for name in &delta.namespaces_removed {
-        engine.remove_namespace(name);
-    }
-    for namespace in delta.namespaces {
-        engine.set_namespace(namespace);
-    }
-    for mut pod in delta.pods {
-        if locality.is_local(&pod) {
+    crate::inventory::apply_delta_with(engine, delta, |engine, change| match change {
+        PodChange::Removed(key) => {
+            local_changed |= local.remove(key).is_some();
+            engine.remove_pod(key);
+        }
+        PodChange::Set(pod) if locality.is_local(&pod) => {
             local.insert(pod.key.clone(), pod);
             local_changed = true;
-        } else {
+        }
+        PodChange::Set(mut pod) => {
             // No longer local (deleted and created on another node under the same name): its
             // rules here are removed by the sync (it was programmed).
             local_changed |= local.remove(&pod.key).is_some();
             pod.netns = None;
             engine.set_pod(pod);
         }
-    }
-    for policy in delta.policies {
-        engine.set_policy(policy);
-    }
-    for service in delta.services {
-        engine.set_service(service);
-    }
+    });
     local_changed
 }
 

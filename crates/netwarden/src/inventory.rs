@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use netwarden_engine::{Engine, EngineOptions};
+use netwarden_engine::{Engine, EngineOptions, Pod, PodKey};
 use netwarden_manifest::{
     layer_paths, load_paths, Inventory, InventoryDelta, Layered, LoadOptions, Severity,
 };
@@ -122,11 +122,29 @@ pub fn engine_from(inventory: &Inventory, options: EngineOptions) -> Engine {
     engine
 }
 
-/// Feeds `engine` what `delta` says, removals first (the agent's own feeding keeps its local
-/// pods apart: `agent::apply_delta`).
+/// Feeds `engine` what `delta` says, removals first.
 pub fn apply_delta(engine: &mut Engine, delta: InventoryDelta) {
+    apply_delta_with(engine, delta, |engine, change| match change {
+        PodChange::Removed(key) => engine.remove_pod(key),
+        PodChange::Set(pod) => engine.set_pod(pod),
+    });
+}
+
+/// A pod of a delta, handed to the caller of [`apply_delta_with`].
+pub enum PodChange<'a> {
+    Removed(&'a PodKey),
+    Set(Pod),
+}
+
+/// [`apply_delta`] with the pods handed to `pods` (in the delta's order: removals first) instead
+/// of fed to the engine: the agent keeps its local pods apart (`agent::apply_delta`).
+pub fn apply_delta_with(
+    engine: &mut Engine,
+    delta: InventoryDelta,
+    mut pods: impl FnMut(&mut Engine, PodChange),
+) {
     for key in &delta.pods_removed {
-        engine.remove_pod(key);
+        pods(engine, PodChange::Removed(key));
     }
     for reference in &delta.policies_removed {
         engine.remove_policy(reference);
@@ -141,7 +159,7 @@ pub fn apply_delta(engine: &mut Engine, delta: InventoryDelta) {
         engine.set_namespace(namespace);
     }
     for pod in delta.pods {
-        engine.set_pod(pod);
+        pods(engine, PodChange::Set(pod));
     }
     for policy in delta.policies {
         engine.set_policy(policy);

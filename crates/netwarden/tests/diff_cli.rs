@@ -3,36 +3,15 @@
 //! names nothing (exit 2, the object named), and `--kube` against the fake API server in this
 //! process answering as the same files do.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+mod cli_support;
 
+use std::path::Path;
+
+use cli_support::{example, netwarden, stdout_json};
 use netwarden_kube_fake::manifests::load_dir;
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
-use netwarden_testing::{netwarden_bin, output_within, TempDir};
+use netwarden_testing::TempDir;
 use serde_json::{json, Value};
-
-fn netwarden(args: &[&str]) -> Output {
-    output_within(
-        Command::new(netwarden_bin!()).args(args),
-        Duration::from_secs(30),
-        &format!("netwarden {args:?}"),
-    )
-}
-
-fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "status {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
-}
 
 /// Replaces the example's `web/api-from-frontend`: api accepts nothing.
 const API_CLOSED: &str = "apiVersion: networking.k8s.io/v1

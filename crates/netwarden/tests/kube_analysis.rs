@@ -5,36 +5,13 @@
 //! served objects are reported as `cluster: Kind ns/name: field: reason`; a CRD that is not
 //! installed is skipped with a note.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+mod cli_support;
 
+use cli_support::{example, netwarden, stdout_json};
 use netwarden_kube_fake::manifests::{load_dir, parse_objects};
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
-use netwarden_testing::{netwarden_bin, output_within, TempDir};
+use netwarden_testing::TempDir;
 use serde_json::{json, Value};
-
-fn netwarden(args: &[&str]) -> Output {
-    output_within(
-        Command::new(netwarden_bin!()).args(args),
-        Duration::from_secs(30),
-        &format!("netwarden {args:?}"),
-    )
-}
-
-fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "status {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
-}
 
 /// A fake API server serving examples/multinet, and a kubeconfig for it.
 struct Cluster {

@@ -3,30 +3,19 @@
 //! `--require-ready` on a recorded event stream, and in a cluster (the fake API server of
 //! `crates/kube-fake`: one merge PATCH of the annotations).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+mod cli_support;
 
+use std::path::PathBuf;
+
+use cli_support::{example, netwarden};
 use netwarden_kube_fake::log::Verb;
 use netwarden_kube_fake::manifests::load_dir;
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_monitor::{RecordType, StatusRecord, Timestamp};
-use netwarden_testing::{netwarden_bin, output_within, TempDir};
-
-fn netwarden(args: &[&str]) -> Output {
-    output_within(
-        Command::new(netwarden_bin!()).args(args),
-        Duration::from_secs(30),
-        &format!("netwarden {args:?}"),
-    )
-}
+use netwarden_testing::TempDir;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/multinet")
 }
 
 /// The example's policies: comments, several documents, one monitored policy.
