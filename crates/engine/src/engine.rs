@@ -22,6 +22,7 @@
 //! - A dropped rule marks dirty the pods that use it: the policy's targets with an interface
 //!   the policy covers.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -29,7 +30,9 @@ use std::sync::Arc;
 use crate::addrset::AddrSet;
 use crate::labelindex::{Candidates, LabelIndex};
 use crate::model::*;
+use crate::peersets::{PeerSetId, PeerSetKey, PeerSets};
 use crate::rules::*;
+use crate::selectorindex::{Reach, SelectorIndex};
 use crate::sorted::{insert_sorted, remove_sorted};
 
 /// Where outgoing DNS (TCP/UDP 53) is allowed without a rule (SPEC 3.1, `--dns`).
@@ -68,8 +71,29 @@ pub struct EngineOptions {
     pub learn: Vec<LearnSelector>,
 }
 
-/// Key of a policy rule in the cache.
-type RuleKey = (PolicyRef, Direction, usize);
+/// A policy's number in the engine: the rule keys and indexes hold it instead of the
+/// policy's names (copied and compared for every candidate of every pod event otherwise).
+/// A number is given back when its policy is removed, and reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct PolicyId(u32);
+
+/// Key of a policy rule in the cache and the indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct RuleKey {
+    policy: PolicyId,
+    direction: Direction,
+    index: u32,
+}
+
+impl RuleKey {
+    fn new(policy: PolicyId, direction: Direction, index: usize) -> Self {
+        Self {
+            policy,
+            direction,
+            index: u32::try_from(index).expect("fewer than 2^32 rules in a policy"),
+        }
+    }
+}
 
 /// The target-independent part of a resolved rule, shared by every pod the policy selects.
 #[derive(Debug, Clone)]
@@ -143,6 +167,15 @@ pub struct Engine {
     labels: LabelIndex,
     /// Shared so that computing a pod borrows its policies without copying them.
     policies: BTreeMap<PolicyRef, Arc<Policy>>,
+    /// Each policy's number, and the policies by number (`None`: a free number).
+    policy_ids: HashMap<PolicyRef, PolicyId>,
+    policies_by_id: Vec<Option<Arc<Policy>>>,
+    free_policy_ids: Vec<PolicyId>,
+    /// Every policy, filed by the pods its pod selector can select (its targets).
+    policies_by_target: SelectorIndex<PolicyId>,
+    /// Per namespace, the names of the policies that monitored policies replace, with how
+    /// many replace each (an enforced policy so named leaves the staged view).
+    replaced_names: HashMap<String, BTreeMap<String, usize>>,
     policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
     services: BTreeMap<ObjectKey, ServiceEntry>,
     /// Which pods hold each address, on any interface, in address order: EndpointSlice
@@ -156,19 +189,22 @@ pub struct Engine {
     /// over every Service.
     services_by_endpoint: BTreeMap<IpAddr, Vec<ObjectKey>>,
     cache: HashMap<RuleKey, Arc<ResolvedRule>>,
-    /// The address sets of pod peers, by what determines them ([`PeerSetKey`]): many rules
-    /// name the same peers (every policy of a team allowing `tier: web` from the team's
-    /// namespaces), and each such set is found once (issue 10). A pod change other pods can
-    /// see drops the sets that held or now hold the pod; a namespace relabel drops them all.
-    peer_sets: HashMap<PeerSetKey, Arc<AddrSet>>,
+    /// The address sets of pod peers, numbered by what determines them ([`PeerSets`]): each
+    /// is found once for every rule that names it. A pod change other pods can see drops
+    /// the sets that held or now hold the pod; a namespace relabel drops them all.
+    peer_sets: PeerSets,
+    /// Each filed rule's peers' set numbers (`None` for an ipBlock), in peer order.
+    rule_peer_sets: HashMap<RuleKey, Vec<Option<PeerSetId>>>,
+    /// Every policy rule, filed by the pods its pod peers can select ([`SelectorIndex`]): a
+    /// pod change tests only the rules (and their peer sets) that can see the pod.
+    rules_by_peer: SelectorIndex<RuleKey>,
+    /// Egress rules with an ipBlock peer or no peers at all: they can reach any address, so
+    /// any pod's named ports and any Service's endpoints may matter to them.
+    egress_unselective: BTreeSet<RuleKey>,
+    /// Services with a selector, filed by the pods it can select.
+    services_by_selector: SelectorIndex<ObjectKey>,
     dirty: BTreeSet<PodKey>,
 }
-
-/// What a pod peer's addresses depend on besides the cluster: the peer, the policy's namespace
-/// when the peer has no namespace selector (it looks there; with one, the policy's namespace
-/// plays no part, so the policies of every namespace share the set), and the policy's kind and
-/// scope (which interfaces' addresses count, [`contributed_addrs`]).
-type PeerSetKey = (Peer, Option<String>, PolicyKind, PolicyScope);
 
 impl Engine {
     pub fn new(options: EngineOptions) -> Self {
@@ -208,13 +244,18 @@ impl Engine {
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Labels {
+        self.namespace_labels_ref(namespace).into_owned()
+    }
+
+    /// [`Engine::namespace_labels`], borrowed when the namespace is known.
+    fn namespace_labels_ref(&self, namespace: &str) -> Cow<'_, Labels> {
         match self.namespaces.get(namespace) {
-            Some(ns) => ns.labels.clone(),
+            Some(ns) => Cow::Borrowed(&ns.labels),
             // Kubernetes labels every namespace with its own name.
-            None => Labels::from([(
+            None => Cow::Owned(Labels::from([(
                 "kubernetes.io/metadata.name".to_string(),
                 namespace.to_string(),
-            )]),
+            )])),
         }
     }
 
@@ -370,7 +411,26 @@ impl Engine {
             .entry(reference.key.namespace.clone())
             .or_default()
             .insert(reference.clone());
-        self.policies.insert(reference, Arc::new(policy));
+        let id = match self.free_policy_ids.pop() {
+            Some(id) => id,
+            None => {
+                self.policies_by_id.push(None);
+                PolicyId(u32::try_from(self.policies_by_id.len() - 1).expect("< 2^32 policies"))
+            }
+        };
+        self.file_rules(id, &policy, true);
+        if let Some(name) = replaced_name(&policy) {
+            *self
+                .replaced_names
+                .entry(policy.key.namespace.clone())
+                .or_default()
+                .entry(name.to_string())
+                .or_default() += 1;
+        }
+        let policy = Arc::new(policy);
+        self.policy_ids.insert(reference.clone(), id);
+        self.policies_by_id[id.0 as usize] = Some(policy.clone());
+        self.policies.insert(reference, policy);
     }
 
     pub fn remove_policy(&mut self, reference: &PolicyRef) {
@@ -380,8 +440,145 @@ impl Engine {
         if let Some(set) = self.policies_by_namespace.get_mut(&reference.key.namespace) {
             set.remove(reference);
         }
-        self.cache.retain(|(p, _, _), _| p != reference);
+        let id = self
+            .policy_ids
+            .remove(reference)
+            .expect("every policy has a number");
+        self.policies_by_id[id.0 as usize] = None;
+        self.free_policy_ids.push(id);
+        self.file_rules(id, &old, false);
+        if let Some(name) = replaced_name(&old) {
+            if let Some(names) = self.replaced_names.get_mut(&old.key.namespace) {
+                if let Some(count) = names.get_mut(name) {
+                    *count -= 1;
+                    if *count == 0 {
+                        names.remove(name);
+                    }
+                }
+                if names.is_empty() {
+                    self.replaced_names.remove(&old.key.namespace);
+                }
+            }
+        }
+        for direction in [Direction::Ingress, Direction::Egress] {
+            for index in 0..old.rules(direction).map_or(0, <[PolicyRule]>::len) {
+                self.cache.remove(&RuleKey::new(id, direction, index));
+            }
+        }
         self.mark_policy_targets_dirty(&old);
+    }
+
+    /// Files (or unfiles) `policy` (numbered `id`) in [`Engine::policies_by_target`], and
+    /// every rule of it in [`Engine::rules_by_peer`] and [`Engine::egress_unselective`].
+    fn file_rules(&mut self, id: PolicyId, policy: &Policy, insert: bool) {
+        let targets = Reach {
+            namespace: &policy.key.namespace,
+            namespace_selector: None,
+            pod_selector: Some(&policy.pod_selector),
+        };
+        if insert {
+            self.policies_by_target.insert(&id, targets);
+        } else {
+            self.policies_by_target.remove(&id, targets);
+        }
+        for direction in [Direction::Ingress, Direction::Egress] {
+            for (index, rule) in policy
+                .rules(direction)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                let key = RuleKey::new(id, direction, index);
+                let unselective = rule.peers.is_empty()
+                    || rule.peers.iter().any(|p| matches!(p, Peer::IpBlock(_)));
+                if direction == Direction::Egress && unselective {
+                    if insert {
+                        self.egress_unselective.insert(key);
+                    } else {
+                        self.egress_unselective.remove(&key);
+                    }
+                }
+                for peer in &rule.peers {
+                    let Some(reach) = peer_reach(policy, peer) else {
+                        continue;
+                    };
+                    if insert {
+                        self.rules_by_peer.insert(&key, reach);
+                    } else {
+                        self.rules_by_peer.remove(&key, reach);
+                    }
+                }
+                if insert {
+                    let ids = rule
+                        .peers
+                        .iter()
+                        .map(|peer| Some(self.peer_sets.file(peer_set_key(policy, peer)?)))
+                        .collect();
+                    self.rule_peer_sets.insert(key, ids);
+                } else {
+                    let ids = self.rule_peer_sets.remove(&key).unwrap_or_default();
+                    for id in ids.into_iter().flatten() {
+                        self.peer_sets.unfile(id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Files (or unfiles) a Service with a selector in [`Engine::services_by_selector`].
+    fn file_service(&mut self, service: &Service, insert: bool) {
+        let Some(selector) = &service.selector else {
+            return;
+        };
+        let selector = LabelSelector {
+            match_labels: selector.clone(),
+            match_expressions: Vec::new(),
+        };
+        let reach = Reach {
+            namespace: &service.key.namespace,
+            namespace_selector: None,
+            pod_selector: Some(&selector),
+        };
+        if insert {
+            self.services_by_selector.insert(&service.key, reach);
+        } else {
+            self.services_by_selector.remove(&service.key, reach);
+        }
+    }
+
+    /// The rules whose pod peers can select `pod` (a superset, from the index).
+    fn rules_selecting(&self, pod: &Pod) -> Vec<RuleKey> {
+        let namespace_labels = self.namespace_labels_ref(&pod.key.namespace);
+        self.rules_by_peer
+            .candidates(&pod.key.namespace, &namespace_labels, &pod.labels)
+            .into_iter()
+            .copied()
+            .collect()
+    }
+
+    /// The policy numbered `id` (`None` once removed).
+    fn policy_by_id(&self, id: PolicyId) -> Option<&Arc<Policy>> {
+        self.policies_by_id
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+    }
+
+    /// The egress rules whose clauses can reach one of `addrs`: those selecting a pod that
+    /// holds one, and those reaching any address.
+    fn egress_rules_reaching(&self, addrs: &BTreeSet<IpAddr>) -> BTreeSet<RuleKey> {
+        let mut out = self.egress_unselective.clone();
+        for addr in addrs {
+            for holder in self.pods_by_addr.get(addr).into_iter().flatten() {
+                if let Some(pod) = self.pods.get(holder) {
+                    out.extend(
+                        self.rules_selecting(pod)
+                            .into_iter()
+                            .filter(|key| key.direction == Direction::Egress),
+                    );
+                }
+            }
+        }
+        out
     }
 
     pub fn set_service(&mut self, service: Service) {
@@ -400,13 +597,18 @@ impl Engine {
             .map_or(&no_endpoints, |e| &e.endpoints);
         let moved = endpoint_moves(&key, old_endpoints, &entry.endpoints);
         self.reindex_endpoints(moved);
+        self.file_service(&entry.service, true);
         let old = self.services.insert(key.clone(), entry);
+        if let Some(old) = &old {
+            self.file_service(&old.service, false);
+        }
         let stale = self.vips_changed(old.as_ref(), self.services.get(&key));
         self.invalidate(stale);
     }
 
     pub fn remove_service(&mut self, key: &ObjectKey) {
         if let Some(old) = self.services.remove(key) {
+            self.file_service(&old.service, false);
             let moved = endpoint_moves(key, &old.endpoints, &Endpoints::new());
             self.reindex_endpoints(moved);
             let stale = self.vips_changed(Some(&old), None);
@@ -439,14 +641,14 @@ impl Engine {
         if !has_vips(old) && !has_vips(new) {
             return Vec::new();
         }
-        self.cache
-            .iter()
-            .filter(|((_, direction, _), _)| *direction == Direction::Egress)
-            .filter(|(_, resolved)| {
-                let base = resolved.base_clauses();
-                vip_contribution(old, base) != vip_contribution(new, base)
+        self.egress_rules_reaching(&vip_relevant_addrs(old, new))
+            .into_iter()
+            .filter(|key| {
+                self.cache.get(key).is_some_and(|resolved| {
+                    let base = resolved.base_clauses();
+                    vip_contribution(old, base) != vip_contribution(new, base)
+                })
             })
-            .map(|(key, _)| key.clone())
             .collect()
     }
 
@@ -496,13 +698,11 @@ impl Engine {
 
     /// The pods whose rules use `policy`'s rules: its targets with an interface it covers.
     fn users(&self, policy: &Policy) -> Vec<PodKey> {
-        self.targets(policy)
+        self.candidates_in(&policy.key.namespace, &policy.pod_selector)
             .into_iter()
-            .filter(|key| {
-                self.pods
-                    .get(key)
-                    .is_some_and(|pod| pod.interfaces.iter().any(|i| policy.covers_interface(i)))
-            })
+            .filter(|pod| selects(policy, pod))
+            .filter(|pod| pod.interfaces.iter().any(|i| policy.covers_interface(i)))
+            .map(|pod| pod.key.clone())
             .collect()
     }
 
@@ -511,10 +711,10 @@ impl Engine {
         let mut policies = BTreeSet::new();
         for key in stale {
             self.cache.remove(&key);
-            policies.insert(key.0);
+            policies.insert(key.policy);
         }
-        for reference in policies {
-            if let Some(policy) = self.policies.get(&reference) {
+        for id in policies {
+            if let Some(policy) = self.policy_by_id(id) {
                 let users = self.users(policy);
                 self.dirty.extend(users);
             }
@@ -555,17 +755,21 @@ impl Engine {
     /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):
     /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
-        self.forget_peer_sets_of(old, new);
+        let versions = || old.into_iter().chain(new);
+        // The rules whose peers can select the pod, before or after the change.
+        let selecting: BTreeSet<RuleKey> = versions()
+            .flat_map(|pod| self.rules_selecting(pod))
+            .collect();
+        self.forget_peer_sets_of(&selecting, old, new);
         // Services whose endpoints this pod is, was, or resolves named ports for.
         let mut moved: Vec<ServiceEntry> = Vec::new();
-        let affected: Vec<ObjectKey> = self
-            .services
-            .values()
-            .filter(|e| {
-                old.is_some_and(|p| service_depends_on_pod(&e.service, p))
-                    || new.is_some_and(|p| service_depends_on_pod(&e.service, p))
+        let affected: BTreeSet<ObjectKey> = versions()
+            .flat_map(|pod| self.services_depending_on(pod))
+            .filter(|key| {
+                self.services
+                    .get(key)
+                    .is_some_and(|e| versions().any(|pod| service_depends_on_pod(&e.service, pod)))
             })
-            .map(|e| e.service.key.clone())
             .collect();
         for key in affected {
             let endpoints = self.resolve_endpoints(&self.services[&key].service);
@@ -580,28 +784,66 @@ impl Engine {
                 endpoints: std::mem::replace(&mut entry.endpoints, endpoints),
             });
         }
-        let stale: Vec<RuleKey> = self
-            .cache
-            .iter()
-            .filter(|(key, resolved)| {
-                let (_, direction, index) = key;
+        // The rules to test: those that can select the pod; for egress named ports, those
+        // selecting another pod on one of its addresses (the address is in their peers) or
+        // reaching any address; for Service VIPs, those reaching a moved endpoint.
+        let mut candidates = selecting;
+        let mut own_addrs: BTreeSet<IpAddr> = versions()
+            .flat_map(|pod| pod.interfaces.iter().flat_map(|i| i.ips.iter().copied()))
+            .collect();
+        for before in &moved {
+            let after = self.services.get(&before.service.key);
+            own_addrs.extend(vip_relevant_addrs(Some(before), after));
+        }
+        candidates.extend(self.egress_rules_reaching(&own_addrs));
+        let stale: Vec<RuleKey> = candidates
+            .into_iter()
+            .filter(|key| {
+                let Some(resolved) = self.cache.get(key) else {
+                    return false;
+                };
+                let direction = key.direction;
                 let policy = &resolved.policy;
-                let Some(rule) = policy.rules(*direction).and_then(|r| r.get(*index)) else {
+                let Some(rule) = policy
+                    .rules(direction)
+                    .and_then(|r| r.get(key.index as usize))
+                else {
                     return true;
                 };
-                if self.rule_depends_on_pod(policy, *direction, rule, resolved, old, new) {
+                if self.rule_depends_on_pod(policy, direction, rule, resolved, old, new) {
                     return true;
                 }
-                *direction == Direction::Egress
+                direction == Direction::Egress
                     && moved.iter().any(|before| {
                         let after = self.services.get(&before.service.key);
                         let base = resolved.base_clauses();
                         vip_contribution(Some(before), base) != vip_contribution(after, base)
                     })
             })
-            .map(|(key, _)| key.clone())
             .collect();
         self.invalidate(stale);
+    }
+
+    /// The Services that may depend on `pod` (a superset): those whose selector can select
+    /// it and those with one of its addresses among their endpoints.
+    fn services_depending_on(&self, pod: &Pod) -> Vec<ObjectKey> {
+        let no_labels = Labels::new();
+        let mut out: Vec<ObjectKey> = self
+            .services_by_selector
+            .candidates(&pod.key.namespace, &no_labels, &pod.labels)
+            .into_iter()
+            .cloned()
+            .collect();
+        for ip in pod.interfaces.iter().flat_map(|i| &i.ips) {
+            out.extend(
+                self.services_by_endpoint
+                    .get(ip)
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+        out
     }
 
     /// Whether a pod's change (old → new) changes the resolution of `rule`, cached as
@@ -658,14 +900,14 @@ impl Engine {
         let stale: Vec<RuleKey> = self
             .cache
             .iter()
-            .filter(|((_, direction, index), resolved)| {
+            .filter(|(key, resolved)| {
                 let policy = &resolved.policy;
                 policy
-                    .rules(*direction)
-                    .and_then(|r| r.get(*index))
+                    .rules(key.direction)
+                    .and_then(|r| r.get(key.index as usize))
                     .is_none_or(|rule| rule.peers.iter().any(|peer| affected(policy, peer)))
             })
-            .map(|(key, _)| key.clone())
+            .map(|(key, _)| *key)
             .collect();
         self.invalidate(stale);
     }
@@ -706,24 +948,12 @@ impl Engine {
 
     /// The addresses `peer` of `policy` stands for; a pod peer's set is found once per
     /// [`PeerSetKey`] until pods or namespaces change.
-    fn peer_addrs(&mut self, policy: &Policy, peer: &Peer) -> Arc<AddrSet> {
+    /// `id`: the peer's set number (`None` for an ipBlock, or a rule not filed).
+    fn peer_addrs(&mut self, policy: &Policy, peer: &Peer, id: Option<PeerSetId>) -> Arc<AddrSet> {
         if let Peer::IpBlock(block) = peer {
             return Arc::new(AddrSet::from_ip_block(block));
         }
-        let own_namespace = matches!(
-            peer,
-            Peer::Pods {
-                namespace_selector: None,
-                ..
-            }
-        );
-        let key: PeerSetKey = (
-            peer.clone(),
-            own_namespace.then(|| policy.key.namespace.clone()),
-            policy.kind,
-            policy.scope.clone(),
-        );
-        if let Some(hit) = self.peer_sets.get(&key) {
+        if let Some(hit) = id.and_then(|id| self.peer_sets.addrs(id)) {
             return hit.clone();
         }
         let set = Arc::new(AddrSet::from_addrs(
@@ -731,28 +961,47 @@ impl Engine {
                 .into_iter()
                 .flat_map(|pod| contributed_addrs(policy, peer, pod)),
         ));
-        self.peer_sets.insert(key, set.clone());
+        if let Some(id) = id {
+            self.peer_sets.keep(id, set.clone());
+        }
         set
     }
 
     /// Forgets every resolved peer set (namespace labels changed: any set may differ).
     fn forget_peer_sets(&mut self) {
-        if !self.peer_sets.is_empty() {
-            self.peer_sets = HashMap::new();
-        }
+        self.peer_sets.forget_all();
     }
 
     /// Forgets the resolved peer sets whose addresses a pod's change (`old` → `new`) changes:
     /// the pod's contribution to them differs (it joins, leaves, or brings other addresses).
     /// The others stay exact (dropping them all on every pod event cost more than the
     /// lookups they save).
-    fn forget_peer_sets_of(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
-        if self.peer_sets.is_empty() {
+    /// Only the sets of the rules `selecting` the pod are looked at: every set is named by a
+    /// filed rule ([`Engine::remove_policy`] drops a removed policy's), and a set the pod is
+    /// or was in is named by a rule that can select it.
+    fn forget_peer_sets_of(
+        &mut self,
+        selecting: &BTreeSet<RuleKey>,
+        old: Option<&Pod>,
+        new: Option<&Pod>,
+    ) {
+        if self.peer_sets.none_resolved() {
             return;
         }
-        let mut sets = std::mem::take(&mut self.peer_sets);
-        sets.retain(|key, _| self.peer_set_share(key, old) == self.peer_set_share(key, new));
-        self.peer_sets = sets;
+        let mut stale = Vec::new();
+        for key in selecting {
+            for id in self.rule_peer_sets.get(key).into_iter().flatten().flatten() {
+                if self.peer_sets.addrs(*id).is_some() {
+                    let set = self.peer_sets.key(*id);
+                    if self.peer_set_share(set, old) != self.peer_set_share(set, new) {
+                        stale.push(*id);
+                    }
+                }
+            }
+        }
+        for id in stale {
+            self.peer_sets.forget(id);
+        }
     }
 
     /// The addresses `pod` gives the peer set of `key` (`None`: it is not in the set).
@@ -777,17 +1026,25 @@ impl Engine {
 
     fn resolve_rule(
         &mut self,
+        id: PolicyId,
         policy: &Policy,
         direction: Direction,
+        index: usize,
         rule: &PolicyRule,
     ) -> ResolvedRule {
         let peers = if rule.peers.is_empty() {
             PeerMatch::Any
         } else {
+            let ids = self
+                .rule_peer_sets
+                .get(&RuleKey::new(id, direction, index))
+                .cloned()
+                .unwrap_or_default();
             let sets: Vec<Arc<AddrSet>> = rule
                 .peers
                 .iter()
-                .map(|p| self.peer_addrs(policy, p))
+                .enumerate()
+                .map(|(i, p)| self.peer_addrs(policy, p, ids.get(i).copied().flatten()))
                 .collect();
             let set = match sets.as_slice() {
                 // One peer: its set is the rule's, shared.
@@ -806,8 +1063,7 @@ impl Engine {
         };
         // The engine's own copy, shared (computing a pod borrows policies the engine holds).
         let policy = self
-            .policies
-            .get(&policy.reference())
+            .policy_by_id(id)
             .cloned()
             .unwrap_or_else(|| Arc::new(policy.clone()));
         ResolvedRule {
@@ -934,16 +1190,17 @@ impl Engine {
 
     fn resolved(
         &mut self,
+        id: PolicyId,
         policy: &Policy,
         direction: Direction,
         index: usize,
         rule: &PolicyRule,
     ) -> Arc<ResolvedRule> {
-        let key = (policy.reference(), direction, index);
+        let key = RuleKey::new(id, direction, index);
         if let Some(hit) = self.cache.get(&key) {
             return hit.clone();
         }
-        let resolved = Arc::new(self.resolve_rule(policy, direction, rule));
+        let resolved = Arc::new(self.resolve_rule(id, policy, direction, index, rule));
         self.cache.insert(key, resolved.clone());
         resolved
     }
@@ -951,13 +1208,14 @@ impl Engine {
     /// The allow rule of one policy rule for one target pod.
     fn allow_rule(
         &mut self,
+        id: PolicyId,
         policy: &Policy,
         direction: Direction,
         index: usize,
         rule: &PolicyRule,
         target: &Pod,
     ) -> AllowRule {
-        let resolved = self.resolved(policy, direction, index, rule);
+        let resolved = self.resolved(id, policy, direction, index, rule);
         let origin = RuleOrigin {
             policy: policy.reference(),
             direction,
@@ -992,29 +1250,28 @@ impl Engine {
     /// Computes everything netwarden programs for one pod (`None` for an unknown pod).
     pub fn pod_rules(&mut self, key: &PodKey) -> Option<PodRules> {
         let pod = self.pods.get(key)?.clone();
-        let policies: Vec<Arc<Policy>> = if pod.host_network {
+        let policies: Vec<(PolicyId, Arc<Policy>)> = if pod.host_network {
             Vec::new()
         } else {
-            self.policies_by_namespace
-                .get(&key.namespace)
+            let mut selecting: Vec<(PolicyId, Arc<Policy>)> = self
+                .policies_by_target
+                .candidates(&key.namespace, &Labels::new(), &pod.labels)
                 .into_iter()
-                .flatten()
-                .filter_map(|r| self.policies.get(r))
-                .filter(|p| selects(p, &pod))
-                .cloned()
-                .collect()
+                .filter_map(|id| Some((*id, self.policy_by_id(*id)?.clone())))
+                .filter(|(_, p)| selects(p, &pod))
+                .collect();
+            // In policy order, as the rules are listed.
+            selecting.sort_by(|(_, a), (_, b)| (a.kind, &a.key).cmp(&(b.kind, &b.key)));
+            selecting
         };
         // Enforced policies that a monitored policy replaces leave the staged view.
-        let replaced: BTreeSet<&str> = self
-            .policies_by_namespace
+        let replaced: BTreeSet<String> = self
+            .replaced_names
             .get(&key.namespace)
             .into_iter()
-            .flatten()
-            .filter_map(|r| self.policies.get(r))
-            .filter(|p| p.mode == Mode::Monitor)
-            .filter_map(|p| p.replaces.as_deref())
+            .flat_map(BTreeMap::keys)
+            .cloned()
             .collect();
-        let replaced: BTreeSet<String> = replaced.into_iter().map(str::to_string).collect();
         let mut interfaces = Vec::new();
         for iface in &pod.interfaces {
             let ingress =
@@ -1041,12 +1298,12 @@ impl Engine {
         pod: &Pod,
         iface: &PodInterface,
         direction: Direction,
-        policies: &[Arc<Policy>],
+        policies: &[(PolicyId, Arc<Policy>)],
         replaced_names: &BTreeSet<String>,
     ) -> DirectionRules {
-        let isolating: Vec<&Arc<Policy>> = policies
+        let isolating: Vec<&(PolicyId, Arc<Policy>)> = policies
             .iter()
-            .filter(|p| p.rules(direction).is_some() && p.covers_interface(iface))
+            .filter(|(_, p)| p.rules(direction).is_some() && p.covers_interface(iface))
             .collect();
         if isolating.is_empty() {
             return DirectionRules::open();
@@ -1055,7 +1312,12 @@ impl Engine {
         let mut enforced_rules = Vec::new();
         let mut staged_rules = Vec::new();
         let mut any_staged = false;
-        for policy in &isolating {
+        // Without a monitored or replaced policy the staged view is the enforced one: its
+        // rules are not gathered twice.
+        let staged_differs = isolating
+            .iter()
+            .any(|(_, p)| p.mode == Mode::Monitor || replaced_names.contains(&p.key.name));
+        for (id, policy) in isolating {
             let reference = policy.reference();
             let replaced =
                 policy.mode == Mode::Enforce && replaced_names.contains(&policy.key.name);
@@ -1063,19 +1325,21 @@ impl Engine {
             let allow: Vec<AllowRule> = rules
                 .iter()
                 .enumerate()
-                .map(|(i, r)| self.allow_rule(policy, direction, i, r, pod))
+                .map(|(i, r)| self.allow_rule(*id, policy, direction, i, r, pod))
                 .collect();
             match policy.mode {
                 Mode::Enforce => {
                     out.enforced_policies.push(reference.clone());
                     out.log_denies |= policy.log_denies;
-                    enforced_rules.extend(allow.iter().cloned());
                     if replaced {
                         out.replaced_policies.push(reference);
                     } else {
                         any_staged = true;
-                        staged_rules.extend(allow);
+                        if staged_differs {
+                            staged_rules.extend(allow.iter().cloned());
+                        }
                     }
+                    enforced_rules.extend(allow);
                 }
                 Mode::Monitor => {
                     out.monitored_policies.push(reference);
@@ -1137,6 +1401,71 @@ pub fn selects(policy: &Policy, pod: &Pod) -> bool {
     !pod.host_network
         && policy.key.namespace == pod.key.namespace
         && policy.pod_selector.matches(&pod.labels)
+}
+
+/// The name of the policy `policy` replaces in the staged view: only a monitored policy does.
+fn replaced_name(policy: &Policy) -> Option<&str> {
+    (policy.mode == Mode::Monitor)
+        .then_some(policy.replaces.as_deref())
+        .flatten()
+}
+
+/// The [`PeerSetKey`] of a pod peer of `policy` (`None` for an ipBlock).
+fn peer_set_key(policy: &Policy, peer: &Peer) -> Option<PeerSetKey> {
+    let Peer::Pods {
+        namespace_selector, ..
+    } = peer
+    else {
+        return None;
+    };
+    Some((
+        peer.clone(),
+        namespace_selector
+            .is_none()
+            .then(|| policy.key.namespace.clone()),
+        policy.kind,
+        policy.scope.clone(),
+    ))
+}
+
+/// Where a pod peer of `policy` looks for pods (`None` for an ipBlock).
+fn peer_reach<'a>(policy: &'a Policy, peer: &'a Peer) -> Option<Reach<'a>> {
+    let Peer::Pods {
+        pod_selector,
+        namespace_selector,
+        ..
+    } = peer
+    else {
+        return None;
+    };
+    Some(Reach {
+        namespace: &policy.key.namespace,
+        namespace_selector: namespace_selector.as_ref(),
+        pod_selector: pod_selector.as_ref(),
+    })
+}
+
+/// The endpoint addresses whose reachability decides what a Service change (`old` → `new`)
+/// does to egress rules' VIPs: every endpoint when its VIPs or ports change, else the
+/// endpoints that came, went or resolve their targets differently.
+fn vip_relevant_addrs(old: Option<&ServiceEntry>, new: Option<&ServiceEntry>) -> BTreeSet<IpAddr> {
+    let same_front = match (old, new) {
+        (Some(o), Some(n)) => {
+            o.service.cluster_ips == n.service.cluster_ips && o.service.ports == n.service.ports
+        }
+        _ => false,
+    };
+    match (old.map(|e| &e.endpoints), new.map(|e| &e.endpoints)) {
+        (Some(o), Some(n)) if same_front => {
+            o.symmetric_difference(n).map(|(addr, _)| *addr).collect()
+        }
+        (o, n) => o
+            .into_iter()
+            .chain(n)
+            .flatten()
+            .map(|(addr, _)| *addr)
+            .collect(),
+    }
 }
 
 fn service_selects(service: &Service, pod: &Pod) -> bool {

@@ -21,6 +21,8 @@ pub mod addrset;
 pub mod hash;
 pub mod labelindex;
 pub mod model;
+mod peersets;
+pub mod selectorindex;
 
 pub use addrset::AddrSet;
 pub use model::*;

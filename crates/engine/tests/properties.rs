@@ -390,3 +390,62 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Issue 10: the selector index (selectors by the pods they can select) names every
+    /// selector that selects a pod, whatever its namespace part and pod part, after selectors
+    /// were filed and some unfiled again.
+    #[test]
+    fn selector_index_names_every_selector_that_selects(
+        filed in proptest::collection::vec(
+            (0..2usize, proptest::option::of(arb_index_selector()), proptest::option::of(arb_index_selector())),
+            1..10,
+        ),
+        unfiled in proptest::collection::vec(0..10usize, 0..4),
+        pods in proptest::collection::vec((0..2usize, arb_labels(), arb_labels()), 1..12),
+    ) {
+        use netwarden_engine::selectorindex::{Reach, SelectorIndex};
+        type Filed = (usize, Option<LabelSelector>, Option<LabelSelector>);
+        fn reach(filed: &Filed) -> Reach<'_> {
+            Reach {
+                namespace: NAMESPACES[filed.0],
+                namespace_selector: filed.1.as_ref(),
+                pod_selector: filed.2.as_ref(),
+            }
+        }
+        let mut index: SelectorIndex<usize> = SelectorIndex::default();
+        for (item, selector) in filed.iter().enumerate() {
+            index.insert(&item, reach(selector));
+        }
+        let mut live: Vec<usize> = (0..filed.len()).collect();
+        for item in &unfiled {
+            if let Some(at) = live.iter().position(|x| x == item) {
+                index.remove(item, reach(&filed[*item]));
+                live.remove(at);
+            }
+        }
+        // Each pod: its namespace, that namespace's labels (any: the index must not care
+        // which namespaces exist), and its own labels.
+        for (ns, namespace_labels, pod_labels) in &pods {
+            let namespace = NAMESPACES[*ns];
+            let candidates = index.candidates(namespace, namespace_labels, pod_labels);
+            for item in &live {
+                let (own, namespace_selector, pod_selector) = &filed[*item];
+                let namespace_ok = match namespace_selector {
+                    Some(sel) => sel.matches(namespace_labels),
+                    None => NAMESPACES[*own] == namespace,
+                };
+                let selects = namespace_ok
+                    && pod_selector.as_ref().is_none_or(|sel| sel.matches(pod_labels));
+                if selects {
+                    prop_assert!(candidates.contains(&item), "{:?} selects {:?} in {}", filed[*item], pod_labels, namespace);
+                }
+            }
+            for item in &candidates {
+                prop_assert!(live.contains(item), "unfiled {} still named", item);
+            }
+        }
+    }
+}
