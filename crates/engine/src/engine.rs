@@ -157,7 +157,7 @@ fn peer_view(pod: &Pod) -> Pod {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Engine {
     options: EngineOptions,
     namespaces: BTreeMap<String, Namespace>,

@@ -26,7 +26,7 @@ pub(crate) type PeerSetKey = (Peer, Option<String>, PolicyKind, PolicyScope);
 pub(crate) struct PeerSetId(u32);
 
 /// One numbered peer: what it is, how many filed rules name it, and its addresses once found.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Slot {
     key: PeerSetKey,
     filings: usize,
@@ -34,7 +34,7 @@ struct Slot {
 }
 
 /// The numbered peers and their resolved address sets.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct PeerSets {
     ids: HashMap<PeerSetKey, PeerSetId>,
     slots: Vec<Option<Slot>>,
