@@ -77,6 +77,11 @@ pub struct EngineOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct PolicyId(u32);
 
+/// A pod's number in the engine: the label index files numbers, not `namespace/name` copies,
+/// and a candidate is found by number without a lookup by name. Given back when the pod goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct PodId(u32);
+
 /// Key of a policy rule in the cache and the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct RuleKey {
@@ -161,10 +166,15 @@ fn peer_view(pod: &Pod) -> Pod {
 pub struct Engine {
     options: EngineOptions,
     namespaces: BTreeMap<String, Namespace>,
-    pods: BTreeMap<PodKey, Pod>,
+    /// Every pod's number, in key order; the pods themselves are in `pod_slots`.
+    pods: BTreeMap<PodKey, PodId>,
+    /// The pods by number (`None`: a free number). Shared, so that computing a pod's rules
+    /// holds it without copying it while the engine changes its caches.
+    pod_slots: Vec<Option<Arc<Pod>>>,
+    free_pod_ids: Vec<PodId>,
     pods_by_namespace: BTreeMap<String, BTreeSet<String>>,
-    /// Pods by label per namespace: pod peers are found through it ([`LabelIndex`]).
-    labels: LabelIndex,
+    /// Pods (by number) by label per namespace: pod peers are found through it ([`LabelIndex`]).
+    labels: LabelIndex<PodId>,
     /// Shared so that computing a pod borrows its policies without copying them.
     policies: BTreeMap<PolicyRef, Arc<Policy>>,
     /// Each policy's number, and the policies by number (`None`: a free number).
@@ -219,11 +229,17 @@ impl Engine {
     }
 
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values()
+        self.pods.values().map(|id| self.pod_by_id(*id))
     }
 
     pub fn pod(&self, key: &PodKey) -> Option<&Pod> {
-        self.pods.get(key)
+        self.pods.get(key).map(|id| self.pod_by_id(*id))
+    }
+
+    fn pod_by_id(&self, id: PodId) -> &Pod {
+        self.pod_slots[id.0 as usize]
+            .as_deref()
+            .expect("a pod number in use")
     }
 
     /// Which pod holds each address (any interface; of several, the first in key order): how
@@ -339,7 +355,7 @@ impl Engine {
 
     pub fn set_pod(&mut self, pod: Pod) {
         let key = pod.key.clone();
-        if self.pods.get(&key) == Some(&pod) {
+        if self.pod(&key) == Some(&pod) {
             return;
         }
         self.dirty.insert(key.clone());
@@ -347,15 +363,34 @@ impl Engine {
             .entry(key.namespace.clone())
             .or_default()
             .insert(key.name.clone());
-        let old = self.pods.insert(key, pod.clone());
-        match &old {
-            Some(old) if old.labels == pod.labels => {}
-            Some(old) => {
-                self.labels.remove(&old.key, &old.labels);
-                self.labels.insert(&pod.key, &pod.labels);
+        let pod = Arc::new(pod);
+        let namespace = &pod.key.namespace;
+        let old = match self.pods.get(&key) {
+            Some(&id) => {
+                let old = self.pod_slots[id.0 as usize].replace(pod.clone());
+                let old = old.expect("a pod number in use");
+                if old.labels != pod.labels {
+                    self.labels.remove(namespace, &id, &old.labels);
+                    self.labels.insert(namespace, &id, &pod.labels);
+                }
+                Some(old)
             }
-            None => self.labels.insert(&pod.key, &pod.labels),
-        }
+            None => {
+                let id = match self.free_pod_ids.pop() {
+                    Some(id) => {
+                        self.pod_slots[id.0 as usize] = Some(pod.clone());
+                        id
+                    }
+                    None => {
+                        self.pod_slots.push(Some(pod.clone()));
+                        PodId(u32::try_from(self.pod_slots.len() - 1).expect("< 2^32 pods"))
+                    }
+                };
+                self.pods.insert(key, id);
+                self.labels.insert(namespace, &id, &pod.labels);
+                None
+            }
+        };
         if let Some(old) = &old {
             if peer_view(old) == peer_view(&pod) {
                 // Only the pod itself can see this change (its netns, its interface names).
@@ -364,15 +399,19 @@ impl Engine {
             self.unindex_addrs(old);
         }
         self.index_addrs(&pod);
-        self.pod_changed(old.as_ref(), Some(&pod));
+        self.pod_changed(old.as_deref(), Some(&pod));
     }
 
     pub fn remove_pod(&mut self, key: &PodKey) {
-        if let Some(old) = self.pods.remove(key) {
+        if let Some(id) = self.pods.remove(key) {
+            let old = self.pod_slots[id.0 as usize]
+                .take()
+                .expect("a pod number in use");
+            self.free_pod_ids.push(id);
             if let Some(names) = self.pods_by_namespace.get_mut(&key.namespace) {
                 names.remove(&key.name);
             }
-            self.labels.remove(key, &old.labels);
+            self.labels.remove(&key.namespace, &id, &old.labels);
             self.unindex_addrs(&old);
             self.pod_changed(Some(&old), None);
             self.dirty.insert(key.clone());
@@ -569,7 +608,7 @@ impl Engine {
         let mut out = self.egress_unselective.clone();
         for addr in addrs {
             for holder in self.pods_by_addr.get(addr).into_iter().flatten() {
-                if let Some(pod) = self.pods.get(holder) {
+                if let Some(pod) = self.pod(holder) {
                     out.extend(
                         self.rules_selecting(pod)
                             .into_iter()
@@ -638,7 +677,8 @@ impl Engine {
     fn vips_changed(&self, old: Option<&ServiceEntry>, new: Option<&ServiceEntry>) -> Vec<RuleKey> {
         let has_vips =
             |e: Option<&ServiceEntry>| e.is_some_and(|e| !e.service.cluster_ips.is_empty());
-        if !has_vips(old) && !has_vips(new) {
+        // Nothing computed yet (objects still being fed): nothing to drop.
+        if self.cache.is_empty() || (!has_vips(old) && !has_vips(new)) {
             return Vec::new();
         }
         self.egress_rules_reaching(&vip_relevant_addrs(old, new))
@@ -734,12 +774,12 @@ impl Engine {
     /// candidates, or every pod of the namespace (a superset; the caller tests each).
     fn candidates_in(&self, namespace: &str, selector: &LabelSelector) -> Vec<&Pod> {
         match self.labels.candidates(namespace, selector) {
-            Candidates::Among(keys) => keys.into_iter().filter_map(|k| self.pods.get(k)).collect(),
+            Candidates::Among(ids) => ids.into_iter().map(|id| self.pod_by_id(*id)).collect(),
             Candidates::Everyone => self
                 .pods
                 .range(PodKey::new(namespace, "")..)
                 .take_while(|(key, _)| key.namespace == namespace)
-                .map(|(_, pod)| pod)
+                .map(|(_, id)| self.pod_by_id(*id))
                 .collect(),
         }
     }
@@ -756,8 +796,11 @@ impl Engine {
     /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
         let versions = || old.into_iter().chain(new);
-        // The rules whose peers can select the pod, before or after the change.
+        // The rules whose peers can select the pod, before or after the change (none needed
+        // while nothing is computed: objects still being fed).
+        let computed = !self.cache.is_empty() || !self.peer_sets.none_resolved();
         let selecting: BTreeSet<RuleKey> = versions()
+            .filter(|_| computed)
             .flat_map(|pod| self.rules_selecting(pod))
             .collect();
         self.forget_peer_sets_of(&selecting, old, new);
@@ -783,6 +826,10 @@ impl Engine {
                 service: entry.service.clone(),
                 endpoints: std::mem::replace(&mut entry.endpoints, endpoints),
             });
+        }
+        if self.cache.is_empty() {
+            // Nothing computed yet (objects still being fed): nothing to drop.
+            return;
         }
         // The rules to test: those that can select the pod; for egress named ports, those
         // selecting another pod on one of its addresses (the address is in their peers) or
@@ -1147,7 +1194,7 @@ impl Engine {
     /// The pods with an address in `peers` (the only ones an egress named port can resolve on).
     fn pods_within(&self, peers: &PeerMatch) -> Vec<&Pod> {
         let set = match peers {
-            PeerMatch::Any => return self.pods.values().collect(),
+            PeerMatch::Any => return self.pods().collect(),
             PeerMatch::Addrs(set) => set,
         };
         let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
@@ -1157,7 +1204,7 @@ impl Engine {
             .flat_map(|(first, last)| self.pods_by_addr.range(first..=last))
             .flat_map(|(_, keys)| keys)
             .collect();
-        keys.into_iter().filter_map(|k| self.pods.get(k)).collect()
+        keys.into_iter().filter_map(|k| self.pod(k)).collect()
     }
 
     /// The Services with an endpoint address that one of `clauses` accepts: the only ones
@@ -1185,7 +1232,7 @@ impl Engine {
         self.pods_by_addr
             .get(&addr)
             .and_then(|holders| holders.first())
-            .and_then(|key| self.pods.get(key))
+            .and_then(|key| self.pod(key))
     }
 
     fn resolved(
@@ -1249,7 +1296,9 @@ impl Engine {
 
     /// Computes everything netwarden programs for one pod (`None` for an unknown pod).
     pub fn pod_rules(&mut self, key: &PodKey) -> Option<PodRules> {
-        let pod = self.pods.get(key)?.clone();
+        let pod = self.pod_slots[self.pods.get(key)?.0 as usize]
+            .clone()
+            .expect("a pod number in use");
         let policies: Vec<(PolicyId, Arc<Policy>)> = if pod.host_network {
             Vec::new()
         } else {

@@ -347,15 +347,15 @@ proptest! {
         let mut live: BTreeMap<PodKey, Labels> = BTreeMap::new();
         for (i, (ns, labels)) in pods.iter().enumerate() {
             let key = PodKey::new(NAMESPACES[*ns], format!("p{i}"));
-            index.insert(&key, labels);
+            index.insert(&key.namespace, &key, labels);
             live.insert(key, labels.clone());
         }
         let keys: Vec<PodKey> = live.keys().cloned().collect();
         for (i, labels) in &relabels {
             if let Some(key) = keys.get(*i) {
                 if let Some(old) = live.get(key).cloned() {
-                    index.remove(key, &old);
-                    index.insert(key, labels);
+                    index.remove(&key.namespace, key, &old);
+                    index.insert(&key.namespace, key, labels);
                     live.insert(key.clone(), labels.clone());
                 }
             }
@@ -363,7 +363,7 @@ proptest! {
         for i in &removals {
             if let Some(key) = keys.get(*i) {
                 if let Some(old) = live.remove(key) {
-                    index.remove(key, &old);
+                    index.remove(&key.namespace, key, &old);
                 }
             }
         }
