@@ -106,8 +106,11 @@ struct ResolvedRule {
     /// The policy the rule is of, as it is now (a changed or removed policy's rules leave
     /// the cache): a change compares every cached rule without looking its policy up.
     policy: Arc<Policy>,
-    /// Union of the rule's peers (`Any` for a rule without peers).
-    peers: PeerMatch,
+    /// The rule's peers, one match each (`[Any]` for a rule without peers; equal sets once).
+    /// Not their union: a peer's set is shared by every rule naming it, where a union would
+    /// be a copy per rule — at 100,000 pods, thousands of copies of a namespace-wide set.
+    /// A clause per peer allows exactly what one clause with the union would.
+    peers: Vec<PeerMatch>,
     /// Egress only: the clauses, named ports resolved per destination pod and Service VIPs
     /// added. Ingress rules resolve ports against the target pod instead.
     egress_clauses: Vec<Clause>,
@@ -1080,25 +1083,22 @@ impl Engine {
         rule: &PolicyRule,
     ) -> ResolvedRule {
         let peers = if rule.peers.is_empty() {
-            PeerMatch::Any
+            vec![PeerMatch::Any]
         } else {
             let ids = self
                 .rule_peer_sets
                 .get(&RuleKey::new(id, direction, index))
                 .cloned()
                 .unwrap_or_default();
-            let sets: Vec<Arc<AddrSet>> = rule
-                .peers
-                .iter()
-                .enumerate()
-                .map(|(i, p)| self.peer_addrs(policy, p, ids.get(i).copied().flatten()))
-                .collect();
-            let set = match sets.as_slice() {
-                // One peer: its set is the rule's, shared.
-                [only] => only.clone(),
-                _ => Arc::new(AddrSet::union_of(sets.iter().map(|s| s.as_ref()))),
-            };
-            PeerMatch::Addrs(set)
+            let mut sets: Vec<PeerMatch> = Vec::with_capacity(rule.peers.len());
+            for (i, peer) in rule.peers.iter().enumerate() {
+                let set = self.peer_addrs(policy, peer, ids.get(i).copied().flatten());
+                let set = PeerMatch::Addrs(set);
+                if !sets.contains(&set) {
+                    sets.push(set);
+                }
+            }
+            sets
         };
         let (egress_clauses, egress_base) = match direction {
             Direction::Ingress => (Vec::new(), 0),
@@ -1123,21 +1123,16 @@ impl Engine {
 
     /// Egress clauses: numeric ports apply to every peer; a named port applies to each
     /// destination pod that declares it, on the number that pod gives it.
-    fn egress_clauses(&self, peers: &PeerMatch, rule: &PolicyRule) -> Vec<Clause> {
+    fn egress_clauses(&self, peers: &[PeerMatch], rule: &PolicyRule) -> Vec<Clause> {
         if rule.ports.is_empty() {
-            return vec![Clause {
-                peers: peers.clone(),
-                ports: PortMatch::Any,
-            }];
+            return clauses_per_peer(peers, &PortMatch::Any);
         }
-        let mut clauses = Vec::new();
         let numeric: Vec<PortRange> = rule.ports.iter().filter_map(numeric_range).collect();
-        if !numeric.is_empty() {
-            clauses.push(Clause {
-                peers: peers.clone(),
-                ports: PortMatch::Only(numeric),
-            });
-        }
+        let mut clauses = if numeric.is_empty() {
+            Vec::new()
+        } else {
+            clauses_per_peer(peers, &PortMatch::Only(numeric))
+        };
         // (protocol, number) → destination addresses that give the name that number.
         let mut named: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
         let destinations = self.pods_within(peers);
@@ -1157,7 +1152,7 @@ impl Engine {
                 named
                     .entry(range)
                     .or_default()
-                    .extend(addrs.filter(|a| peers.contains(*a)));
+                    .extend(addrs.filter(|a| any_contains(peers, *a)));
             }
         }
         for (range, addrs) in named {
@@ -1191,19 +1186,23 @@ impl Engine {
         clauses
     }
 
-    /// The pods with an address in `peers` (the only ones an egress named port can resolve on).
-    fn pods_within(&self, peers: &PeerMatch) -> Vec<&Pod> {
-        let set = match peers {
-            PeerMatch::Any => return self.pods().collect(),
-            PeerMatch::Addrs(set) => set,
-        };
-        let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
-        let v6 = set.v6_ranges().map(|(a, b)| (IpAddr::V6(a), IpAddr::V6(b)));
-        let keys: BTreeSet<&PodKey> = v4
-            .chain(v6)
-            .flat_map(|(first, last)| self.pods_by_addr.range(first..=last))
-            .flat_map(|(_, keys)| keys)
-            .collect();
+    /// The pods with an address in one of `peers` (the only ones an egress named port can
+    /// resolve on), each once, in key order.
+    fn pods_within(&self, peers: &[PeerMatch]) -> Vec<&Pod> {
+        let mut keys: BTreeSet<&PodKey> = BTreeSet::new();
+        for peer in peers {
+            let set = match peer {
+                PeerMatch::Any => return self.pods().collect(),
+                PeerMatch::Addrs(set) => set,
+            };
+            let v4 = set.v4_ranges().map(|(a, b)| (IpAddr::V4(a), IpAddr::V4(b)));
+            let v6 = set.v6_ranges().map(|(a, b)| (IpAddr::V6(a), IpAddr::V6(b)));
+            keys.extend(
+                v4.chain(v6)
+                    .flat_map(|(first, last)| self.pods_by_addr.range(first..=last))
+                    .flat_map(|(_, keys)| keys),
+            );
+        }
         keys.into_iter().filter_map(|k| self.pod(k)).collect()
     }
 
@@ -1283,12 +1282,8 @@ impl Engine {
                     (!ranges.is_empty()).then_some(PortMatch::Only(ranges))
                 };
                 ports
-                    .map(|ports| Clause {
-                        peers: resolved.peers.clone(),
-                        ports,
-                    })
-                    .into_iter()
-                    .collect()
+                    .map(|ports| clauses_per_peer(&resolved.peers, &ports))
+                    .unwrap_or_default()
             }
         };
         AllowRule { origin, clauses }
@@ -1579,11 +1574,27 @@ fn vip_contribution(
     out
 }
 
+/// One clause per peer, all on `ports`.
+fn clauses_per_peer(peers: &[PeerMatch], ports: &PortMatch) -> Vec<Clause> {
+    peers
+        .iter()
+        .map(|peers| Clause {
+            peers: peers.clone(),
+            ports: ports.clone(),
+        })
+        .collect()
+}
+
+/// Whether one of `peers` accepts `addr`.
+fn any_contains(peers: &[PeerMatch], addr: IpAddr) -> bool {
+    peers.iter().any(|p| p.contains(addr))
+}
+
 /// What `pod` adds to the named-port clauses of an egress `rule` whose peers are `peers`: per
 /// named port it declares, its addresses the peers allow, on its number for that name.
 fn named_port_contribution(
     rule: &PolicyRule,
-    peers: &PeerMatch,
+    peers: &[PeerMatch],
     pod: Option<&Pod>,
 ) -> BTreeSet<(PortRange, IpAddr)> {
     let mut out = BTreeSet::new();
@@ -1602,7 +1613,11 @@ fn named_port_contribution(
             ports: Some((number, number)),
         };
         let addrs = pod.interfaces.iter().flat_map(|i| i.ips.iter().copied());
-        out.extend(addrs.filter(|a| peers.contains(*a)).map(|a| (range, a)));
+        out.extend(
+            addrs
+                .filter(|a| any_contains(peers, *a))
+                .map(|a| (range, a)),
+        );
     }
     out
 }
