@@ -1,9 +1,9 @@
 //! Node-agent benchmark (issue 8, performance part). Needs root: the local pods are real
 //! network namespaces.
 //!
-//! Full run: `cargo bench -p netwarden --bench agent`. Under `cargo test --all-targets` (no
-//! `--bench` argument) it runs a quick mode of a few seconds on a small cluster, so CI runs
-//! every step.
+//! Full run: `cargo bench -p netwarden --bench agent` (`NETWARDEN_BENCH_PODS=100000` for the
+//! largest clusters, issue 10). Under `cargo test --all-targets` (no `--bench` argument) it
+//! runs a quick mode of a few seconds on a small cluster, so CI runs every step.
 //!
 //! The cluster is the engine benchmark's synthetic one ([`netwarden_engine::generate`]: 10,000
 //! pods, 2,000 policies of the three kinds, a third of the pods on a secondary network, a
@@ -82,14 +82,29 @@ fn main() {
     if !root_or_skip() {
         return;
     }
-    let sizes = if full { FULL } else { QUICK };
+    let mut sizes = if full { FULL } else { QUICK };
+    // Issue 10: the agent on the largest clusters (`NETWARDEN_BENCH_PODS=100000`; policies
+    // at a fifth of the pods, as in the engine benchmark).
+    if let Some(pods) = std::env::var("NETWARDEN_BENCH_PODS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+    {
+        sizes.pods = pods;
+        sizes.policies = pods / 5;
+    }
     run(&sizes, full);
 }
 
-/// The pods on the agent's node: every `stride`-th pod, `local` of them.
+/// The pods on the agent's node: every `stride`-th pod, `local` of them, but the second is
+/// pod 1: the relabel scenario needs two local pods in [`BENCH_NS`], the generator's first
+/// namespace (200 pods), whatever the stride.
 fn local_indexes(sizes: &Sizes) -> Vec<usize> {
     let stride = sizes.pods / sizes.local;
-    (0..sizes.local).map(|n| n * stride).collect()
+    let mut local: Vec<usize> = (0..sizes.local).map(|n| n * stride).collect();
+    if local.len() > 1 && stride > 1 {
+        local[1] = 1;
+    }
+    local
 }
 
 /// Gives a local pod its interfaces: one veth per interface of the generated pod, with its
@@ -421,6 +436,10 @@ fn run(sizes: &Sizes, full: bool) {
         initial_sync.as_secs_f64(),
         local.len()
     );
+    // The agent's own account of the passes that made up the initial sync.
+    for pass in agent.log().lines().filter_map(|l| l.split("pass: ").nth(1)) {
+        println!("  initial sync pass: {pass}");
+    }
     assert_eq!(
         managed as usize,
         with_table,

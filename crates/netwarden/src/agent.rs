@@ -735,6 +735,26 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 });
             }
         }
+        // Readiness and the status first: the events on policies below take their time
+        // (a second for 20,000 policies) and enforcement, done above, never waits for them.
+        if let Some(monitor) = monitor.as_mut() {
+            // Only once the state was applied: before, the agent vouches for nothing.
+            if fed_once {
+                if fresh {
+                    // Policies changed without a pod to sync (e.g. none local): follow them too.
+                    monitor.track(&engine, syncer.as_ref());
+                }
+                monitor.write_status(syncer.as_ref(), false);
+            }
+            if let Some(at) = oldest.take().filter(|_| fresh) {
+                monitor.metrics.observe_event_to_apply(at.elapsed());
+            }
+            // Ready: the view was complete once, is current now, and has been applied.
+            monitor.metrics.health().set_ready(match &reason {
+                None => Ok(()),
+                Some(why) => Err(why.clone()),
+            });
+        }
         // Events on bad policies, once local pods are placed (a new local pod is selected
         // before its policy is judged) and after the sync (enforcement does not wait for
         // them): the whole current set is offered; the publisher queues only what is new and
@@ -764,24 +784,6 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         }
         if phases.any() {
             debug!("pass: {phases}");
-        }
-        if let Some(monitor) = monitor.as_mut() {
-            // Only once the state was applied: before, the agent vouches for nothing.
-            if fed_once {
-                if fresh {
-                    // Policies changed without a pod to sync (e.g. none local): follow them too.
-                    monitor.track(&engine, syncer.as_ref());
-                }
-                monitor.write_status(syncer.as_ref(), false);
-            }
-            if let Some(at) = oldest.take().filter(|_| fresh) {
-                monitor.metrics.observe_event_to_apply(at.elapsed());
-            }
-            // Ready: the view was complete once, is current now, and has been applied.
-            monitor.metrics.health().set_ready(match &reason {
-                None => Ok(()),
-                Some(why) => Err(why.clone()),
-            });
         }
     }
 }
