@@ -297,7 +297,7 @@ pub(crate) fn parse_documents(file: &str, text: &str, problems: &mut Vec<Problem
     salvage_yaml(file, text, problems)
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut o = serde_saphyr::Options::default();
     // Problems are one line each; the snippet rendering would break that.
     o.with_snippet = false;
@@ -371,6 +371,21 @@ fn parse_yaml_chunk(chunk: &str) -> Result<Vec<Value>, LoadError> {
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// Reads chunk `index` (1-based) of [`split_documents`] the reference way: parsed whole, then
+/// reduced; a parse error is a problem of the file.
+pub(crate) fn read_yaml_chunk(file: &str, index: usize, chunk: &str, read: &mut FileRead) {
+    match parse_yaml_chunk(chunk) {
+        Ok(docs) => {
+            for doc in docs {
+                read.add_document(file, index, &doc, &[]);
+            }
+        }
+        Err(e) => read
+            .file_problems
+            .push(problem(file, format!("#{index}"), e)),
+    }
+}
+
 fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Doc> {
     let mut out = Vec::new();
     for (i, chunk) in split_documents(text).iter().enumerate() {
@@ -386,7 +401,7 @@ fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Doc>
 /// space or tab). In YAML such a line always starts a new document, even inside a block
 /// scalar, so splitting here never cuts through a document. Directives (`%YAML`) preceding a
 /// marker stay with the document they introduce.
-fn split_documents(text: &str) -> Vec<String> {
+pub(crate) fn split_documents(text: &str) -> Vec<String> {
     let mut chunks: Vec<String> = Vec::new();
     let mut cur = String::new();
     // Whether `cur` holds more than comments: tracked line by line, since rescanning `cur`

@@ -81,6 +81,7 @@ mod policy;
 mod read;
 mod service;
 pub mod set;
+mod stream;
 pub mod validate;
 
 #[cfg(test)]
