@@ -425,3 +425,247 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, '_> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::Outcome;
+    use crate::Severity;
+
+    /// Reads `text` as file `label` while parsing it, checking the result against the
+    /// reference.
+    fn streamed(label: &str, text: &str) -> FileRead {
+        let read = FileRead::from_text(label, text);
+        assert_eq!(
+            read,
+            FileRead::from_text_whole(label, text),
+            "{label}: {text}"
+        );
+        read
+    }
+
+    /// `kind ns/name` of every loaded object, in order.
+    fn loaded(read: &FileRead) -> Vec<String> {
+        read.objects()
+            .map(|o| format!("{} {}", o.id.kind, o.label))
+            .collect()
+    }
+
+    /// (object, field, severity) of every problem, file problems first.
+    fn problems(read: &FileRead) -> Vec<(String, String, Severity)> {
+        read.file_problems
+            .iter()
+            .chain(read.entries.iter().flat_map(|e| &e.problems))
+            .map(|p| (p.object.clone(), p.field.clone(), p.severity))
+            .collect()
+    }
+
+    fn pod(name: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"x"}}}}"#
+        )
+    }
+
+    fn list(fields_before: &str, items: &[String], fields_after: &str) -> String {
+        format!(
+            r#"{{{fields_before}"items":[{}]{fields_after}}}"#,
+            items.join(",")
+        )
+    }
+
+    #[test]
+    fn a_list_streams_whether_kind_comes_before_or_after_its_items() {
+        let items = [pod("a"), pod("b")];
+        for text in [
+            list(r#""apiVersion":"v1","kind":"List","#, &items, ""),
+            // As `kubectl get -o json` writes it: keys sorted.
+            list(
+                r#""apiVersion":"v1","#,
+                &items,
+                r#","kind":"List","metadata":{"resourceVersion":""}"#,
+            ),
+            list("", &items, r#","kind":"List""#),
+        ] {
+            for label in ["l.json", "l.yaml"] {
+                let read = streamed(label, &text);
+                assert_eq!(loaded(&read), ["Pod x/a", "Pod x/b"], "{text}");
+                assert_eq!(problems(&read), [], "{text}");
+                assert_eq!(read.documents, 1);
+            }
+        }
+    }
+
+    #[test]
+    fn typed_list_items_inherit_kind_and_api_version_written_before_or_after() {
+        let item = r#"{"metadata":{"name":"d","namespace":"x"}}"#.to_string();
+        let items = [item.clone(), pod("e")];
+        for text in [
+            list(r#""kind":"PodList","apiVersion":"v1","#, &items, ""),
+            list(r#""kind":"PodList","#, &items, r#","apiVersion":"v1""#),
+            list("", &items, r#","apiVersion":"v1","kind":"PodList""#),
+        ] {
+            let read = streamed("t.json", &text);
+            assert_eq!(loaded(&read), ["Pod x/d", "Pod x/e"], "{text}");
+        }
+        // Without an apiVersion the kind-less item is a near miss; the other loads.
+        let read = streamed("t.json", &list("", &items, r#","kind":"PodList""#));
+        assert_eq!(loaded(&read), ["Pod x/e"]);
+        assert_eq!(
+            problems(&read),
+            [("x/d".into(), "apiVersion".into(), Severity::Error)]
+        );
+        // A `List`'s items inherit nothing, wherever its kind is written.
+        for text in [
+            list(r#""kind":"List","#, &[item.clone()], ""),
+            list("", &[item.clone()], r#","kind":"List""#),
+        ] {
+            let read = streamed("t.json", &text);
+            assert_eq!(loaded(&read), Vec::<String>::new());
+            assert_eq!(
+                problems(&read),
+                [("#1.items[0]".into(), "kind".into(), Severity::Error)]
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_inside_an_item_are_reported_first_with_their_path() {
+        let dup = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b","namespace":"x",
+                      "labels":{"app":"old","app":"new"}}}"#
+            .to_string();
+        for text in [
+            list(r#""kind":"List","#, &[pod("a"), dup.clone()], ""),
+            list("", &[pod("a"), dup.clone()], r#","kind":"List""#),
+        ] {
+            let read = streamed("d.json", &text);
+            assert_eq!(loaded(&read), ["Pod x/a", "Pod x/b"]);
+            assert_eq!(
+                problems(&read),
+                [(
+                    "#1".into(),
+                    "items[1].metadata.labels.app".into(),
+                    Severity::Warning
+                )]
+            );
+            let Outcome::Loaded(b) = &read.entries[2].outcome else {
+                panic!("{:?}", read.entries)
+            };
+            let crate::read::Object::Pod(b) = &b.object else {
+                panic!("{b:?}")
+            };
+            assert_eq!(b.pod.labels["app"], "new", "the last value is used");
+        }
+    }
+
+    #[test]
+    fn a_broken_item_is_reported_and_the_others_load() {
+        let broken = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b","namespace":7}}"#;
+        let items = [pod("a"), "42".into(), broken.into(), pod("c")];
+        for text in [
+            list(r#""kind":"List","#, &items, ""),
+            list("", &items, r#","kind":"List""#),
+        ] {
+            let read = streamed("b.json", &text);
+            assert_eq!(loaded(&read), ["Pod x/a", "Pod x/c"]);
+            assert_eq!(
+                problems(&read),
+                [
+                    ("#1.items[1]".into(), "".into(), Severity::Error),
+                    ("b".into(), "metadata.namespace".into(), Severity::Error),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_json_syntax_error_mid_stream_loses_the_file_as_before() {
+        let cut = list(r#""kind":"List","#, &[pod("a"), pod("b")], "");
+        let cut = &cut[..cut.len() - 20];
+        let second = format!("{}\n{}", pod("a"), r#"{"kind": "#);
+        for text in [cut, second.as_str()] {
+            for label in ["e.json", "e.yaml"] {
+                let read = streamed(label, text);
+                assert_eq!(loaded(&read), Vec::<String>::new(), "{label}: {text}");
+                assert_eq!(read.file_problems.len(), 1, "{label}: {text}");
+                let reason = &read.file_problems[0].reason;
+                let expected = if label.ends_with(".json") {
+                    "invalid JSON"
+                } else {
+                    "invalid YAML"
+                };
+                assert!(reason.starts_with(expected), "{label}: {reason}");
+            }
+        }
+    }
+
+    #[test]
+    fn keys_written_twice_around_items_read_as_the_last_value() {
+        let kindless = r#"{"metadata":{"name":"d","namespace":"x"}}"#.to_string();
+        // The second kind changes what the kind-less item inherits.
+        let text = list(
+            r#""kind":"List","apiVersion":"v1","#,
+            &[kindless],
+            r#","kind":"PodList""#,
+        );
+        let read = streamed("k.json", &text);
+        assert_eq!(loaded(&read), ["Pod x/d"]);
+        assert_eq!(
+            problems(&read),
+            [("#1".into(), "kind".into(), Severity::Warning)]
+        );
+        // The second items replaces the first.
+        let text = format!(
+            r#"{{"kind":"List","items":[{}],"items":[{}]}}"#,
+            pod("a"),
+            pod("b")
+        );
+        let read = streamed("i.json", &text);
+        assert_eq!(loaded(&read), ["Pod x/b"]);
+        assert_eq!(
+            problems(&read),
+            [("#1".into(), "items".into(), Severity::Warning)]
+        );
+        // A kind that is not a List after all: its items are not read.
+        let text = list(
+            r#""apiVersion":"v1","#,
+            &[pod("a")],
+            r#","kind":"Pod","metadata":{"name":"p","namespace":"x"}"#,
+        );
+        assert_eq!(loaded(&streamed("p.json", &text)), ["Pod x/p"]);
+        let text = list(
+            r#""kind":"List","#,
+            &[pod("a")],
+            r#","kind":"ConfigMapList""#,
+        );
+        assert_eq!(loaded(&streamed("c.json", &text)), Vec::<String>::new());
+    }
+
+    #[test]
+    fn nested_lists_and_their_depth_limit_read_as_before() {
+        let mut nested = pod("a");
+        let mut depths = Vec::new();
+        for _ in 0..12 {
+            nested = list(r#""kind":"List","#, &[nested, pod("b")], "");
+            let read = streamed("n.json", &nested);
+            depths.push(problems(&read).iter().any(|p| p.1 == "items"));
+        }
+        // Eight levels read; the ninth is refused.
+        assert_eq!(depths.iter().filter(|too_deep| !**too_deep).count(), 8);
+        assert!(depths[8..].iter().all(|too_deep| *too_deep));
+    }
+
+    #[test]
+    fn other_documents_read_as_before() {
+        for (label, text) in [
+            ("s.json", r#"{} null 1 "s" [1] {"kind":"List","items":null} {"kind":"List","items":{}}"#),
+            ("s.json", r#"[{"kind":"List","items":[]}] {"kind":"List","items":3}"#),
+            ("s.json", "{}1true"),
+            ("y.yaml", "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}}\n- {metadata: {name: b}}\n"),
+            ("y.yaml", "apiVersion: v1\nitems:\n- metadata: {name: a}\nkind: PodList\n---\n[unclosed\n---\nkind: List\nitems: [{apiVersion: v1, kind: Pod, metadata: {name: c}}]\n"),
+            ("y.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n...\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n"),
+            ("y.yaml", "# only a comment\n---\n---\n~\n---\n7\n---\nbig: 123456789012345678901234567890\n"),
+        ] {
+            streamed(label, text);
+        }
+    }
+}
