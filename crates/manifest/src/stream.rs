@@ -516,8 +516,8 @@ mod tests {
         );
         // A `List`'s items inherit nothing, wherever its kind is written.
         for text in [
-            list(r#""kind":"List","#, &[item.clone()], ""),
-            list("", &[item.clone()], r#","kind":"List""#),
+            list(r#""kind":"List","#, std::slice::from_ref(&item), ""),
+            list("", std::slice::from_ref(&item), r#","kind":"List""#),
         ] {
             let read = streamed("t.json", &text);
             assert_eq!(loaded(&read), Vec::<String>::new());
