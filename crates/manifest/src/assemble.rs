@@ -6,122 +6,196 @@
 //! Every step is linear (hash maps keyed by identity), so tens of thousands of objects load in
 //! well under a second.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use netwarden_engine::{Namespace, NetworkId, PolicyKind};
 
+use crate::pod::DanmEpRecord;
 use crate::read::{FileRead, Object, ObjectId, Outcome, ReadObject, DELETE};
+use crate::service::SliceRecord;
 use crate::{pod, service, Inventory, LoadOptions, Problem, Severity, NAMESPACE_NAME_LABEL};
 
 /// One step of the input, in load order.
 pub(crate) enum Part<'a> {
     /// A problem about the input paths themselves (a missing path, an empty directory).
     Problem(&'a Problem),
+    /// A file's first pass, kept by the caller (to reuse while the file does not change): its
+    /// objects are copied into the inventory.
     File(&'a FileRead),
 }
 
+/// One step of the input that nobody keeps: its objects move into the inventory, so that a
+/// large input is not held twice ([`crate::Loader::finish`]).
+pub(crate) enum OwnedPart {
+    Problem(Problem),
+    File(FileRead),
+}
+
+/// The second pass over first passes kept by the caller.
 pub(crate) fn assemble<'a>(
     parts: impl IntoIterator<Item = Part<'a>>,
     opts: &LoadOptions,
 ) -> Inventory {
-    let mut problems: Vec<Problem> = Vec::new();
-    let mut first_seen: HashMap<&ObjectId, &str> = HashMap::new();
-    let mut objects: Vec<&ReadObject> = Vec::new();
+    let mut admitted = Admitted::default();
     for part in parts {
-        let file = match part {
-            Part::Problem(p) => {
-                problems.push(p.clone());
-                continue;
+        match part {
+            Part::Problem(p) => admitted.problems.push(p.clone()),
+            Part::File(file) => {
+                admitted.problems.extend(file.file_problems.iter().cloned());
+                for entry in &file.entries {
+                    admitted.problems.extend(entry.problems.iter().cloned());
+                    match &entry.outcome {
+                        Outcome::Loaded(object) => admitted.admit(Cow::Borrowed(object)),
+                        other => admitted.report(other),
+                    }
+                }
             }
-            Part::File(file) => file,
-        };
-        problems.extend(file.file_problems.iter().cloned());
-        for entry in &file.entries {
-            problems.extend(entry.problems.iter().cloned());
-            let object = match &entry.outcome {
-                Outcome::Loaded(object) => object,
-                Outcome::Delete(marker) => {
-                    // `diff --with` consumes its deletions before assembling ([`crate::overlay`]).
-                    problems.push(Problem {
-                        file: marker.file.clone(),
-                        kind: marker.id.kind.to_string(),
-                        object: marker.label.clone(),
-                        field: format!("metadata.annotations.{DELETE}"),
-                        reason: "a deletion means something only in the changes of \
-                                 `netwarden diff --with`; object ignored"
-                            .into(),
-                        severity: Severity::Warning,
-                    });
+        }
+    }
+    admitted.finish(opts)
+}
+
+/// The second pass over first passes nobody keeps: [`assemble`] without copying objects.
+pub(crate) fn assemble_owned(
+    parts: impl IntoIterator<Item = OwnedPart>,
+    opts: &LoadOptions,
+) -> Inventory {
+    let mut admitted = Admitted::default();
+    for part in parts {
+        match part {
+            OwnedPart::Problem(p) => admitted.problems.push(p),
+            OwnedPart::File(file) => {
+                admitted.problems.extend(file.file_problems);
+                for entry in file.entries {
+                    admitted.problems.extend(entry.problems);
+                    match entry.outcome {
+                        Outcome::Loaded(object) => admitted.admit(Cow::Owned(*object)),
+                        other => admitted.report(&other),
+                    }
+                }
+            }
+        }
+    }
+    admitted.finish(opts)
+}
+
+/// The objects admitted so far, in load order (the first definition of each identity), and
+/// the problems so far.
+#[derive(Default)]
+struct Admitted<'a> {
+    objects: Vec<Cow<'a, ReadObject>>,
+    /// Identity to position in `objects`.
+    first: HashMap<ObjectId, usize>,
+    problems: Vec<Problem>,
+}
+
+impl<'a> Admitted<'a> {
+    /// Admits an object, or refuses it as a duplicate of an earlier one.
+    fn admit(&mut self, object: Cow<'a, ReadObject>) {
+        if let Some(&first) = self.first.get(&object.id) {
+            let first = &self.objects[first].file;
+            self.problems.push(Problem {
+                file: object.file.clone(),
+                kind: object.id.kind.to_string(),
+                object: object.label.clone(),
+                field: "metadata.name".into(),
+                reason: format!("duplicate object (first defined in {first}); this one is ignored"),
+                severity: Severity::Error,
+            });
+            return;
+        }
+        self.first.insert(object.id.clone(), self.objects.len());
+        self.objects.push(object);
+    }
+
+    /// Reports an outcome other than a loaded object, where it needs to be.
+    fn report(&mut self, outcome: &Outcome) {
+        if let Outcome::Delete(marker) = outcome {
+            // `diff --with` consumes its deletions before assembling ([`crate::overlay`]).
+            self.problems.push(Problem {
+                file: marker.file.clone(),
+                kind: marker.id.kind.to_string(),
+                object: marker.label.clone(),
+                field: format!("metadata.annotations.{DELETE}"),
+                reason: "a deletion means something only in the changes of \
+                         `netwarden diff --with`; object ignored"
+                    .into(),
+                severity: Severity::Warning,
+            });
+        }
+    }
+
+    fn finish(self, opts: &LoadOptions) -> Inventory {
+        let mut problems = self.problems;
+        let mut inv = Inventory::default();
+        let mut pods = Vec::new();
+        let mut danmeps: Vec<Cow<'_, DanmEpRecord>> = Vec::new();
+        let mut slices: Vec<Cow<'_, SliceRecord>> = Vec::new();
+        for object in self.objects {
+            // Borrowed DanmEps and slices are only looked at; the rest is moved or copied.
+            let object = match object {
+                Cow::Borrowed(ReadObject {
+                    object: Object::DanmEp(d),
+                    ..
+                }) => {
+                    danmeps.push(Cow::Borrowed(d));
                     continue;
                 }
-                _ => continue,
+                Cow::Borrowed(ReadObject {
+                    object: Object::Slice(s),
+                    ..
+                }) => {
+                    slices.push(Cow::Borrowed(s));
+                    continue;
+                }
+                other => other.into_owned().object,
             };
-            match first_seen.get(&object.id) {
-                Some(first) => problems.push(Problem {
-                    file: object.file.clone(),
-                    kind: object.id.kind.to_string(),
-                    object: object.label.clone(),
-                    field: "metadata.name".into(),
-                    reason: format!(
-                        "duplicate object (first defined in {first}); this one is ignored"
-                    ),
-                    severity: Severity::Error,
-                }),
-                None => {
-                    first_seen.insert(&object.id, &object.file);
-                    objects.push(object);
+            match object {
+                Object::Namespace(n) => inv.namespaces.push(n),
+                Object::Pod(p) => pods.push(p),
+                Object::DanmEp(d) => danmeps.push(Cow::Owned(d)),
+                Object::Policy(p) => {
+                    // Switched-off NetworkPolicies are read and checked but not returned.
+                    if p.kind != PolicyKind::NetworkPolicy || opts.network_policy_enabled {
+                        inv.policies.push(p);
+                    }
                 }
+                Object::Service(s) => inv.services.push(s),
+                Object::Slice(s) => slices.push(Cow::Owned(s)),
             }
         }
-    }
+        let danmeps: Vec<&DanmEpRecord> = danmeps.iter().map(AsRef::as_ref).collect();
+        let slices: Vec<&SliceRecord> = slices.iter().map(AsRef::as_ref).collect();
+        pod::attach_danmeps(&mut pods, &danmeps, &mut problems);
+        service::attach_slices(&mut inv.services, &slices, &mut problems);
+        report_shared_addresses(&pods, &mut problems);
 
-    let mut inv = Inventory::default();
-    let mut pods = Vec::new();
-    let mut danmeps = Vec::new();
-    let mut slices = Vec::new();
-    for object in objects {
-        match &object.object {
-            Object::Namespace(n) => inv.namespaces.push(n.clone()),
-            Object::Pod(p) => pods.push(p.clone()),
-            Object::DanmEp(d) => danmeps.push(d),
-            Object::Policy(p) => {
-                // Switched-off NetworkPolicies are read and checked (above) but not returned.
-                if p.kind != PolicyKind::NetworkPolicy || opts.network_policy_enabled {
-                    inv.policies.push(p.clone());
-                }
-            }
-            Object::Service(s) => inv.services.push(s.clone()),
-            Object::Slice(s) => slices.push(s),
+        let declared: BTreeSet<String> = inv.namespaces.iter().map(|n| n.name.clone()).collect();
+        let referenced: BTreeSet<String> = pods
+            .iter()
+            .map(|p| p.pod.key.namespace.clone())
+            .chain(inv.policies.iter().map(|p| p.key.namespace.clone()))
+            .chain(inv.services.iter().map(|s| s.key.namespace.clone()))
+            .filter(|ns| !declared.contains(ns))
+            .collect();
+        for name in referenced {
+            inv.namespaces.push(Namespace {
+                name,
+                labels: BTreeMap::new(),
+                learn: false,
+            });
         }
+        for ns in &mut inv.namespaces {
+            // Kubernetes sets this label itself and overwrites any other value.
+            ns.labels
+                .insert(NAMESPACE_NAME_LABEL.to_string(), ns.name.clone());
+        }
+        inv.pods = pods.into_iter().map(|r| r.pod).collect();
+        inv.problems = problems;
+        inv
     }
-    pod::attach_danmeps(&mut pods, &danmeps, &mut problems);
-    service::attach_slices(&mut inv.services, &slices, &mut problems);
-    report_shared_addresses(&pods, &mut problems);
-
-    let declared: BTreeSet<String> = inv.namespaces.iter().map(|n| n.name.clone()).collect();
-    let referenced: BTreeSet<String> = pods
-        .iter()
-        .map(|p| p.pod.key.namespace.clone())
-        .chain(inv.policies.iter().map(|p| p.key.namespace.clone()))
-        .chain(inv.services.iter().map(|s| s.key.namespace.clone()))
-        .filter(|ns| !declared.contains(ns))
-        .collect();
-    for name in referenced {
-        inv.namespaces.push(Namespace {
-            name,
-            labels: BTreeMap::new(),
-            learn: false,
-        });
-    }
-    for ns in &mut inv.namespaces {
-        // Kubernetes sets this label itself and overwrites any other value.
-        ns.labels
-            .insert(NAMESPACE_NAME_LABEL.to_string(), ns.name.clone());
-    }
-    inv.pods = pods.into_iter().map(|r| r.pod).collect();
-    inv.problems = problems;
-    inv
 }
 
 /// Warns about an address held by two pods on one network (hostNetwork pods share the node's

@@ -2,6 +2,7 @@
 //! `serde_json::Value` documents (YAML multi-document or JSON), salvaging the good documents of
 //! a file where one document is broken.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -297,7 +298,7 @@ pub(crate) fn parse_documents(file: &str, text: &str, problems: &mut Vec<Problem
     salvage_yaml(file, text, problems)
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut o = serde_saphyr::Options::default();
     // Problems are one line each; the snippet rendering would break that.
     o.with_snippet = false;
@@ -371,6 +372,21 @@ fn parse_yaml_chunk(chunk: &str) -> Result<Vec<Value>, LoadError> {
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// Reads chunk `index` (1-based) of [`split_documents`] the reference way: parsed whole, then
+/// reduced; a parse error is a problem of the file.
+pub(crate) fn read_yaml_chunk(file: &str, index: usize, chunk: &str, read: &mut FileRead) {
+    match parse_yaml_chunk(chunk) {
+        Ok(docs) => {
+            for doc in docs {
+                read.add_document(file, index, &doc, &[]);
+            }
+        }
+        Err(e) => read
+            .file_problems
+            .push(problem(file, format!("#{index}"), e)),
+    }
+}
+
 fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Doc> {
     let mut out = Vec::new();
     for (i, chunk) in split_documents(text).iter().enumerate() {
@@ -386,7 +402,64 @@ fn salvage_yaml(file: &str, text: &str, problems: &mut Vec<Problem>) -> Vec<Doc>
 /// space or tab). In YAML such a line always starts a new document, even inside a block
 /// scalar, so splitting here never cuts through a document. Directives (`%YAML`) preceding a
 /// marker stay with the document they introduce.
-fn split_documents(text: &str) -> Vec<String> {
+///
+/// Chunks are slices of the text (a large file is not copied), except where directives are
+/// moved to their document.
+pub(crate) fn split_documents(text: &str) -> Vec<Cow<'_, str>> {
+    if has_leading_directive(text) {
+        return split_moving_directives(text)
+            .into_iter()
+            .map(Cow::Owned)
+            .collect();
+    }
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut at = 0;
+    // Whether the current chunk holds more than comments (always, after a marker).
+    let mut has_content = false;
+    for line in text.split_inclusive('\n') {
+        if is_marker(line) {
+            // A leading run of comments before the first marker is not a document of its own.
+            if has_content {
+                chunks.push(Cow::Borrowed(&text[start..at]));
+            }
+            start = at;
+            has_content = true;
+        } else {
+            has_content = has_content || !is_only_comments(line);
+        }
+        at += line.len();
+    }
+    chunks.push(Cow::Borrowed(&text[start..]));
+    chunks
+}
+
+/// Whether a line is a document start marker.
+fn is_marker(line: &str) -> bool {
+    let bare = line.trim_end_matches(['\n', '\r']);
+    bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t")
+}
+
+/// Whether a directive line comes before the first marker with nothing but comments before
+/// it: the one case where [`split_moving_directives`] moves text.
+fn has_leading_directive(text: &str) -> bool {
+    for line in text.split_inclusive('\n') {
+        if is_marker(line) {
+            return false;
+        }
+        if line.starts_with('%') {
+            return true;
+        }
+        if !is_only_comments(line) {
+            return false;
+        }
+    }
+    false
+}
+
+/// [`split_documents`] for a text with leading directives, moving them to the document they
+/// introduce.
+fn split_moving_directives(text: &str) -> Vec<String> {
     let mut chunks: Vec<String> = Vec::new();
     let mut cur = String::new();
     // Whether `cur` holds more than comments: tracked line by line, since rescanning `cur`
@@ -395,8 +468,7 @@ fn split_documents(text: &str) -> Vec<String> {
     let mut directives = String::new();
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches(['\n', '\r']);
-        let is_marker = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
-        if is_marker {
+        if is_marker(line) {
             // A leading run of comments before the first marker is not a document of its own.
             if !chunks.is_empty() || cur_has_content {
                 chunks.push(std::mem::take(&mut cur));
@@ -424,4 +496,34 @@ fn is_only_comments(s: &str) -> bool {
         let t = l.trim();
         t.is_empty() || t.starts_with('#') || t == "..."
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_split_as_slices_as_when_copied() {
+        for text in [
+            "",
+            "# only a comment\n",
+            "a: 1\n",
+            "# c\n---\na: 1\n---\nb: 2\n",
+            "a: 1\n--- \nb: 2\n---\t\n---\n",
+            "a: |\n  x\n---\nb: 2\r\n---\r\nc: 3",
+            "# c\n%YAML 1.2\n---\na: 1\n",
+            "a: 1\n%TAG ! x\n---\nb: 2\n",
+            "%YAML 1.2\n",
+        ] {
+            let split: Vec<String> = split_documents(text)
+                .into_iter()
+                .map(Cow::into_owned)
+                .collect();
+            assert_eq!(split, split_moving_directives(text), "{text:?}");
+            let borrowed = split_documents(text)
+                .iter()
+                .all(|c| matches!(c, Cow::Borrowed(_)));
+            assert_eq!(borrowed, !has_leading_directive(text), "{text:?}");
+        }
+    }
 }

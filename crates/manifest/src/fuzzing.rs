@@ -7,6 +7,8 @@
 //!
 //! The invariants:
 //! - nothing panics, however broken or hostile the input;
+//! - reading a text while it is parsed (`FileRead::from_text`, see `crate::stream`) gives
+//!   exactly what parsing it whole and reducing after gives (`FileRead::from_text_whole`);
 //! - every loaded object has valid names (they reach rule comments and log prefixes);
 //! - every interface name passes [`validate::ifname`], and addresses and prefix lengths pair up;
 //! - no loaded policy is wider than written: a direction written as isolated stays isolated, a
@@ -61,6 +63,12 @@ pub fn check_load(data: &[u8]) {
         let mut problems = Vec::new();
         let docs = files::parse_documents(label, text, &mut problems);
         let read = FileRead::from_documents(label, problems, &docs);
+        // Reading while parsing gives what reading the whole tree first gives.
+        assert_eq!(
+            FileRead::from_text(label, text),
+            read,
+            "streamed read of {label}"
+        );
         let inv = assemble([Part::File(&read)], &LoadOptions::default());
         let written: Vec<Value> = docs.into_iter().map(|d| d.value).collect();
         check_inventory(&inv, &written);

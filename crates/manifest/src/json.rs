@@ -43,20 +43,23 @@ pub(crate) fn stream(text: &str) -> Result<Vec<Checked>, serde_json::Error> {
         .collect()
 }
 
-enum Segment {
+/// One step of the path from a document's root to the node being read.
+pub(crate) enum Segment {
     Key(String),
     Index(usize),
 }
 
+/// Where a reader is in a document, and the duplicate keys found so far (shared by the
+/// document reader of [`crate::stream`], which reads a List's items one at a time).
 #[derive(Default)]
-struct Walk {
-    path: Vec<Segment>,
-    duplicates: Vec<String>,
+pub(crate) struct Walk {
+    pub path: Vec<Segment>,
+    pub duplicates: Vec<String>,
 }
 
 impl Walk {
     /// The path of `key` in the current object, as problems write fields.
-    fn path_of(&self, key: &str) -> String {
+    pub fn path_of(&self, key: &str) -> String {
         let mut out = String::new();
         for segment in &self.path {
             match segment {
@@ -95,8 +98,10 @@ fn push_key(out: &mut String, key: &str) {
     }
 }
 
-struct ValueSeed<'w> {
-    walk: &'w mut Walk,
+/// Reads one value as `serde_json::Value` does (for JSON and for YAML alike), recording
+/// duplicate keys in the walk.
+pub(crate) struct ValueSeed<'w> {
+    pub walk: &'w mut Walk,
 }
 
 impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
@@ -126,8 +131,18 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
         Ok(Value::Number(v.into()))
     }
 
+    // The YAML parser reports integers beyond 64 bits this way; `Value` takes those that fit
+    // and refuses the others, and so does this reader.
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Value, E> {
+        int128(v)
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Value, E> {
+        uint128(v)
+    }
+
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+        Ok(float(v))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
@@ -144,6 +159,10 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 
     fn visit_none<E>(self) -> Result<Value, E> {
         Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.deserialize(deserializer)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
@@ -163,7 +182,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
+        while let Some(key) = map.next_key_seed(KeySeed)? {
             self.walk.path.push(Segment::Key(key));
             let value = map.next_value_seed(ValueSeed {
                 walk: &mut *self.walk,
@@ -179,6 +198,51 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             out.insert(key, value);
         }
         Ok(Value::Object(out))
+    }
+}
+
+/// A float as `Value` holds it: NaN and infinities (YAML has them) become null.
+pub(crate) fn float(v: f64) -> Value {
+    Number::from_f64(v).map_or(Value::Null, Value::Number)
+}
+
+/// An integer beyond 64 bits (the YAML parser reports them so): `Value` takes those that fit
+/// and refuses the others.
+pub(crate) fn int128<E: serde::de::Error>(v: i128) -> Result<Value, E> {
+    <Number as serde::Deserialize>::deserialize(serde::de::value::I128Deserializer::<E>::new(v))
+        .map(Value::Number)
+}
+
+/// See [`int128`].
+pub(crate) fn uint128<E: serde::de::Error>(v: u128) -> Result<Value, E> {
+    <Number as serde::Deserialize>::deserialize(serde::de::value::U128Deserializer::<E>::new(v))
+        .map(Value::Number)
+}
+
+/// Reads a map key as `serde_json::Value` does (as a string, through `deserialize_str`).
+pub(crate) struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<String, E> {
+        Ok(v)
     }
 }
 

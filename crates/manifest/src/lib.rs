@@ -81,6 +81,7 @@ mod policy;
 mod read;
 mod service;
 pub mod set;
+mod stream;
 pub mod validate;
 
 #[cfg(test)]
@@ -92,7 +93,7 @@ use std::path::PathBuf;
 use netwarden_engine::{Namespace, Pod, Policy, Service};
 use serde_json::Value;
 
-use crate::assemble::{assemble, Part};
+use crate::assemble::{assemble_owned, OwnedPart};
 pub use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
 pub use crate::delta::InventoryDelta;
 pub use crate::overlay::{layer_paths, Layered};
@@ -351,10 +352,11 @@ impl Loader {
     /// The second pass: refuses duplicates, pairs DanmEps with pods and EndpointSlices with
     /// Services, completes the namespaces, and returns everything.
     pub fn finish(self) -> Inventory {
-        let parts = self.steps.iter().map(|step| match step {
-            Step::Problem(p) => Part::Problem(p),
-            Step::File(f) => Part::File(f),
+        // Nothing keeps the files' first passes: their objects move into the inventory.
+        let parts = self.steps.into_iter().map(|step| match step {
+            Step::Problem(p) => OwnedPart::Problem(p),
+            Step::File(f) => OwnedPart::File(f),
         });
-        assemble(parts, &self.opts)
+        assemble_owned(parts, &self.opts)
     }
 }

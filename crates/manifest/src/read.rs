@@ -15,7 +15,9 @@ use crate::service::{self, SliceRecord};
 use crate::{files, policy, validate, PodRecord, Problem, Severity};
 
 /// Lists nest at most this deep (a List of Lists of ...): bounds recursion on hostile input.
+/// A top-level document is always read ([`FileRead::add_list_item`] relies on it).
 const MAX_LIST_DEPTH: usize = 8;
+const _: () = assert!(MAX_LIST_DEPTH > 0);
 
 /// What identifies an object: two objects with the same id are duplicates.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,8 +119,16 @@ impl FileRead {
         })
     }
 
-    /// Reads one file's text (YAML, possibly multi-document, or JSON).
+    /// Reads one file's text (YAML, possibly multi-document, or JSON), reducing each document
+    /// (and each item of a List) while it is parsed ([`crate::stream`]).
     pub fn from_text(file: &str, text: &str) -> Self {
+        crate::stream::read_text(file, text)
+    }
+
+    /// Reads one file's text by parsing all of it first, then reducing its documents: the
+    /// reference that [`crate::stream`] matches, and what it falls back on where it cannot
+    /// stream (a JSON syntax error, whose report depends on the whole text).
+    pub fn from_text_whole(file: &str, text: &str) -> Self {
         let mut file_problems = Vec::new();
         let docs = files::parse_documents(file, text, &mut file_problems);
         Self::from_documents(file, file_problems, &docs)
@@ -131,28 +141,30 @@ impl FileRead {
             ..FileRead::default()
         };
         for doc in docs {
-            read.documents += 1;
-            if !doc.duplicate_keys.is_empty() {
-                read.entries.push(Entry {
-                    problems: doc
-                        .duplicate_keys
-                        .iter()
-                        .map(|path| {
-                            Problem::untyped(
-                                Severity::Warning,
-                                file.to_string(),
-                                format!("#{}", doc.index),
-                                path.clone(),
-                                "duplicate key; the last value is used",
-                            )
-                        })
-                        .collect(),
-                    outcome: Outcome::Skipped,
-                });
-            }
-            read.add_value(file, &format!("#{}", doc.index), &doc.value);
+            read.add_document(file, doc.index, &doc.value, &doc.duplicate_keys);
         }
         read
+    }
+
+    /// Reads the non-empty document number `index` (1-based) of a file, whose duplicate keys
+    /// (paths) were found while parsing it.
+    pub fn add_document(
+        &mut self,
+        file: &str,
+        index: usize,
+        doc: &Value,
+        duplicate_keys: &[String],
+    ) {
+        self.begin_document(file, index, duplicate_keys);
+        self.add_value(file, &format!("#{index}"), doc);
+    }
+
+    /// Counts document `index` and reports its duplicate keys, before its entries.
+    pub fn begin_document(&mut self, file: &str, index: usize, duplicate_keys: &[String]) {
+        self.documents += 1;
+        if let Some(entry) = duplicate_keys_entry(file, index, duplicate_keys) {
+            self.entries.push(entry);
+        }
     }
 
     /// Reads one parsed document (an object or a List); `label` names it while it has no name.
@@ -203,9 +215,8 @@ impl FileRead {
             Some(other) => ApiVersion::NotAString(other),
         };
 
-        let typed_list = kind.strip_suffix("List").and_then(kinds::spec).is_some();
-        if kind == "List" || typed_list {
-            return self.add_list(file, label, doc, kind, api_version, depth);
+        if let Some(inherited) = list_items(kind, api_version) {
+            return self.add_list(file, label, doc, inherited, depth);
         }
         let spec = match kinds::resolve(kind, api_version) {
             Resolved::Ours(spec) => spec,
@@ -283,13 +294,26 @@ impl FileRead {
         self.entries.push(Entry { problems, outcome });
     }
 
+    /// Reads item `index` of the top-level List document `label` (its items are at depth 1),
+    /// as [`Self::add_value`] reads it with its List: for a reader that meets the items one
+    /// at a time ([`crate::stream`]).
+    pub fn add_list_item(
+        &mut self,
+        file: &str,
+        label: &str,
+        index: usize,
+        item: &Value,
+        inherited: Option<(ApiVersion<'_>, &str)>,
+    ) {
+        self.add_value_at(file, &item_label(label, index), item, 1, inherited);
+    }
+
     fn add_list(
         &mut self,
         file: &str,
         label: &str,
         doc: &Value,
-        kind: &str,
-        api_version: ApiVersion<'_>,
+        inherited: Option<(ApiVersion<'_>, &str)>,
         depth: usize,
     ) {
         let fail = |field: &str, reason: String| {
@@ -316,14 +340,76 @@ impl FileRead {
                 return self.push(vec![problem], Outcome::Unidentified);
             }
         };
-        // Items of a typed list (`PodList`, as the API returns it) carry no kind of their own.
-        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-        let inherited = item_kind.map(|k| (api_version, k));
         for (i, item) in items.iter().enumerate() {
-            let item_label = format!("{label}.items[{i}]");
-            self.add_value_at(file, &item_label, item, depth + 1, inherited);
+            self.add_value_at(file, &item_label(label, i), item, depth + 1, inherited);
         }
     }
+}
+
+/// How problems name item `index` of the List `label`.
+fn item_label(label: &str, index: usize) -> String {
+    format!("{label}.items[{index}]")
+}
+
+/// The entry that reports a document's duplicate keys (JSON only), if it has any.
+fn duplicate_keys_entry(file: &str, index: usize, paths: &[String]) -> Option<Entry> {
+    if paths.is_empty() {
+        return None;
+    }
+    let problems = paths
+        .iter()
+        .map(|path| {
+            Problem::untyped(
+                Severity::Warning,
+                file.to_string(),
+                format!("#{index}"),
+                path.clone(),
+                "duplicate key; the last value is used",
+            )
+        })
+        .collect();
+    Some(Entry {
+        problems,
+        outcome: Outcome::Skipped,
+    })
+}
+
+/// What a kind says about its `items`: `None` when it is not a List (its items are never
+/// read), else the (apiVersion, kind) they inherit. Items of a typed list (`PodList`, as the
+/// API returns it) carry no kind of their own; those of a `List` inherit nothing.
+fn list_items<'a>(
+    kind: &'a str,
+    api_version: ApiVersion<'a>,
+) -> Option<Option<(ApiVersion<'a>, &'a str)>> {
+    let item_kind = kind.strip_suffix("List")?;
+    if item_kind.is_empty() {
+        return Some(None);
+    }
+    kinds::spec(item_kind)?;
+    Some(Some((api_version, item_kind)))
+}
+
+/// [`list_items`] for a top-level document (nothing inherited) from its `kind` and
+/// `apiVersion` fields: `None` when it is not a List, whatever else is wrong with it.
+pub(crate) fn top_level_list_items<'a>(
+    kind: Option<&'a Value>,
+    api_version: Option<&'a Value>,
+) -> Option<Option<(ApiVersion<'a>, &'a str)>> {
+    let kind = kind?.as_str().filter(|k| !k.is_empty())?;
+    let api_version = match api_version {
+        Some(Value::String(s)) => ApiVersion::Written(s),
+        None | Some(Value::Null) => ApiVersion::Missing,
+        Some(other) => ApiVersion::NotAString(other),
+    };
+    list_items(kind, api_version)
+}
+
+/// Whether an item of a List reads the same whatever its List's kind and apiVersion: it
+/// writes its own kind and apiVersion (as `kubectl get -o json` writes every item).
+pub(crate) fn self_describing(item: &Value) -> bool {
+    let kind = item.get("kind").and_then(Value::as_str);
+    let api_version = item.get("apiVersion");
+    kind.is_some_and(|k| !k.is_empty()) && api_version.is_some_and(|a| !a.is_null())
 }
 
 /// What the [`DELETE`] annotation of an object says.
