@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use netwarden_engine::{Engine, EngineOptions, Pod, PodKey};
+use netwarden_engine::{Engine, EngineOptions, Namespace, Pod, PodKey, Policy, Service};
 use netwarden_manifest::{
     layer_paths, load_paths, Inventory, InventoryDelta, Layered, LoadOptions, Severity,
 };
@@ -106,19 +106,39 @@ pub fn load_engine(
 }
 
 pub fn engine_from(inventory: &Inventory, options: EngineOptions) -> Engine {
-    let mut engine = Engine::new(options);
-    for ns in &inventory.namespaces {
-        engine.set_namespace(ns.clone());
-    }
-    for pod in &inventory.pods {
-        engine.set_pod(pod.clone());
-    }
-    for policy in &inventory.policies {
-        engine.set_policy(policy.clone());
-    }
-    for service in &inventory.services {
-        engine.set_service(service.clone());
-    }
+    feed(
+        Engine::new(options),
+        inventory.namespaces.iter().cloned(),
+        inventory.pods.iter().cloned(),
+        inventory.policies.iter().cloned(),
+        inventory.services.iter().cloned(),
+    )
+}
+
+/// [`engine_from`], consuming the inventory: each object moves into the engine, so a large
+/// cluster is not held twice while it is fed (what set the peak of `reach` at 100,000 pods).
+pub fn engine_from_owned(inventory: Inventory, options: EngineOptions) -> Engine {
+    feed(
+        Engine::new(options),
+        inventory.namespaces,
+        inventory.pods,
+        inventory.policies,
+        inventory.services,
+    )
+}
+
+/// Feeds `engine` every object, in the order that lets each find what it refers to.
+fn feed(
+    mut engine: Engine,
+    namespaces: impl IntoIterator<Item = Namespace>,
+    pods: impl IntoIterator<Item = Pod>,
+    policies: impl IntoIterator<Item = Policy>,
+    services: impl IntoIterator<Item = Service>,
+) -> Engine {
+    namespaces.into_iter().for_each(|n| engine.set_namespace(n));
+    pods.into_iter().for_each(|p| engine.set_pod(p));
+    policies.into_iter().for_each(|p| engine.set_policy(p));
+    services.into_iter().for_each(|s| engine.set_service(s));
     engine
 }
 

@@ -9,7 +9,8 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
 use netwarden::inventory::{
-    engine_from, load_analysis, load_engine, load_layered, report_problems, AnalysisInput, DiffBase,
+    engine_from_owned, load_analysis, load_engine, load_layered, report_problems, AnalysisInput,
+    DiffBase,
 };
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::source::SourceConfig;
@@ -499,7 +500,10 @@ impl AnalysisArgs {
     fn load(&self) -> Result<netwarden_engine::Engine> {
         let inventory = self.inventory()?;
         self.options.check(&inventory)?;
-        Ok(engine_from(&inventory, self.options.engine_options(false)))
+        Ok(engine_from_owned(
+            inventory,
+            self.options.engine_options(false),
+        ))
     }
 }
 
