@@ -64,7 +64,7 @@ fn pod_rules_for(allowed_ports: &[u16], peers: AddrSet, ifaces: &[&str]) -> PodR
             ),
         }],
     };
-    let iso = Isolation::Isolated(vec![rule]);
+    let iso = Isolation::Isolated(vec![rule].into());
     let mut ingress = DirectionRules::open();
     ingress.enforced = iso.clone();
     ingress.staged = iso;
@@ -300,7 +300,7 @@ fn monitor_rules_never_block_in_the_kernel() {
         let ing = &mut rules.interfaces[0].ingress;
         let mut wide = staged.clone();
         if let Isolation::Isolated(r) = &mut wide {
-            r[0].clauses[0].ports = PortMatch::Only(vec![PortRange {
+            Arc::make_mut(r)[0].clauses[0].ports = PortMatch::Only(vec![PortRange {
                 protocol: Protocol::Tcp,
                 ports: None,
             }]);
@@ -820,7 +820,7 @@ fn tcp_udp_rules(port: u16, peers: &[&str]) -> PodRules {
     let mut rules = pod_rules_with(&[port], peers, &["nwv0"]);
     let add_udp = |iso: &mut Isolation| {
         if let Isolation::Isolated(r) = iso {
-            if let PortMatch::Only(ports) = &mut r[0].clauses[0].ports {
+            if let PortMatch::Only(ports) = &mut Arc::make_mut(r)[0].clauses[0].ports {
                 ports.push(PortRange {
                     protocol: Protocol::Udp,
                     ports: Some((port, port)),
@@ -981,7 +981,7 @@ fn new_large_sets_never_refuse_allowed_traffic() {
     let big_with_client = |marker: u32| {
         let mut rules = big_rules(20_000, marker);
         if let Isolation::Isolated(r) = &mut rules.interfaces[0].ingress.enforced {
-            if let PeerMatch::Addrs(set) = &mut r[0].clauses[0].peers {
+            if let PeerMatch::Addrs(set) = &mut Arc::make_mut(r)[0].clauses[0].peers {
                 let mut s = (**set).clone();
                 s.union_with(&AddrSet::from_addrs([CLIENT_IP.parse().unwrap()]));
                 *set = Arc::new(s);

@@ -223,7 +223,12 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(usize::MAX);
     // Issue 10: up to the largest clusters (policies at a fifth of the pods from 100,000).
-    for (pods, policies) in [(10_000, 2_000), (20_000, 4_000), (100_000, 20_000)] {
+    for (pods, policies) in [
+        (10_000, 2_000),
+        (20_000, 4_000),
+        (50_000, 10_000),
+        (100_000, 20_000),
+    ] {
         if pods <= max_pods {
             run(pods, policies, steps);
         }

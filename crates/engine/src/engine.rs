@@ -1412,12 +1412,12 @@ impl Engine {
         out.enforced = if out.enforced_policies.is_empty() {
             Isolation::Open
         } else {
-            Isolation::Isolated(enforced_rules)
+            Isolation::Isolated(enforced_rules.into())
         };
         out.staged = if !out.has_monitor() {
             out.enforced.clone()
         } else if any_staged {
-            Isolation::Isolated(staged_rules)
+            Isolation::Isolated(staged_rules.into())
         } else {
             Isolation::Open
         };

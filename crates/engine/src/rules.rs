@@ -105,8 +105,9 @@ impl AllowRule {
 pub enum Isolation {
     /// No policy isolates this direction: everything is allowed.
     Open,
-    /// Only traffic matching one of these rules is allowed.
-    Isolated(Vec<AllowRule>),
+    /// Only traffic matching one of these rules is allowed. Shared: a direction without a
+    /// monitored policy has the same rules in both views, held once.
+    Isolated(Arc<[AllowRule]>),
 }
 
 impl Isolation {

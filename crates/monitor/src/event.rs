@@ -391,14 +391,14 @@ pub(crate) mod tests {
     /// and net1 (egress enforced by `shop/lock`).
     pub fn rules() -> PodRules {
         let mut ingress = DirectionRules::open();
-        ingress.enforced = Isolation::Isolated(vec![]);
-        ingress.staged = Isolation::Isolated(vec![]);
+        ingress.enforced = Isolation::Isolated(vec![].into());
+        ingress.staged = Isolation::Isolated(vec![].into());
         ingress.enforced_policies = vec![policy("shop", "old")];
         ingress.monitored_policies = vec![policy("shop", "new-web")];
         ingress.replaced_policies = vec![policy("shop", "old")];
         let mut egress = DirectionRules::open();
-        egress.enforced = Isolation::Isolated(vec![]);
-        egress.staged = Isolation::Isolated(vec![]);
+        egress.enforced = Isolation::Isolated(vec![].into());
+        egress.staged = Isolation::Isolated(vec![].into());
         egress.enforced_policies = vec![policy("shop", "lock")];
         PodRules {
             learn: false,

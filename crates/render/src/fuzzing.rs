@@ -180,7 +180,7 @@ impl Bytes<'_> {
         if self.below(3) == 0 {
             Isolation::Open
         } else {
-            Isolation::Isolated(self.rules(direction, mode))
+            Isolation::Isolated(self.rules(direction, mode).into())
         }
     }
 
@@ -196,7 +196,7 @@ impl Bytes<'_> {
         let monitored = self.below(3) == 0;
         // As the engine builds it: a monitored policy isolates the staged view.
         let staged = if monitored {
-            Isolation::Isolated(self.rules(direction, Mode::Monitor))
+            Isolation::Isolated(self.rules(direction, Mode::Monitor).into())
         } else {
             enforced.clone()
         };

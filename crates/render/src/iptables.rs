@@ -736,7 +736,7 @@ mod tests {
             }],
         };
         let mut ingress = DirectionRules::open();
-        ingress.enforced = Isolation::Isolated(vec![rule]);
+        ingress.enforced = Isolation::Isolated(vec![rule].into());
         ingress.staged = ingress.enforced.clone();
         PodRules {
             pod: ObjectKey::new("ns", "pod"),
@@ -794,7 +794,7 @@ mod tests {
                 ports: PortMatch::Any,
             }],
         };
-        pod.interfaces[0].ingress.enforced = Isolation::Isolated(vec![rule]);
+        pod.interfaces[0].ingress.enforced = Isolation::Isolated(vec![rule].into());
         pod.interfaces[0].ingress.staged = pod.interfaces[0].ingress.enforced.clone();
         let r = render_iptables(&pod, &RenderOptions::default()).unwrap();
         let cidrs: Vec<String> = r
@@ -841,7 +841,7 @@ mod tests {
                 kind: PolicyKind::NetworkPolicy,
                 key: ObjectKey::new("ns", "m"),
             });
-        pod.interfaces[0].ingress.staged = Isolation::Isolated(vec![]);
+        pod.interfaces[0].ingress.staged = Isolation::Isolated(vec![].into());
         let opts = RenderOptions {
             nflog_group: 7,
             staged_mark: 0x100,

@@ -309,7 +309,7 @@ fn sets_are_shared_and_rule_count_is_independent_of_peers() {
     let netwarden_engine::Isolation::Isolated(r) = &mut big.interfaces[0].ingress.enforced else {
         unreachable!()
     };
-    for rule in r.iter_mut() {
+    for rule in std::sync::Arc::make_mut(r).iter_mut() {
         rule.clauses[0].peers = addrs(&many_refs);
     }
     big.interfaces[0].ingress.staged = big.interfaces[0].ingress.enforced.clone();

@@ -64,7 +64,7 @@ pub fn rule(origin: RuleOrigin, clauses: Vec<Clause>) -> AllowRule {
 
 /// A direction isolated by enforced policies only.
 pub fn enforced(policies: &[&str], rules: Vec<AllowRule>) -> DirectionRules {
-    let iso = Isolation::Isolated(rules);
+    let iso = Isolation::Isolated(rules.into());
     DirectionRules {
         enforced: iso.clone(),
         staged: iso,
@@ -123,10 +123,10 @@ pub fn monitored(
 ) -> DirectionRules {
     DirectionRules {
         enforced: match enforced_rules {
-            Some(r) => Isolation::Isolated(r),
+            Some(r) => Isolation::Isolated(r.into()),
             None => Isolation::Open,
         },
-        staged: Isolation::Isolated(staged_rules),
+        staged: Isolation::Isolated(staged_rules.into()),
         enforced_policies: enforced_policies.iter().map(|p| pref(p)).collect(),
         monitored_policies: monitored_policies.iter().map(|p| pref(p)).collect(),
         replaced_policies: replaced.iter().map(|p| pref(p)).collect(),
