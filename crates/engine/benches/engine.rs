@@ -18,12 +18,11 @@
 //! sets how many steps of each kind are timed (200 by default); `NETWARDEN_BENCH_MAX_PODS`
 //! skips the sizes above it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use netwarden_engine::generate::{cluster, pod_ip};
 use netwarden_engine::{Engine, EngineOptions, Service};
+use netwarden_testing::heap::{live_mib, CountingAllocator};
 
 /// A size line of `/proc/self/status` (`VmHWM`, `VmRSS`), in MiB.
 fn status_mib(field: &str) -> f64 {
@@ -89,34 +88,8 @@ impl Steps {
     }
 }
 
-/// The system allocator, counting the bytes live: what the engine holds, exactly (RSS also
-/// counts what the allocator keeps after frees).
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live_mib() -> f64 {
-    LIVE_BYTES.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn run(pods: usize, policies: usize, steps: usize) {
     let c = cluster(pods, policies, 42);

@@ -6,41 +6,16 @@
 //! `cargo run --release -p netwarden --example agent_state -- 100000` (pods; policies at a
 //! fifth of them, the generated cluster of the benchmarks; 110 local pods).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use netwarden::synthetic::api_objects;
 use netwarden_engine::generate::cluster;
 use netwarden_engine::{Engine, EngineOptions};
 use netwarden_manifest::{ClusterSet, LoadOptions};
-
-struct Counting;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use netwarden_testing::heap::{live_mib, CountingAllocator};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live_mib() -> f64 {
-    LIVE_BYTES.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
-}
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn main() {
     let pods: usize = std::env::args()

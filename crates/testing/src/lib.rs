@@ -25,6 +25,7 @@
 pub mod containerd;
 pub mod files;
 pub mod fuzz;
+pub mod heap;
 pub mod http;
 pub mod installed;
 pub mod netns;
