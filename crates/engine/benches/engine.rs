@@ -13,7 +13,7 @@
 //! Each step is also timed without the recomputation ("the change alone": what every node agent
 //! pays for a change to a pod of another node, since it recomputes only its own pods).
 //!
-//! And the same on clusters of 20,000 and 100,000 pods to show how it grows (issue 10's targets
+//! And the same on clusters of 20,000, 50,000 and 100,000 pods to show how it grows (issue 10's targets
 //! at 100,000 pods / 20,000 policies: one relabel p50 under 1 ms, p99 under 10 ms). `NETWARDEN_BENCH_STEPS`
 //! sets how many steps of each kind are timed (200 by default); `NETWARDEN_BENCH_MAX_PODS`
 //! skips the sizes above it.
