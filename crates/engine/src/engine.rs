@@ -82,6 +82,10 @@ struct PolicyId(u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct PodId(u32);
 
+/// A pod-peer set of at least this many address ranges keeps a clause of its own in every rule
+/// naming the peer (shared, not copied into a union per rule; see [`ResolvedRule::peers`]).
+const SHARED_PEER_SET_MIN_RANGES: usize = 64;
+
 /// Key of a policy rule in the cache and the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct RuleKey {
@@ -106,10 +110,11 @@ struct ResolvedRule {
     /// The policy the rule is of, as it is now (a changed or removed policy's rules leave
     /// the cache): a change compares every cached rule without looking its policy up.
     policy: Arc<Policy>,
-    /// The rule's peers, one match each (`[Any]` for a rule without peers; equal sets once).
-    /// Not their union: a peer's set is shared by every rule naming it, where a union would
-    /// be a copy per rule — at 100,000 pods, thousands of copies of a namespace-wide set.
-    /// A clause per peer allows exactly what one clause with the union would.
+    /// The rule's peers (`[Any]` for a rule without peers): the union of its ipBlocks and
+    /// small pod-peer sets, then each large pod-peer set on its own. Not one union of all:
+    /// a large set is shared by every rule naming the peer, where a union would be a copy
+    /// per rule — at 100,000 pods, thousands of copies of team-wide sets. A clause per match
+    /// allows exactly what one clause with the union would.
     peers: Vec<PeerMatch>,
     /// Egress only: the clauses, named ports resolved per destination pod and Service VIPs
     /// added. Ingress rules resolve ports against the target pod instead.
@@ -1090,15 +1095,35 @@ impl Engine {
                 .get(&RuleKey::new(id, direction, index))
                 .cloned()
                 .unwrap_or_default();
-            let mut sets: Vec<PeerMatch> = Vec::with_capacity(rule.peers.len());
+            // Large pod-peer sets keep a clause each, shared with every rule naming the
+            // peer; the rest (ipBlocks, which no other rule shares, and small sets) are
+            // merged into one clause, so a rule of 20,000 ipBlocks stays one set.
+            let mut merged: Vec<Arc<AddrSet>> = Vec::new();
+            let mut shared: Vec<PeerMatch> = Vec::new();
             for (i, peer) in rule.peers.iter().enumerate() {
                 let set = self.peer_addrs(policy, peer, ids.get(i).copied().flatten());
-                let set = PeerMatch::Addrs(set);
-                if !sets.contains(&set) {
-                    sets.push(set);
+                let pods = matches!(peer, Peer::Pods { .. });
+                if pods && set.range_count() >= SHARED_PEER_SET_MIN_RANGES {
+                    let set = PeerMatch::Addrs(set);
+                    if !shared.contains(&set) {
+                        shared.push(set);
+                    }
+                } else {
+                    merged.push(set);
                 }
             }
-            sets
+            let merged = match merged.as_slice() {
+                [] => None,
+                [only] => Some(only.clone()),
+                _ => Some(Arc::new(AddrSet::union_of(
+                    merged.iter().map(|s| s.as_ref()),
+                ))),
+            };
+            merged
+                .map(PeerMatch::Addrs)
+                .into_iter()
+                .chain(shared)
+                .collect()
         };
         let (egress_clauses, egress_base) = match direction {
             Direction::Ingress => (Vec::new(), 0),
