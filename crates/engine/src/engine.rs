@@ -194,7 +194,6 @@ pub struct Engine {
     /// Per namespace, the names of the policies that monitored policies replace, with how
     /// many replace each (an enforced policy so named leaves the staged view).
     replaced_names: HashMap<String, BTreeMap<String, usize>>,
-    policies_by_namespace: BTreeMap<String, BTreeSet<PolicyRef>>,
     services: BTreeMap<ObjectKey, ServiceEntry>,
     /// Which pods hold each address, on any interface, in address order: EndpointSlice
     /// addresses resolve named target ports on the first of them (in key order), and egress
@@ -454,10 +453,6 @@ impl Engine {
         }
         self.remove_policy(&reference);
         self.mark_policy_targets_dirty(&policy);
-        self.policies_by_namespace
-            .entry(reference.key.namespace.clone())
-            .or_default()
-            .insert(reference.clone());
         let id = match self.free_policy_ids.pop() {
             Some(id) => id,
             None => {
@@ -484,9 +479,6 @@ impl Engine {
         let Some(old) = self.policies.remove(reference) else {
             return;
         };
-        if let Some(set) = self.policies_by_namespace.get_mut(&reference.key.namespace) {
-            set.remove(reference);
-        }
         let id = self
             .policy_ids
             .remove(reference)
