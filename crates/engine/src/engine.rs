@@ -360,9 +360,11 @@ impl Engine {
         }
     }
 
-    pub fn set_pod(&mut self, pod: Pod) {
+    /// Sets a pod; an `Arc<Pod>` is kept as it is, shared with whoever handed it in.
+    pub fn set_pod(&mut self, pod: impl Into<Arc<Pod>>) {
+        let pod: Arc<Pod> = pod.into();
         let key = pod.key.clone();
-        if self.pod(&key) == Some(&pod) {
+        if self.pod(&key) == Some(&*pod) {
             return;
         }
         self.dirty.insert(key.clone());
@@ -370,7 +372,6 @@ impl Engine {
             .entry(key.namespace.clone())
             .or_default()
             .insert(key.name.clone());
-        let pod = Arc::new(pod);
         let namespace = &pod.key.namespace;
         let old = match self.pods.get(&key) {
             Some(&id) => {
@@ -446,9 +447,11 @@ impl Engine {
         }
     }
 
-    pub fn set_policy(&mut self, policy: Policy) {
+    /// Sets a policy; an `Arc<Policy>` is kept as it is, shared with whoever handed it in.
+    pub fn set_policy(&mut self, policy: impl Into<Arc<Policy>>) {
+        let policy: Arc<Policy> = policy.into();
         let reference = policy.reference();
-        if self.policies.get(&reference).map(Arc::as_ref) == Some(&policy) {
+        if self.policies.get(&reference) == Some(&policy) {
             return;
         }
         self.remove_policy(&reference);
@@ -469,7 +472,6 @@ impl Engine {
                 .entry(name.to_string())
                 .or_default() += 1;
         }
-        let policy = Arc::new(policy);
         self.policy_ids.insert(reference.clone(), id);
         self.policies_by_id[id.0 as usize] = Some(policy.clone());
         self.policies.insert(reference, policy);

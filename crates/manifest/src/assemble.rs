@@ -9,8 +9,9 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use netwarden_engine::{Namespace, NetworkId, PolicyKind};
+use netwarden_engine::{Namespace, NetworkId, Pod, Policy, PolicyKind, Service};
 
 use crate::pod::DanmEpRecord;
 use crate::read::{FileRead, Object, ObjectId, Outcome, ReadObject, DELETE};
@@ -33,11 +34,48 @@ pub(crate) enum OwnedPart {
     File(FileRead),
 }
 
+/// What the second pass produced, pods and policies still shared with the first passes they
+/// come from: a caller that keeps its first passes (the node agent's [`crate::ClusterSet`])
+/// hands the same objects on instead of copies; [`Assembly::into_inventory`] unwraps them.
+#[derive(Debug, Default)]
+pub(crate) struct Assembly {
+    pub namespaces: Vec<Namespace>,
+    pub pods: Vec<Arc<Pod>>,
+    pub policies: Vec<Arc<Policy>>,
+    pub services: Vec<Service>,
+    pub problems: Vec<Problem>,
+}
+
+impl Assembly {
+    /// The plain inventory: an object nobody else holds is moved, a shared one copied.
+    pub fn into_inventory(self) -> Inventory {
+        Inventory {
+            namespaces: self.namespaces,
+            pods: self.pods.into_iter().map(Arc::unwrap_or_clone).collect(),
+            policies: self
+                .policies
+                .into_iter()
+                .map(Arc::unwrap_or_clone)
+                .collect(),
+            services: self.services,
+            problems: self.problems,
+        }
+    }
+}
+
 /// The second pass over first passes kept by the caller.
 pub(crate) fn assemble<'a>(
     parts: impl IntoIterator<Item = Part<'a>>,
     opts: &LoadOptions,
 ) -> Inventory {
+    assemble_shared(parts, opts).into_inventory()
+}
+
+/// [`assemble`], its pods and policies shared with `parts` (see [`Assembly`]).
+pub(crate) fn assemble_shared<'a>(
+    parts: impl IntoIterator<Item = Part<'a>>,
+    opts: &LoadOptions,
+) -> Assembly {
     let mut admitted = Admitted::default();
     for part in parts {
         match part {
@@ -78,7 +116,7 @@ pub(crate) fn assemble_owned(
             }
         }
     }
-    admitted.finish(opts)
+    admitted.finish(opts).into_inventory()
 }
 
 /// The objects admitted so far, in load order (the first definition of each identity), and
@@ -127,9 +165,9 @@ impl<'a> Admitted<'a> {
         }
     }
 
-    fn finish(self, opts: &LoadOptions) -> Inventory {
+    fn finish(self, opts: &LoadOptions) -> Assembly {
         let mut problems = self.problems;
-        let mut inv = Inventory::default();
+        let mut inv = Assembly::default();
         let mut pods = Vec::new();
         let mut danmeps: Vec<Cow<'_, DanmEpRecord>> = Vec::new();
         let mut slices: Vec<Cow<'_, SliceRecord>> = Vec::new();

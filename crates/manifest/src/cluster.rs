@@ -35,7 +35,7 @@ use netwarden_engine::sorted::{insert_sorted, remove_sorted};
 use netwarden_engine::{Namespace, NetworkId, ObjectKey, PodKey, PolicyRef};
 use serde_json::Value;
 
-use crate::assemble::{assemble, Part};
+use crate::assemble::{assemble, assemble_shared, Part};
 use crate::overlay::{self, Layered};
 use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
@@ -353,7 +353,7 @@ impl ClusterSet {
                 .flatten()
                 .filter_map(|key| self.objects.get(key))
                 .map(Part::File);
-            let mut inv = assemble(parts, &self.opts);
+            let mut inv = assemble_shared(parts, &self.opts);
             let mut new = UnitState {
                 problems: std::mem::take(&mut inv.problems),
                 ..UnitState::default()
@@ -554,6 +554,7 @@ mod tests {
     use super::*;
     use crate::{parse_str, Severity};
     use serde_json::json;
+    use std::sync::Arc;
 
     fn pod(name: &str, labels: Value, node: &str, ip: &str) -> Value {
         json!({
@@ -627,6 +628,33 @@ mod tests {
             "other kinds are not held"
         );
         assert_eq!(set.counts()["Pod"], 2);
+    }
+
+    /// The agent holds each pod and policy once: a delta hands on the objects the set keeps,
+    /// not copies (a DanmEp joined to a pod makes its own version of that pod).
+    #[test]
+    fn deltas_share_pods_and_policies_with_the_set() {
+        let mut set = ClusterSet::new(LoadOptions::default());
+        for o in objects() {
+            set.upsert(&o);
+        }
+        let first = set.take_delta();
+        assert_eq!(first.pods.len(), 2);
+        for pod in &first.pods {
+            assert_eq!(
+                Arc::strong_count(pod),
+                2,
+                "{}: the set's and the delta's",
+                pod.key
+            );
+        }
+        assert_eq!(Arc::strong_count(&first.policies[0]), 2);
+        // Touching the unit again hands on the same pod, not a new copy.
+        set.upsert(&pod("a", json!({"app": "web2"}), "n1", "10.0.0.1"));
+        let second = set.take_delta();
+        assert_eq!(second.pods.len(), 1);
+        assert_eq!(Arc::strong_count(&second.pods[0]), 2);
+        assert_eq!(second.pods[0].labels["app"], "web2");
     }
 
     #[test]
@@ -860,10 +888,16 @@ mod tests {
             }
             self.namespaces
                 .extend(d.namespaces.into_iter().map(|n| (n.name.clone(), n)));
-            self.pods
-                .extend(d.pods.into_iter().map(|p| (p.key.clone(), p)));
-            self.policies
-                .extend(d.policies.into_iter().map(|p| (p.reference(), p)));
+            self.pods.extend(
+                d.pods
+                    .into_iter()
+                    .map(|p| (p.key.clone(), netwarden_engine::Pod::clone(&p))),
+            );
+            self.policies.extend(
+                d.policies
+                    .into_iter()
+                    .map(|p| (p.reference(), netwarden_engine::Policy::clone(&p))),
+            );
             self.services
                 .extend(d.services.into_iter().map(|s| (s.key.clone(), s)));
         }

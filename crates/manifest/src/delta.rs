@@ -12,6 +12,8 @@
 
 use std::collections::BTreeSet;
 
+use std::sync::Arc;
+
 use netwarden_engine::{Namespace, ObjectKey, Pod, PodKey, Policy, PolicyRef, Service};
 
 use crate::Inventory;
@@ -21,9 +23,11 @@ use crate::Inventory;
 pub struct InventoryDelta {
     pub namespaces: Vec<Namespace>,
     pub namespaces_removed: Vec<String>,
-    pub pods: Vec<Pod>,
+    /// Shared with the [`crate::ClusterSet`] that made the delta (the engine keeps them as
+    /// they are): the agent holds each pod and policy once.
+    pub pods: Vec<Arc<Pod>>,
     pub pods_removed: Vec<PodKey>,
-    pub policies: Vec<Policy>,
+    pub policies: Vec<Arc<Policy>>,
     pub policies_removed: Vec<PolicyRef>,
     pub services: Vec<Service>,
     pub services_removed: Vec<ObjectKey>,
@@ -35,8 +39,8 @@ impl InventoryDelta {
     pub fn between(previous: Option<&Inventory>, next: &Inventory) -> InventoryDelta {
         let mut delta = InventoryDelta {
             namespaces: next.namespaces.clone(),
-            pods: next.pods.clone(),
-            policies: next.policies.clone(),
+            pods: next.pods.iter().cloned().map(Arc::new).collect(),
+            policies: next.policies.iter().cloned().map(Arc::new).collect(),
             services: next.services.clone(),
             ..InventoryDelta::default()
         };
@@ -117,7 +121,8 @@ status: {podIPs: [{ip: 10.0.0.1}]}
         assert_eq!(first.pods.len(), 2);
         assert!(first.pods_removed.is_empty());
         let delta = InventoryDelta::between(Some(&before), &after);
-        assert_eq!(delta.pods, after.pods);
+        let pods: Vec<Pod> = delta.pods.iter().map(|p| Pod::clone(p)).collect();
+        assert_eq!(pods, after.pods);
         let removed: Vec<String> = delta.pods_removed.iter().map(|k| k.to_string()).collect();
         assert_eq!(removed, ["x/a", "x/b"]);
         assert_eq!(delta.policies_removed.len(), 1);

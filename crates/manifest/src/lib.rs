@@ -295,7 +295,9 @@ pub(crate) struct Source {
 /// A pod as read, plus what the second pass needs to know about where its interfaces came from.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PodRecord {
-    pub pod: Pod,
+    /// Shared with what the second pass hands on (see [`assemble::Assembly`]): a pod a
+    /// DanmEp changes is copied first.
+    pub pod: std::sync::Arc<Pod>,
     pub pod_ips: Vec<std::net::IpAddr>,
     /// Parallel to `pod.interfaces`: whether the interface came from a DanmEp.
     pub from_danmep: Vec<bool>,

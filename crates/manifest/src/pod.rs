@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use netwarden_engine::{ContainerPort, NetworkId, NetworkType, Pod, PodInterface, PodKey};
 use serde_json::Value;
@@ -99,7 +100,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
     let learn = crate::read::read_learn(cx, &meta.annotations);
     let from_danmep = vec![false; interfaces.len()];
     Some(PodRecord {
-        pod: Pod {
+        pod: Arc::new(Pod {
             key: PodKey::new(meta.namespace, meta.name),
             labels: meta.labels,
             host_network,
@@ -109,7 +110,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
             node_name,
             uid,
             learn,
-        },
+        }),
         pod_ips,
         from_danmep,
         source: Source {
@@ -695,7 +696,7 @@ pub(crate) fn attach_danmeps(
                 continue;
             }
             Some(idx) => {
-                let iface = &mut rec.pod.interfaces[idx];
+                let iface = &mut Arc::make_mut(&mut rec.pod).interfaces[idx];
                 let keeps_primary =
                     iface.is_primary() && ips.iter().any(|ip| rec.pod_ips.contains(ip));
                 if !keeps_primary {
@@ -707,7 +708,7 @@ pub(crate) fn attach_danmeps(
             }
             None => {
                 names.insert(ep.iface.clone(), rec.pod.interfaces.len());
-                rec.pod.interfaces.push(PodInterface {
+                Arc::make_mut(&mut rec.pod).interfaces.push(PodInterface {
                     name: ep.iface.clone(),
                     network: ep.network.clone(),
                     ips,
@@ -716,8 +717,8 @@ pub(crate) fn attach_danmeps(
                 rec.from_danmep.push(true);
             }
         }
-        if rec.pod.netns.is_none() {
-            rec.pod.netns = ep.netns.clone();
+        if rec.pod.netns.is_none() && ep.netns.is_some() {
+            Arc::make_mut(&mut rec.pod).netns = ep.netns.clone();
         }
     }
 }

@@ -4,6 +4,7 @@
 //! ([`crate::ManifestSet`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use netwarden_engine::{Namespace, Policy, Service};
 use serde_json::Value;
@@ -43,7 +44,7 @@ pub(crate) enum Object {
     Namespace(Namespace),
     Pod(PodRecord),
     DanmEp(DanmEpRecord),
-    Policy(Policy),
+    Policy(Arc<Policy>),
     Service(Service),
     Slice(SliceRecord),
 }
@@ -270,7 +271,7 @@ impl FileRead {
             "Pod" => pod::read_pod(&mut cx, doc).map(Object::Pod),
             "DanmEp" => pod::read_danmep(&mut cx, doc).map(Object::DanmEp),
             "NetworkPolicy" | "DanmNetworkPolicy" | "MultiNetworkPolicy" => {
-                policy::read_policy(&mut cx, doc).map(Object::Policy)
+                policy::read_policy(&mut cx, doc).map(|p| Object::Policy(Arc::new(p)))
             }
             "Service" => service::read_service(&mut cx, doc).map(Object::Service),
             "EndpointSlice" => service::read_slice(&mut cx, doc).map(Object::Slice),

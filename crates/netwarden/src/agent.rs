@@ -497,7 +497,7 @@ pub fn apply_delta(
     engine: &mut Engine,
     delta: InventoryDelta,
     locality: &Locality,
-    local: &mut BTreeMap<PodKey, Pod>,
+    local: &mut BTreeMap<PodKey, Arc<Pod>>,
 ) -> bool {
     let mut local_changed = false;
     crate::inventory::apply_delta_with(engine, delta, |engine, change| match change {
@@ -513,7 +513,10 @@ pub fn apply_delta(
             // No longer local (deleted and created on another node under the same name): its
             // rules here are removed by the sync (it was programmed).
             local_changed |= local.remove(&pod.key).is_some();
-            pod.netns = None;
+            if pod.netns.is_some() {
+                // Copied only then: a remote pod is otherwise shared with the watchers' view.
+                Arc::make_mut(&mut pod).netns = None;
+            }
             engine.set_pod(pod);
         }
     });
@@ -576,7 +579,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut fed_once = false;
     // The local pods as the objects describe them (netns and interfaces are joined at each
     // placement: see `discover`).
-    let mut local: BTreeMap<PodKey, Pod> = BTreeMap::new();
+    let mut local: BTreeMap<PodKey, Arc<Pod>> = BTreeMap::new();
     // The local pods' netns as the kernel last showed them, and when all were last read.
     let mut kernel = KernelViews::default();
     let mut kernel_read: Option<Instant> = None;
@@ -660,7 +663,7 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             // appear, are renamed, change address, and a sandbox recreated by the runtime shows
             // as a new netns path (the pod is set again with it, so the engine names it dirty
             // and it is applied at once).
-            let local_now: Vec<Pod> = local.values().cloned().collect();
+            let local_now: Vec<Pod> = local.values().map(|p| Pod::clone(p)).collect();
             netns_source.refresh(&local_now);
             let placed = place_pods(&local_now, &locality, netns_source.as_ref());
             if kernel_due {
@@ -766,8 +769,11 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
             events_due = false;
             events_judged = Some(Instant::now());
             if let Some(events) = source.kube().and_then(|kube| kube.events()) {
-                let unplaced: Vec<&Pod> =
-                    refused_keys.iter().filter_map(|k| local.get(k)).collect();
+                let unplaced: Vec<&Pod> = refused_keys
+                    .iter()
+                    .filter_map(|k| local.get(k))
+                    .map(|p| &**p)
+                    .collect();
                 let identity = |key: &netwarden_manifest::ClusterKey| {
                     source.kube().and_then(|kube| kube.policy(key))
                 };
@@ -978,7 +984,7 @@ mod tests {
         let node = Locality::Node("n1".into());
         let mut local = BTreeMap::new();
         let delta = InventoryDelta {
-            pods: vec![on("a", "n1"), on("b", "n2")],
+            pods: vec![on("a", "n1").into(), on("b", "n2").into()],
             ..InventoryDelta::default()
         };
         assert!(apply_delta(&mut engine, delta, &node, &mut local));
@@ -989,7 +995,7 @@ mod tests {
         assert_eq!(remote.netns, None, "never programmed here");
         // A change of a remote pod leaves the local ones alone.
         let delta = InventoryDelta {
-            pods: vec![on("b", "n3")],
+            pods: vec![on("b", "n3").into()],
             ..InventoryDelta::default()
         };
         assert!(!apply_delta(&mut engine, delta, &node, &mut local));

@@ -4,6 +4,7 @@
 //! files laid over it ([`AnalysisInput`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use netwarden_engine::{Engine, EngineOptions, Namespace, Pod, PodKey, Policy, Service};
 use netwarden_manifest::{
@@ -153,7 +154,7 @@ pub fn apply_delta(engine: &mut Engine, delta: InventoryDelta) {
 /// A pod of a delta, handed to the caller of [`apply_delta_with`].
 pub enum PodChange<'a> {
     Removed(&'a PodKey),
-    Set(Pod),
+    Set(Arc<Pod>),
 }
 
 /// [`apply_delta`] with the pods handed to `pods` (in the delta's order: removals first) instead

@@ -1329,6 +1329,7 @@ fn init_logging(format: LogFormat) {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    netwarden::memory::no_transparent_huge_pages();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match run(cli) {

@@ -1,4 +1,10 @@
-//! Handing memory the agent freed back to the kernel.
+//! Handing memory the agent freed back to the kernel, and not holding more than it uses.
+//!
+//! Transparent huge pages are off for the whole process ([`no_transparent_huge_pages`]):
+//! mimalloc asks for them on its arenas (`madvise(MADV_HUGEPAGE)`), and a 2 MiB page stays
+//! resident while any of its 4 KiB is live. The agent's heap is many small objects of long and
+//! short lives, so huge pages kept ~35 MiB more resident than regular ones on the 10,000-pod
+//! agent benchmark (at rest: 178.6 MiB with them, 145.3 MiB without).
 //!
 //! Rust allocations go to mimalloc (the binary's global allocator), which returns freed pages
 //! by itself. libnftables still allocates through glibc's malloc — its caches of each context's
@@ -15,6 +21,15 @@ use std::time::{Duration, Instant};
 
 extern "C" {
     fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+}
+
+/// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`), whatever
+/// the node's setting (`always` or `madvise`) and whoever asks for them: see the
+/// [module documentation](self). Failure (a kernel without the call) only costs memory.
+pub fn no_transparent_huge_pages() {
+    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
+        tracing::debug!("transparent huge pages stay on: prctl: {e}");
+    }
 }
 
 /// Returns every whole free page of every arena to the kernel (`madvise(MADV_DONTNEED)`).
