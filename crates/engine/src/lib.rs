@@ -20,6 +20,7 @@
 pub mod addrset;
 pub mod hash;
 pub mod labelindex;
+pub mod labels;
 pub mod model;
 mod peersets;
 pub mod selectorindex;

@@ -5,15 +5,13 @@
 //! structs. They are plain data: validation happened at the edge, so everything here is
 //! well-formed (CIDRs parsed, ports in range, selector operators known).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use serde::Serialize;
 
-/// Labels of an object, ordered so that output is deterministic.
-pub type Labels = BTreeMap<String, String>;
+pub use crate::labels::Labels;
 
 /// `namespace/name` of a namespaced object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

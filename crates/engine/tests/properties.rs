@@ -301,6 +301,7 @@ fn arb_labels() -> impl Strategy<Value = Labels> {
         (0..3usize).prop_map(|v| VALUES[v].to_string()),
         0..3,
     )
+    .prop_map(|map| map.into_iter().collect())
 }
 
 /// A selector mixing every operator, on the keys of [`arb_labels`].

@@ -7,11 +7,11 @@
 //! well under a second.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use netwarden_engine::{Namespace, NetworkId, Pod, Policy, PolicyKind, Service};
+use netwarden_engine::{Labels, Namespace, NetworkId, Pod, Policy, PolicyKind, Service};
 
 use crate::pod::DanmEpRecord;
 use crate::read::{FileRead, Object, ObjectId, Outcome, ReadObject, DELETE};
@@ -221,7 +221,7 @@ impl<'a> Admitted<'a> {
         for name in referenced {
             inv.namespaces.push(Namespace {
                 name,
-                labels: BTreeMap::new(),
+                labels: Labels::new(),
                 learn: false,
             });
         }

@@ -449,7 +449,10 @@ impl ClusterSet {
             let implicit = || {
                 a.references.contains_key(&name).then(|| Namespace {
                     name: name.clone(),
-                    labels: BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), name.clone())]),
+                    labels: netwarden_engine::Labels::from([(
+                        NAMESPACE_NAME_LABEL.to_string(),
+                        name.clone(),
+                    )]),
                     learn: false,
                 })
             };

@@ -235,8 +235,8 @@ impl<'a> Ctx<'a> {
         base: &str,
         key: &str,
         labels: Option<LabelCheck>,
-    ) -> (std::collections::BTreeMap<String, String>, bool) {
-        let mut out = std::collections::BTreeMap::new();
+    ) -> (netwarden_engine::Labels, bool) {
+        let mut out = netwarden_engine::Labels::new();
         let mut ok = true;
         let field = join(base, key);
         let Some(map) = self.object(v, base, key) else {

@@ -652,7 +652,7 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
 }
 
 /// Monitor or enforce, from the three annotation keys. Anything unclear fails closed (enforce).
-fn read_mode(cx: &mut Ctx<'_>, annotations: &std::collections::BTreeMap<String, String>) -> Mode {
+fn read_mode(cx: &mut Ctx<'_>, annotations: &netwarden_engine::Labels) -> Mode {
     let mut votes: Vec<(&str, Mode)> = Vec::new();
     let mut bad = false;
     for (key, monitor, enforce) in [

@@ -3,7 +3,7 @@
 //! [`FileRead`] can be kept and reused as long as the file does not change
 //! ([`crate::ManifestSet`]).
 
-use std::collections::BTreeMap;
+use netwarden_engine::Labels;
 use std::sync::Arc;
 
 use netwarden_engine::{Namespace, Policy, Service};
@@ -461,8 +461,8 @@ pub(crate) fn show(v: &Value) -> String {
 pub(crate) struct Meta {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub labels: Labels,
+    pub annotations: Labels,
 }
 
 /// Reads `metadata`; `None` (with problems) when the name or namespace is missing, unreadable
@@ -553,7 +553,7 @@ pub const LEARN: &str = "netwarden.io/learn";
 
 /// The `netwarden.io/learn` annotation: `"true"` or `"false"`; anything else is reported and
 /// read as `false` (learn mode only adds logging, so leaving it off changes no verdict).
-pub(crate) fn read_learn(cx: &mut Ctx<'_>, annotations: &BTreeMap<String, String>) -> bool {
+pub(crate) fn read_learn(cx: &mut Ctx<'_>, annotations: &Labels) -> bool {
     match annotations.get(LEARN).map(String::as_str) {
         None | Some("false") => false,
         Some("true") => true,
