@@ -70,6 +70,12 @@ impl Labels {
         self.position(key).ok().map(|i| self.0.remove(i).1)
     }
 
+    /// Gives back the room a map built label by label grew beyond its labels (a node agent
+    /// holds one map per pod of the cluster).
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

@@ -193,15 +193,15 @@ impl<'a> Admitted<'a> {
             match object {
                 Object::Namespace(n) => inv.namespaces.push(n),
                 Object::Pod(p) => pods.push(p),
-                Object::DanmEp(d) => danmeps.push(Cow::Owned(d)),
+                Object::DanmEp(d) => danmeps.push(Cow::Owned(*d)),
                 Object::Policy(p) => {
                     // Switched-off NetworkPolicies are read and checked but not returned.
                     if p.kind != PolicyKind::NetworkPolicy || opts.network_policy_enabled {
                         inv.policies.push(p);
                     }
                 }
-                Object::Service(s) => inv.services.push(s),
-                Object::Slice(s) => slices.push(Cow::Owned(s)),
+                Object::Service(s) => inv.services.push(*s),
+                Object::Slice(s) => slices.push(Cow::Owned(*s)),
             }
         }
         let danmeps: Vec<&DanmEpRecord> = danmeps.iter().map(AsRef::as_ref).collect();

@@ -30,9 +30,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use netwarden_engine::sorted::{insert_sorted, remove_sorted};
-use netwarden_engine::{Namespace, NetworkId, ObjectKey, PodKey, PolicyRef};
+use netwarden_engine::{Namespace, NetworkId, ObjectKey, Pod, PodKey, PolicyRef};
 use serde_json::Value;
 
 use crate::assemble::{assemble, assemble_shared, Part};
@@ -156,7 +157,8 @@ impl Unit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Produced {
     Namespace(Box<Namespace>),
-    Pod(PodKey),
+    /// The pod handed to the engine (shared: its addresses are read from it).
+    Pod(Arc<Pod>),
     Service(ObjectKey),
     Policy(PolicyRef),
 }
@@ -166,7 +168,8 @@ impl Produced {
     fn refers_to(&self) -> Option<&str> {
         match self {
             Produced::Namespace(_) => None,
-            Produced::Pod(key) | Produced::Service(key) => Some(&key.namespace),
+            Produced::Pod(pod) => Some(&pod.key.namespace),
+            Produced::Service(key) => Some(&key.namespace),
             Produced::Policy(r) => Some(&r.key.namespace),
         }
     }
@@ -178,8 +181,31 @@ struct UnitState {
     produced: Option<Produced>,
     /// Its problems (reading and joining).
     problems: Vec<Problem>,
-    /// A pod's addresses (network, address, interface name), for the shared-address check.
-    addresses: Vec<(NetworkId, IpAddr, String)>,
+}
+
+impl UnitState {
+    /// The pod it produced, if any.
+    fn pod(&self) -> Option<&Arc<Pod>> {
+        match &self.produced {
+            Some(Produced::Pod(pod)) => Some(pod),
+            _ => None,
+        }
+    }
+
+    /// A pod's addresses (network, address, interface name), for the shared-address check;
+    /// none for a hostNetwork pod (it shares the node's by design).
+    fn addresses(&self) -> impl Iterator<Item = (&NetworkId, IpAddr, &str)> {
+        self.pod()
+            .filter(|pod| !pod.host_network)
+            .into_iter()
+            .flat_map(|pod| &pod.interfaces)
+            .flat_map(|iface| {
+                iface
+                    .ips
+                    .iter()
+                    .map(move |ip| (&iface.network, *ip, iface.name.as_str()))
+            })
+    }
 }
 
 /// The incremental second pass: units, what each produced, and the cross-unit facts (which
@@ -283,6 +309,10 @@ impl ClusterSet {
                 problem.object = key.object();
             }
         }
+        // Held for as long as the object exists: without the room a growing vector keeps
+        // (four entries of 136 bytes for the one an object has).
+        next.entries.shrink_to_fit();
+        next.file_problems.shrink_to_fit();
         if next.entries.is_empty() && next.file_problems.is_empty() {
             // Not one of our kinds (or nothing of it to keep).
             return self.release(&key);
@@ -366,15 +396,7 @@ impl ClusterSet {
                     .map(|n| Produced::Namespace(Box::new(n)));
                 namespaces.insert(name.clone());
             } else if let Some(pod) = inv.pods.pop() {
-                if !pod.host_network {
-                    for iface in &pod.interfaces {
-                        for ip in &iface.ips {
-                            new.addresses
-                                .push((iface.network.clone(), *ip, iface.name.clone()));
-                        }
-                    }
-                }
-                new.produced = Some(Produced::Pod(pod.key.clone()));
+                new.produced = Some(Produced::Pod(pod.clone()));
                 delta.pods.push(pod);
             } else if let Some(service) = inv.services.pop() {
                 new.produced = Some(Produced::Service(service.key.clone()));
@@ -385,8 +407,8 @@ impl ClusterSet {
             }
             // What the unit produced before and not now is removed.
             match (&old.produced, &new.produced) {
-                (Some(Produced::Pod(k)), n) if n != &Some(Produced::Pod(k.clone())) => {
-                    delta.pods_removed.push(k.clone())
+                (Some(Produced::Pod(old)), n) if !matches!(n, Some(Produced::Pod(new)) if new.key == old.key) => {
+                    delta.pods_removed.push(old.key.clone())
                 }
                 (Some(Produced::Service(k)), n) if n != &Some(Produced::Service(k.clone())) => {
                     delta.services_removed.push(k.clone())
@@ -406,15 +428,11 @@ impl ClusterSet {
                     namespaces.insert(ns.to_string());
                 }
             }
-            let pod_of = |state: &UnitState| match &state.produced {
-                Some(Produced::Pod(k)) => Some(k.clone()),
-                _ => None,
-            };
-            if let Some(key) = pod_of(&old) {
-                for (net, ip, _) in &old.addresses {
-                    let slot = (net.clone(), *ip);
+            if let Some(pod) = old.pod() {
+                for (net, ip, _) in old.addresses() {
+                    let slot = (net.clone(), ip);
                     if let Some(owners) = a.owners.get_mut(&slot) {
-                        remove_sorted(owners, &key);
+                        remove_sorted(owners, &pod.key);
                         if owners.is_empty() {
                             a.owners.remove(&slot);
                         }
@@ -422,14 +440,14 @@ impl ClusterSet {
                     addresses.insert(slot);
                 }
             }
-            if let Some(key) = pod_of(&new) {
-                for (net, ip, _) in &new.addresses {
-                    let slot = (net.clone(), *ip);
+            if let Some(pod) = new.pod() {
+                for (net, ip, _) in new.addresses() {
+                    let slot = (net.clone(), ip);
                     insert_sorted(
                         a.owners
                             .entry(slot.clone())
                             .or_insert_with(|| Vec::with_capacity(1)),
-                        key.clone(),
+                        pod.key.clone(),
                     );
                     addresses.insert(slot);
                 }
@@ -484,8 +502,8 @@ impl ClusterSet {
                         .get(&Unit::Pod(key.namespace.clone(), key.name.clone()));
                     state
                         .into_iter()
-                        .flat_map(|s| &s.addresses)
-                        .filter(|(net, ip, _)| net == &slot.0 && ip == &slot.1)
+                        .flat_map(UnitState::addresses)
+                        .filter(|(net, ip, _)| *net == &slot.0 && ip == &slot.1)
                         .map(|(net, ip, iface)| Problem {
                             file: CLUSTER_SOURCE.into(),
                             kind: "Pod".into(),
@@ -557,7 +575,6 @@ mod tests {
     use super::*;
     use crate::{parse_str, Severity};
     use serde_json::json;
-    use std::sync::Arc;
 
     fn pod(name: &str, labels: Value, node: &str, ip: &str) -> Value {
         json!({
@@ -646,8 +663,8 @@ mod tests {
         for pod in &first.pods {
             assert_eq!(
                 Arc::strong_count(pod),
-                2,
-                "{}: the set's and the delta's",
+                3,
+                "{}: the set's object, its unit's state and the delta's",
                 pod.key
             );
         }
@@ -656,7 +673,7 @@ mod tests {
         set.upsert(&pod("a", json!({"app": "web2"}), "n1", "10.0.0.1"));
         let second = set.take_delta();
         assert_eq!(second.pods.len(), 1);
-        assert_eq!(Arc::strong_count(&second.pods[0]), 2);
+        assert_eq!(Arc::strong_count(&second.pods[0]), 3);
         assert_eq!(second.pods[0].labels["app"], "web2");
     }
 

@@ -243,22 +243,24 @@ impl<'a> Ctx<'a> {
             return (out, get(v, key).is_none());
         };
         for (k, val) in map {
-            let f = keyed(&field, k);
+            // The field path is built only for a problem: most maps have none.
+            let f = || keyed(&field, k);
             let Value::String(s) = val else {
-                self.wrong_type(&f, "a string", val);
+                self.wrong_type(&f(), "a string", val);
                 ok = false;
                 continue;
             };
             if let Some(check) = &labels {
                 let valid = validate::label_key(k).and_then(|()| validate::label_value(s));
                 if let Err(e) = valid {
-                    self.error(&f, format!("{e}{}", check.consequence));
+                    self.error(&f(), format!("{e}{}", check.consequence));
                     ok = false;
                     continue;
                 }
             }
             out.insert(k.clone(), s.clone());
         }
+        out.shrink_to_fit();
         (out, ok)
     }
 

@@ -99,6 +99,17 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
 
     let learn = crate::read::read_learn(cx, &meta.annotations);
     let from_danmep = vec![false; interfaces.len()];
+    // A node agent holds every pod of the cluster: no room kept beyond what was read.
+    let mut interfaces = interfaces;
+    interfaces.shrink_to_fit();
+    for iface in &mut interfaces {
+        iface.ips.shrink_to_fit();
+        iface.prefix_lens.shrink_to_fit();
+    }
+    let mut container_ports = container_ports;
+    container_ports.shrink_to_fit();
+    let mut pod_ips = pod_ips;
+    pod_ips.shrink_to_fit();
     Some(PodRecord {
         pod: Arc::new(Pod {
             key: PodKey::new(meta.namespace, meta.name),

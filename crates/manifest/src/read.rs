@@ -43,10 +43,12 @@ pub(crate) struct ReadObject {
 pub(crate) enum Object {
     Namespace(Namespace),
     Pod(PodRecord),
-    DanmEp(DanmEpRecord),
+    // Boxed: the larger records would size every object (a node agent holds one per object
+    // of the cluster).
+    DanmEp(Box<DanmEpRecord>),
     Policy(Arc<Policy>),
-    Service(Service),
-    Slice(SliceRecord),
+    Service(Box<Service>),
+    Slice(Box<SliceRecord>),
 }
 
 /// What became of one object (a document, or an item of a List).
@@ -65,7 +67,7 @@ pub(crate) enum Outcome {
     /// A deletion marker (annotation [`DELETE`] `"true"`): in the changes of `netwarden diff
     /// --with`, deletes this object from the base ([`crate::overlay`]); anywhere else it is
     /// ignored, with a warning.
-    Delete(DeleteMarker),
+    Delete(Box<DeleteMarker>),
 }
 
 /// A deletion marker: the object it deletes, and where it was written.
@@ -242,11 +244,11 @@ impl FileRead {
                 // Only the identity matters; the rest of a deletion marker is not read.
                 read_meta(&mut cx, doc, spec.kind != "Namespace");
                 let outcome = match cx.id.take() {
-                    Some(id) => Outcome::Delete(DeleteMarker {
+                    Some(id) => Outcome::Delete(Box::new(DeleteMarker {
                         id,
                         file: file.to_string(),
                         label: cx.object.clone(),
-                    }),
+                    })),
                     None => Outcome::Unidentified,
                 };
                 return self.push(problems, outcome);
@@ -269,12 +271,14 @@ impl FileRead {
         let object = match spec.kind {
             "Namespace" => read_namespace(&mut cx, doc).map(Object::Namespace),
             "Pod" => pod::read_pod(&mut cx, doc).map(Object::Pod),
-            "DanmEp" => pod::read_danmep(&mut cx, doc).map(Object::DanmEp),
+            "DanmEp" => pod::read_danmep(&mut cx, doc).map(|d| Object::DanmEp(Box::new(d))),
             "NetworkPolicy" | "DanmNetworkPolicy" | "MultiNetworkPolicy" => {
                 policy::read_policy(&mut cx, doc).map(|p| Object::Policy(Arc::new(p)))
             }
-            "Service" => service::read_service(&mut cx, doc).map(Object::Service),
-            "EndpointSlice" => service::read_slice(&mut cx, doc).map(Object::Slice),
+            "Service" => service::read_service(&mut cx, doc).map(|s| Object::Service(Box::new(s))),
+            "EndpointSlice" => {
+                service::read_slice(&mut cx, doc).map(|s| Object::Slice(Box::new(s)))
+            }
             other => unreachable!("kind {other} is in KINDS but has no reader"),
         };
         let outcome = match (object, cx.id.take()) {
