@@ -26,6 +26,7 @@
 //! ([`crate::ManifestSet`]); only a delete (or a relist that no longer has it) removes an
 //! object.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::IpAddr;
@@ -33,7 +34,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use netwarden_engine::sorted::{insert_sorted, remove_sorted};
-use netwarden_engine::{Namespace, NetworkId, ObjectKey, Pod, PodKey, PolicyRef};
+use netwarden_engine::{Namespace, NetworkId, ObjectKey, Pod, PolicyRef};
 use serde_json::Value;
 
 use crate::assemble::{assemble, assemble_shared, Part};
@@ -208,21 +209,37 @@ impl UnitState {
     }
 }
 
+/// One unit: its objects, and what it produced at its last assembly. Kept while it has
+/// either (a unit whose last object is gone keeps its state until the next delta removes what
+/// it produced).
+#[derive(Debug, Default)]
+struct UnitEntry {
+    /// Its objects, sorted (most units have one: a `Vec`, not a tree, per unit).
+    members: Vec<ClusterKey>,
+    state: UnitState,
+}
+
+impl UnitEntry {
+    fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.state.produced.is_none() && self.state.problems.is_empty()
+    }
+}
+
 /// The incremental second pass: units, what each produced, and the cross-unit facts (which
 /// namespaces objects refer to, which pods hold each address).
 #[derive(Debug, Default)]
 struct Assembled {
-    /// Each unit's objects, sorted (most units have one: a `Vec`, not a tree, per unit).
-    members: HashMap<Unit, Vec<ClusterKey>>,
+    /// Every unit, its members and state under one key (a node agent holds one per pod).
+    units: HashMap<Unit, UnitEntry>,
     /// Units touched since the last delta.
     dirty: BTreeSet<Unit>,
-    states: HashMap<Unit, UnitState>,
     /// Per namespace, how many units produce an object in it.
     references: HashMap<String, usize>,
     /// The namespaces the last delta left in the engine's view.
     present: BTreeSet<String>,
     /// The pods holding each (network, address) (hostNetwork pods left out).
-    owners: HashMap<(NetworkId, IpAddr), Vec<PodKey>>,
+    /// Sorted by key; the pods themselves (shared), not copies of their keys.
+    owners: HashMap<(NetworkId, IpAddr), Vec<Arc<Pod>>>,
     /// Addresses held by more than one pod, with the problems saying so.
     shared: BTreeMap<(NetworkId, IpAddr), Vec<Problem>>,
 }
@@ -256,12 +273,9 @@ impl ClusterSet {
         self.release(&key);
         *self.counts.entry(key.kind.clone()).or_insert(0) += 1;
         let a = &mut self.assembled;
-        insert_sorted(
-            a.members
-                .entry(unit.clone())
-                .or_insert_with(|| Vec::with_capacity(1)),
-            key.clone(),
-        );
+        let entry = a.units.entry(unit.clone()).or_default();
+        insert_sorted(&mut entry.members, key.clone());
+        entry.members.shrink_to_fit();
         a.dirty.insert(unit);
         self.objects.insert(key, read);
     }
@@ -279,10 +293,10 @@ impl ClusterSet {
         }
         let a = &mut self.assembled;
         let unit = Unit::of(key, &read);
-        if let Some(members) = a.members.get_mut(&unit) {
-            remove_sorted(members, key);
-            if members.is_empty() {
-                a.members.remove(&unit);
+        if let Some(entry) = a.units.get_mut(&unit) {
+            remove_sorted(&mut entry.members, key);
+            if entry.is_empty() {
+                a.units.remove(&unit);
             }
         }
         a.dirty.insert(unit);
@@ -375,12 +389,16 @@ impl ClusterSet {
         // Addresses whose owners changed.
         let mut addresses: BTreeSet<(NetworkId, IpAddr)> = BTreeSet::new();
         for unit in dirty {
-            let old = a.states.remove(&unit).unwrap_or_default();
+            let old = a
+                .units
+                .get_mut(&unit)
+                .map(|e| std::mem::take(&mut e.state))
+                .unwrap_or_default();
             let parts = a
-                .members
+                .units
                 .get(&unit)
                 .into_iter()
-                .flatten()
+                .flat_map(|e| &e.members)
                 .filter_map(|key| self.objects.get(key))
                 .map(Part::File);
             let mut inv = assemble_shared(parts, &self.opts);
@@ -432,7 +450,9 @@ impl ClusterSet {
                 for (net, ip, _) in old.addresses() {
                     let slot = (net.clone(), ip);
                     if let Some(owners) = a.owners.get_mut(&slot) {
-                        remove_sorted(owners, &pod.key);
+                        if let Ok(i) = owners.binary_search_by(|p| p.key.cmp(&pod.key)) {
+                            owners.remove(i);
+                        }
                         if owners.is_empty() {
                             a.owners.remove(&slot);
                         }
@@ -443,21 +463,41 @@ impl ClusterSet {
             if let Some(pod) = new.pod() {
                 for (net, ip, _) in new.addresses() {
                     let slot = (net.clone(), ip);
-                    insert_sorted(
-                        a.owners
-                            .entry(slot.clone())
-                            .or_insert_with(|| Vec::with_capacity(1)),
-                        pod.key.clone(),
-                    );
+                    let owners = a
+                        .owners
+                        .entry(slot.clone())
+                        .or_insert_with(|| Vec::with_capacity(1));
+                    match owners.binary_search_by(|p| p.key.cmp(&pod.key)) {
+                        Ok(i) => owners[i] = pod.clone(),
+                        Err(i) => owners.insert(i, pod.clone()),
+                    }
                     addresses.insert(slot);
                 }
             }
-            if new.produced.is_some() || !new.problems.is_empty() {
-                a.states.insert(unit, new);
+            match a.units.entry(unit) {
+                Entry::Occupied(mut held) => {
+                    held.get_mut().state = new;
+                    if held.get().is_empty() {
+                        held.remove();
+                    }
+                }
+                Entry::Vacant(free) => {
+                    let entry = UnitEntry {
+                        members: Vec::new(),
+                        state: new,
+                    };
+                    if !entry.is_empty() {
+                        free.insert(entry);
+                    }
+                }
             }
         }
         for name in namespaces {
-            let declared = match a.states.get(&Unit::Namespace(name.clone())) {
+            let declared = match a
+                .units
+                .get(&Unit::Namespace(name.clone()))
+                .map(|e| &e.state)
+            {
                 Some(UnitState {
                     produced: Some(Produced::Namespace(ns)),
                     ..
@@ -492,14 +532,16 @@ impl ClusterSet {
                 continue;
             };
             let mut owners = owners.iter();
-            let Some(first) = owners.next() else {
+            let Some(first) = owners.next().map(|pod| &pod.key) else {
                 continue;
             };
             let problems: Vec<Problem> = owners
+                .map(|pod| &pod.key)
                 .flat_map(|key| {
                     let state = a
-                        .states
-                        .get(&Unit::Pod(key.namespace.clone(), key.name.clone()));
+                        .units
+                        .get(&Unit::Pod(key.namespace.clone(), key.name.clone()))
+                        .map(|e| &e.state);
                     state
                         .into_iter()
                         .flat_map(UnitState::addresses)
@@ -530,8 +572,9 @@ impl ClusterSet {
     pub fn problems(&self) -> Vec<Problem> {
         let mut units: Vec<(&Unit, &UnitState)> = self
             .assembled
-            .states
+            .units
             .iter()
+            .map(|(unit, e)| (unit, &e.state))
             .filter(|(_, s)| !s.problems.is_empty())
             .collect();
         units.sort_by(|a, b| a.0.cmp(b.0));
@@ -654,6 +697,18 @@ mod tests {
     /// not copies (a DanmEp joined to a pod makes its own version of that pod).
     #[test]
     fn deltas_share_pods_and_policies_with_the_set() {
+        /// The object the set holds under `kind`, `name` (namespace `ns`).
+        fn held<'a>(set: &'a ClusterSet, kind: &str, name: &str) -> &'a Object {
+            let read = &set.objects[&ClusterKey::new(kind, "ns", name)];
+            match &read.entries[0].outcome {
+                Outcome::Loaded(o) => &o.object,
+                other => panic!("{kind} {name} not loaded: {other:?}"),
+            }
+        }
+        let same_pod = |set: &ClusterSet, pod: &Arc<Pod>| match held(set, "Pod", &pod.key.name) {
+            Object::Pod(rec) => Arc::ptr_eq(&rec.pod, pod),
+            _ => false,
+        };
         let mut set = ClusterSet::new(LoadOptions::default());
         for o in objects() {
             set.upsert(&o);
@@ -661,19 +716,17 @@ mod tests {
         let first = set.take_delta();
         assert_eq!(first.pods.len(), 2);
         for pod in &first.pods {
-            assert_eq!(
-                Arc::strong_count(pod),
-                3,
-                "{}: the set's object, its unit's state and the delta's",
-                pod.key
-            );
+            assert!(same_pod(&set, pod), "{}: the set's own", pod.key);
         }
-        assert_eq!(Arc::strong_count(&first.policies[0]), 2);
-        // Touching the unit again hands on the same pod, not a new copy.
+        let Object::Policy(policy) = held(&set, "NetworkPolicy", "deny") else {
+            panic!("not a policy");
+        };
+        assert!(Arc::ptr_eq(policy, &first.policies[0]));
+        // Touching the unit again hands on the new version, again the set's own.
         set.upsert(&pod("a", json!({"app": "web2"}), "n1", "10.0.0.1"));
         let second = set.take_delta();
         assert_eq!(second.pods.len(), 1);
-        assert_eq!(Arc::strong_count(&second.pods[0]), 3);
+        assert!(same_pod(&set, &second.pods[0]));
         assert_eq!(second.pods[0].labels["app"], "web2");
     }
 
@@ -878,7 +931,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Fed {
         namespaces: BTreeMap<String, Namespace>,
-        pods: BTreeMap<PodKey, netwarden_engine::Pod>,
+        pods: BTreeMap<netwarden_engine::PodKey, netwarden_engine::Pod>,
         policies: BTreeMap<PolicyRef, netwarden_engine::Policy>,
         services: BTreeMap<ObjectKey, netwarden_engine::Service>,
     }
