@@ -9,6 +9,8 @@
 //!
 //! Only reduced objects are held (labels, addresses, ports, policy specs), never a full Pod
 //! spec or status: memory follows what the engine needs, not what the API server stores.
+//! Pods and policies are held as `Arc`s, and the deltas hand on those same `Arc`s: the engine
+//! keeps them, so the agent holds each object once.
 //! [`ClusterSet::upsert`] says whether the reduced object changed, so an update that touches
 //! nothing netwarden reads (`status.conditions`, `resourceVersion`, `managedFields`, a
 //! container image) causes no work downstream.

@@ -75,8 +75,17 @@ fn promotes_in_a_file_changing_only_the_mode_value() {
 }
 
 /// Whole seconds, so every record of a test names the same `monitored_since` (one episode).
-fn status(policy: &str, minutes_ago: i64, since_minutes_ago: i64, connections: u64) -> String {
-    let now = Timestamp::now().micros() / 3_600_000_000 * 3_600_000_000;
+/// A status record `minutes_ago` before `now` (micros), monitored since `since_minutes_ago`:
+/// both records of one test share `now`, so they belong to one monitoring episode.
+fn status(
+    now: i64,
+    policy: &str,
+    minutes_ago: i64,
+    since_minutes_ago: i64,
+    connections: u64,
+) -> String {
+    // `now` is the real time, which the verdict's window ends at (a time rounded down to the
+    // hour put the "1 minute ago" record out of the last hour from HH:59 on).
     StatusRecord {
         time: Timestamp(now - minutes_ago * 60_000_000),
         node: "node-a".into(),
@@ -99,13 +108,14 @@ fn require_ready_follows_the_report_verdict() {
     let (path, original) = policies_file(&dir);
     let file = path.to_str().unwrap();
     let policy = "web/frontend-same-namespace";
+    let now = Timestamp::now().micros();
     // Monitored for 2 hours, but its pods saw no traffic in the last hour.
     dir.write(
         "quiet.jsonl",
         &format!(
             "{}\n{}\n",
-            status(policy, 61, 120, 9),
-            status(policy, 1, 120, 9)
+            status(now, policy, 61, 120, 9),
+            status(now, policy, 1, 120, 9)
         ),
     );
     let quiet = dir.path.join("quiet.jsonl");
@@ -135,8 +145,8 @@ fn require_ready_follows_the_report_verdict() {
         "busy.jsonl",
         &format!(
             "{}\n{}\n",
-            status(policy, 61, 120, 9),
-            status(policy, 1, 120, 90)
+            status(now, policy, 61, 120, 9),
+            status(now, policy, 1, 120, 90)
         ),
     );
     let busy = dir.path.join("busy.jsonl");
