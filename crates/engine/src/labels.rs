@@ -96,10 +96,6 @@ impl Labels {
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
         self.0.iter().map(|(k, _)| k)
     }
-
-    pub fn values(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
-        self.0.iter().map(|(_, v)| v)
-    }
 }
 
 impl<Q> std::ops::Index<&Q> for Labels

@@ -11,7 +11,6 @@
 //! delta says what may have changed, and is exact about what was removed.
 
 use std::collections::BTreeSet;
-
 use std::sync::Arc;
 
 use netwarden_engine::{Namespace, ObjectKey, Pod, PodKey, Policy, PolicyRef, Service};

@@ -50,7 +50,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         );
     }
 
-    let container_ports = read_container_ports(cx, spec);
+    let mut container_ports = read_container_ports(cx, spec);
     // Which node programs the pod (the kube agent's `--node-name`); a wrong type rejects the
     // pod rather than leaving it unprogrammed by every node.
     let node_name = cx
@@ -64,7 +64,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         .str(metadata, "metadata", "uid")
         .filter(|u| !u.is_empty())
         .map(str::to_string);
-    let pod_ips = read_pod_ips(cx, status);
+    let mut pod_ips = read_pod_ips(cx, status);
 
     let status_key = if meta.annotations.contains_key(NETWORK_STATUS) {
         Some(NETWORK_STATUS)
@@ -77,7 +77,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         let field = keyed("metadata.annotations", k);
         read_network_status(cx, &field, &meta.annotations[k], &meta.namespace, &pod_ips)
     });
-    let interfaces = match from_status {
+    let mut interfaces = match from_status {
         Some(ifaces) => ifaces,
         None if pod_ips.is_empty() => Vec::new(),
         None => vec![primary_from_pod_ips(&pod_ips)],
@@ -100,15 +100,12 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
     let learn = crate::read::read_learn(cx, &meta.annotations);
     let from_danmep = vec![false; interfaces.len()];
     // A node agent holds every pod of the cluster: no room kept beyond what was read.
-    let mut interfaces = interfaces;
     interfaces.shrink_to_fit();
     for iface in &mut interfaces {
         iface.ips.shrink_to_fit();
         iface.prefix_lens.shrink_to_fit();
     }
-    let mut container_ports = container_ports;
     container_ports.shrink_to_fit();
-    let mut pod_ips = pod_ips;
     pod_ips.shrink_to_fit();
     Some(PodRecord {
         pod: Arc::new(Pod {

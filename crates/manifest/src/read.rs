@@ -3,10 +3,9 @@
 //! [`FileRead`] can be kept and reused as long as the file does not change
 //! ([`crate::ManifestSet`]).
 
-use netwarden_engine::Labels;
 use std::sync::Arc;
 
-use netwarden_engine::{Namespace, Policy, Service};
+use netwarden_engine::{Labels, Namespace, Policy, Service};
 use serde_json::Value;
 
 use crate::ctx::{get, keyed, type_name, Ctx, LabelCheck};

@@ -1329,9 +1329,10 @@ fn init_logging(format: LogFormat) {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    netwarden::memory::no_transparent_huge_pages();
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // After the logger, so that a failure is reported; the setting covers memory mapped before.
+    netwarden::memory::no_transparent_huge_pages();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -4,7 +4,7 @@
 //! mimalloc asks for them on its arenas (`madvise(MADV_HUGEPAGE)`), and a 2 MiB page stays
 //! resident while any of its 4 KiB is live. The agent's heap is many small objects of long and
 //! short lives, so huge pages kept ~35 MiB more resident than regular ones on the 10,000-pod
-//! agent benchmark (at rest: 178.6 MiB with them, 145.3 MiB without).
+//! agent benchmark (at rest: 178.6 MiB with them, 145.6 MiB without).
 //!
 //! Rust allocations go to mimalloc (the binary's global allocator), which returns freed pages
 //! by itself. libnftables still allocates through glibc's malloc — its caches of each context's
