@@ -275,6 +275,12 @@ pub trait Dataplane: Send {
     /// Empty when nothing is monitored there.
     fn read_counters(&self, netns: &Path) -> Result<EvidenceCounters, ApplyError>;
 
+    /// [`Dataplane::read_counters`] of several netns, in their order (a backend that can
+    /// reads them side by side: each is a listing in its own netns).
+    fn read_counters_many(&self, netns: &[&Path]) -> Vec<Result<EvidenceCounters, ApplyError>> {
+        netns.iter().map(|n| self.read_counters(n)).collect()
+    }
+
     /// Forgets what was applied to `netns` (its next apply is a full one).
     fn forget(&mut self, netns: &Path);
 

@@ -33,7 +33,7 @@ pub mod generate;
 pub mod rules;
 pub mod sorted;
 
-pub use engine::{selects, DnsMode, Engine, EngineOptions};
+pub use engine::{selects, AddressChanges, DnsMode, Engine, EngineOptions};
 pub use rules::*;
 pub mod testing;
 pub mod verdict;

@@ -7,6 +7,8 @@
 //! engine names dirty (as the node agent does), and compares what it holds then with a
 //! fresh engine fed the final objects. At this size the indexes hold thousands of entries
 //! per bucket kind, so a candidate the index fails to name shows up as a stale pod.
+//! A copy of the address owners kept from the engine's address changes
+//! ([`Engine::take_address_changes`]) equals the fresh engine's too.
 //! `NETWARDEN_SCALE_CASES` sets the number of cases (4 by default).
 
 use std::collections::BTreeMap;
@@ -253,8 +255,23 @@ proptest! {
         let mut objects = objects.clone();
         let mut engine = engine.clone();
         let mut held = rules.clone();
+        // A copy of the address owners that follows the engine's changes (as the agent's
+        // events thread holds one).
+        engine.take_address_changes();
+        let mut addresses = engine.pods_by_address();
         for (serial, event) in events.iter().enumerate() {
             apply(&mut objects, &mut engine, event, serial);
+            match engine.take_address_changes() {
+                AddressChanges::All => addresses = engine.pods_by_address(),
+                AddressChanges::Listed(ips) => {
+                    for ip in ips {
+                        match engine.pod_at(ip) {
+                            Some(key) => addresses.insert(ip, key.clone()),
+                            None => addresses.remove(&ip),
+                        };
+                    }
+                }
+            }
             for key in engine.take_dirty() {
                 match engine.pod_rules(&key) {
                     Some(r) => {
@@ -266,7 +283,9 @@ proptest! {
                 }
             }
         }
-        let fresh = objects.engine().all_pod_rules();
+        let mut fresh_engine = objects.engine();
+        prop_assert_eq!(&addresses, &fresh_engine.pods_by_address());
+        let fresh = fresh_engine.all_pod_rules();
         prop_assert_eq!(held.len(), fresh.len());
         for (key, rules) in &fresh {
             prop_assert_eq!(held.get(key), Some(rules), "pod {} after {:?}", key, events);

@@ -31,6 +31,7 @@ pub mod events;
 pub mod kinds;
 pub mod list;
 pub mod patch;
+pub mod raw;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,18 +40,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use netwarden_manifest::{ClusterKey, ClusterSet, Inventory, InventoryDelta, LoadOptions, Problem};
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 pub use crate::events::{EventPublisher, EventReason, PolicyEvent, PolicyObject};
 pub use crate::kinds::{watched, WatchedKind, WATCHED_KINDS};
 pub use crate::list::{list_once, ListOptions, Listed};
 pub use crate::patch::{get_object, merge_patch};
+pub use crate::raw::RawObject;
 pub use crate::status::{KindState, KindStatus, WatchStatus};
 
 /// How to reach the cluster and what to watch.
@@ -102,8 +103,6 @@ pub enum KubeError {
         #[source]
         source: kube::Error,
     },
-    #[error("cannot read the listed {kind} {name:?} as JSON")]
-    Unreadable { kind: &'static str, name: String },
 }
 
 /// What happened since the agent last took the inventory.
@@ -220,12 +219,19 @@ impl KubeSource {
     }
 
     /// Waits until something is pending or `timeout` passes, then takes what is pending.
+    ///
+    /// Until every kind has been listed once, a change alone does not end the wait: the view
+    /// is not complete, so there is nothing the agent could do with it, and waking it for
+    /// each of the first list's objects (100,000 at the largest clusters) only made it
+    /// contend for the [`ClusterSet`] with the watcher filling it. The changes stay pending.
     pub fn wait(&self, timeout: Duration) -> Pending {
         let pending = lock(&self.shared.pending);
         let (mut pending, _) = self
             .shared
             .wake
-            .wait_timeout_while(pending, timeout, |p| p.is_empty())
+            .wait_timeout_while(pending, timeout, |p| {
+                p.is_empty() || (!p.status_changed && !lock(&self.shared.status).synced_once())
+            })
             .unwrap_or_else(|p| p.into_inner());
         std::mem::take(&mut *pending)
     }
@@ -372,16 +378,6 @@ fn api_resource(kind: &WatchedKind, version: &str) -> ApiResource {
     }
 }
 
-/// The object as JSON, with the apiVersion and kind it was watched as (list items may lack
-/// them).
-fn to_json(object: &DynamicObject, resource: &ApiResource) -> Option<Value> {
-    let mut value = serde_json::to_value(object).ok()?;
-    let map = value.as_object_mut()?;
-    map.insert("apiVersion".into(), resource.api_version.clone().into());
-    map.insert("kind".into(), resource.kind.clone().into());
-    Some(value)
-}
-
 /// Whether an optional kind watched at `version` is no longer served there: its CRD was
 /// deleted (or that version removed). Then it holds no object any more — the API server
 /// deletes a CRD's objects with it — and the watch ends (its objects are dropped, the kind is
@@ -400,13 +396,13 @@ async fn watch(
     version: &'static str,
 ) {
     let resource = api_resource(kind, version);
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let api: Api<RawObject> = Api::all_with(client.clone(), &resource);
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     // Objects seen by the list in progress, to drop those deleted while the watch was down.
     let mut listed: Option<BTreeSet<ClusterKey>> = None;
-    let upsert = |object: &DynamicObject, received: Instant| -> Option<ClusterKey> {
-        let value = to_json(object, &resource)?;
+    let upsert = |object: RawObject, received: Instant| -> ClusterKey {
+        let value = object.into_typed_value(&resource);
         let key = ClusterKey::of(&value);
         let mut changed = lock(&shared.cluster).upsert(&value);
         if POLICY_KINDS.contains(&kind.kind) {
@@ -419,7 +415,7 @@ async fn watch(
         if changed {
             shared.changed(received);
         }
-        Some(key)
+        key
     };
     while let Some(item) = stream.next().await {
         let received = Instant::now();
@@ -451,7 +447,8 @@ async fn watch(
                 shared.status(|s| s.list_started(kind.kind));
             }
             Event::InitApply(object) => {
-                if let (Some(key), Some(listed)) = (upsert(&object, received), listed.as_mut()) {
+                let key = upsert(object, received);
+                if let Some(listed) = listed.as_mut() {
                     listed.insert(key);
                 }
             }
@@ -468,14 +465,13 @@ async fn watch(
                 shared.status(|s| s.list_done(kind.kind));
             }
             Event::Apply(object) => {
-                upsert(&object, received);
+                upsert(object, received);
                 shared.status(|s| s.progressed(kind.kind));
             }
             Event::Delete(object) => {
-                let namespace = object.metadata.namespace.clone().unwrap_or_default();
-                let name = object.metadata.name.clone().unwrap_or_default();
-                lock(&shared.policies).remove(&ClusterKey::new(kind.kind, &namespace, &name));
-                if lock(&shared.cluster).remove(kind.kind, &namespace, &name) {
+                let (namespace, name) = object.namespace_and_name();
+                lock(&shared.policies).remove(&ClusterKey::new(kind.kind, namespace, name));
+                if lock(&shared.cluster).remove(kind.kind, namespace, name) {
                     shared.changed(received);
                 }
                 shared.status(|s| s.progressed(kind.kind));
@@ -495,9 +491,11 @@ mod tests {
             .find(|k| k.kind == "MultiNetworkPolicy")
             .unwrap();
         let resource = api_resource(kind, "v1beta1");
-        let mut object = DynamicObject::new("p", &resource).within("ns");
-        object.types = None;
-        let value = to_json(&object, &resource).unwrap();
+        let object: RawObject = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "p", "namespace": "ns"}}),
+        )
+        .unwrap();
+        let value = object.into_typed_value(&resource);
         assert_eq!(value["apiVersion"], "k8s.cni.cncf.io/v1beta1");
         assert_eq!(value["kind"], "MultiNetworkPolicy");
         assert_eq!(

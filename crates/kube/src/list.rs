@@ -10,11 +10,11 @@
 
 use std::path::PathBuf;
 
-use kube::api::{DynamicObject, ListParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use netwarden_manifest::{ClusterSet, LoadOptions};
 
-use crate::{api_resource, client, served_version, to_json, watched, KubeError, WatchedKind};
+use crate::{api_resource, client, served_version, watched, KubeError, RawObject, WatchedKind};
 
 /// Objects per LIST page (the API server's own default page size for kubectl is 500).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
@@ -118,7 +118,7 @@ async fn list_kind(
     cluster: &mut ClusterSet,
 ) -> Result<(), KubeError> {
     let resource = api_resource(kind, version);
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let api: Api<RawObject> = Api::all_with(client.clone(), &resource);
     let mut params = ListParams::default().limit(page_size.max(1));
     loop {
         let page = api.list(&params).await.map_err(|source| KubeError::List {
@@ -126,14 +126,8 @@ async fn list_kind(
             api_version: resource.api_version.clone(),
             source,
         })?;
-        for object in &page.items {
-            // Serialising a DynamicObject cannot fail; an object that somehow did would be
-            // missing from the analysis, so it is an error rather than a silent gap.
-            let value = to_json(object, &resource).ok_or_else(|| KubeError::Unreadable {
-                kind: kind.kind,
-                name: object.metadata.name.clone().unwrap_or_default(),
-            })?;
-            cluster.upsert(&value);
+        for object in page.items {
+            cluster.upsert(&object.into_typed_value(&resource));
         }
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
             Some(token) => params = params.continue_token(&token),

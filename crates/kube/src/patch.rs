@@ -9,11 +9,11 @@
 
 use std::path::Path;
 
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::{api_resource, client, served_version, to_json, KubeError, WatchedKind};
+use crate::{api_resource, client, served_version, KubeError, RawObject, WatchedKind};
 
 /// Blocking: one current-thread runtime per call (a user command does one or two calls).
 fn block_on<T>(
@@ -30,7 +30,7 @@ async fn api(
     kubeconfig: Option<&Path>,
     kind: &'static WatchedKind,
     namespace: &str,
-) -> Result<(Api<DynamicObject>, kube::api::ApiResource), KubeError> {
+) -> Result<(Api<RawObject>, kube::api::ApiResource), KubeError> {
     let client: Client = client(kubeconfig).await?;
     let version = served_version(&client, kind)
         .await
@@ -61,15 +61,7 @@ pub fn get_object(
                 name: format!("{namespace}/{name}"),
                 source,
             })?;
-        match object {
-            None => Ok(None),
-            Some(o) => to_json(&o, &resource)
-                .map(Some)
-                .ok_or_else(|| KubeError::Unreadable {
-                    kind: kind.kind,
-                    name: format!("{namespace}/{name}"),
-                }),
-        }
+        Ok(object.map(|o| o.into_typed_value(&resource)))
     })
 }
 
@@ -91,9 +83,6 @@ pub fn merge_patch(
                 name: format!("{namespace}/{name}"),
                 source,
             })?;
-        to_json(&object, &resource).ok_or_else(|| KubeError::Unreadable {
-            kind: kind.kind,
-            name: format!("{namespace}/{name}"),
-        })
+        Ok(object.into_typed_value(&resource))
     })
 }

@@ -273,7 +273,13 @@ impl ClusterSet {
     fn hold(&mut self, key: ClusterKey, read: FileRead) {
         let unit = Unit::of(&key, &read);
         self.release(&key);
-        *self.counts.entry(key.kind.clone()).or_insert(0) += 1;
+        // Counted without copying the kind, but for the first object of a kind.
+        match self.counts.get_mut(&key.kind) {
+            Some(n) => *n += 1,
+            None => {
+                self.counts.insert(key.kind.clone(), 1);
+            }
+        }
         let a = &mut self.assembled;
         let entry = a.units.entry(unit.clone()).or_default();
         insert_sorted(&mut entry.members, key.clone());

@@ -214,6 +214,14 @@ pub fn netns_path(s: &str) -> Result<(), String> {
 /// Shortens user input quoted in a reason so that one huge value cannot flood the output.
 pub fn shorten(s: &str) -> String {
     const MAX: usize = 80;
+    // The common case, every name of a cluster: printable ASCII that `escape_debug` leaves as
+    // it is, copied without going through the formatter (this labels every object read).
+    if s.len() <= MAX
+        && s.bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && !matches!(b, b'\\' | b'"' | b'\''))
+    {
+        return s.to_string();
+    }
     if s.chars().count() <= MAX {
         s.escape_debug().to_string()
     } else {
@@ -225,6 +233,30 @@ pub fn shorten(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shortened_text_is_escaped_as_escape_debug_escapes_it() {
+        // The ASCII fast path must agree with the formatter on every printable byte and on
+        // those it escapes.
+        let every_ascii: String = (0u8..=127).map(char::from).collect();
+        for s in [
+            "app",
+            "ns0/pod-17",
+            "a\\b",
+            "say \"hi\"",
+            "it's",
+            "tab\there",
+            "\u{7f}",
+            "é",
+            "a\u{301}",
+            &every_ascii[..60],
+            &every_ascii[60..],
+        ] {
+            assert_eq!(shorten(s), s.escape_debug().to_string(), "{s:?}");
+        }
+        let long = "x".repeat(81);
+        assert_eq!(shorten(&long), format!("{}...", "x".repeat(80)));
+    }
 
     #[test]
     fn labels() {

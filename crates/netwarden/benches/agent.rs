@@ -277,6 +277,25 @@ fn measure(
 
 /// The agent's own account of its passes that followed an object change (`pass: objects
 /// …`): per step, the median and the largest time.
+/// Seconds from the log's first line to the first line containing `what`, by the lines'
+/// timestamps (`2026-12-02T11:36:55.568951Z …`, tracing's format).
+fn seconds_until(log: &str, what: &str) -> Option<f64> {
+    let stamp = |line: &str| -> Option<f64> {
+        let time = line.split_whitespace().next()?.split_once('T')?.1;
+        let mut hms = time.trim_end_matches('Z').split(':');
+        let (h, m, s) = (hms.next()?, hms.next()?, hms.next()?);
+        Some(
+            h.parse::<f64>().ok()? * 3600.0
+                + m.parse::<f64>().ok()? * 60.0
+                + s.parse::<f64>().ok()?,
+        )
+    };
+    let first = log.lines().find_map(stamp)?;
+    let at = log.lines().find(|l| l.contains(what)).and_then(stamp)?;
+    // Across midnight.
+    Some((at - first).rem_euclid(86_400.0))
+}
+
 fn print_phases(log: &str) {
     let mut steps: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for line in log.lines() {
@@ -437,8 +456,13 @@ fn run(sizes: &Sizes, full: bool) {
         initial_sync.as_secs_f64(),
         local.len()
     );
-    // The agent's own account of the passes that made up the initial sync.
-    for pass in agent.log().lines().filter_map(|l| l.split("pass: ").nth(1)) {
+    // The agent's own account of the initial sync: when its view was complete (every kind
+    // listed), and the passes that followed.
+    let log_text = agent.log();
+    if let Some(listed) = seconds_until(&log_text, "the cluster view is current") {
+        println!("  every kind listed {listed:.2} s after the agent's first log line");
+    }
+    for pass in log_text.lines().filter_map(|l| l.split("pass: ").nth(1)) {
         println!("  initial sync pass: {pass}");
     }
     assert_eq!(

@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 use crate::inventory::PodChange;
 use anyhow::Result;
 use netwarden_dataplane::{Backend, DiscoveredInterface, NetnsId};
-use netwarden_engine::{Engine, EngineOptions, NetworkId, NetworkType, Pod, PodInterface, PodKey};
+use netwarden_engine::{
+    AddressChanges, Engine, EngineOptions, NetworkId, NetworkType, Pod, PodInterface, PodKey,
+};
 use netwarden_manifest::{InventoryDelta, LoadOptions};
 use netwarden_monitor::{
     serve_metrics, Collector, EventProcessor, EventSink, JsonLinesSink, ListenerConfig, Metrics,
@@ -152,7 +154,7 @@ impl Monitor {
         let counters = Counters {
             would_deny: &|p: &str| metrics.would_deny_count(p),
             dropped: &dropped,
-            kernel: &|pod: &PodKey| kernel_counters(syncer, pod),
+            kernel: &|pods: &[PodKey]| kernel_counters(syncer, pods),
         };
         self.status
             .observe(engine.policies(), &cover, &counters, Timestamp::now());
@@ -175,7 +177,7 @@ impl Monitor {
         let counters = Counters {
             would_deny: &|p: &str| metrics.would_deny_count(p),
             dropped: &dropped,
-            kernel: &|pod: &PodKey| kernel_counters(syncer, pod),
+            kernel: &|pods: &[PodKey]| kernel_counters(syncer, pods),
         };
         for record in self.status.records(&self.node, &counters, Timestamp::now()) {
             if let Err(e) = self.sink.emit_status(&record) {
@@ -186,7 +188,7 @@ impl Monitor {
 
     /// Listeners follow the programmed pods: opened (or given the new rules) for pods whose
     /// rules log, closed for the others.
-    fn follow(&mut self, engine: &Engine, syncer: &dyn Reconciler) {
+    fn follow(&mut self, engine: &mut Engine, syncer: &dyn Reconciler) {
         let mut wanted: BTreeMap<PathBuf, &PodKey> = BTreeMap::new();
         for (key, netns) in syncer.programmed() {
             let Some(rules) = syncer.current().get(key) else {
@@ -210,8 +212,23 @@ impl Monitor {
         for (path, exit) in self.collector.reap() {
             info!("log listener of {} ended: {exit:?}", path.display());
         }
-        let map = engine.pods_by_address();
-        *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
+        match engine.take_address_changes() {
+            AddressChanges::All => {
+                // Built before the lock is taken: the events thread keeps resolving meanwhile.
+                let map = engine.pods_by_address();
+                *self.addresses.write().unwrap_or_else(|p| p.into_inner()) = map;
+            }
+            AddressChanges::Listed(ips) if !ips.is_empty() => {
+                let mut map = self.addresses.write().unwrap_or_else(|p| p.into_inner());
+                for ip in ips {
+                    match engine.pod_at(ip) {
+                        Some(key) => map.insert(ip, key.clone()),
+                        None => map.remove(&ip),
+                    };
+                }
+            }
+            AddressChanges::Listed(_) => {}
+        }
         self.metrics.set_managed_pods(syncer.programmed().len());
         self.track(engine, syncer);
     }
@@ -229,19 +246,23 @@ impl Monitor {
     }
 }
 
-/// The evidence counters in `pod`'s netns, `None` (and a warning) when they cannot be read: the
-/// status records then carry `null` (see `status_tracker`).
+/// The evidence counters in each pod's netns (read side by side), `None` (and a warning) when
+/// they cannot be read: the status records then carry `null` (see `status_tracker`).
 fn kernel_counters(
     syncer: &dyn Reconciler,
-    pod: &PodKey,
-) -> Option<netwarden_dataplane::EvidenceCounters> {
-    match syncer.read_counters(pod)? {
-        Ok(counters) => Some(counters),
-        Err(e) => {
-            warn!("{pod}: cannot read the evidence counters: {e}");
-            None
-        }
-    }
+    pods: &[PodKey],
+) -> Vec<Option<netwarden_dataplane::EvidenceCounters>> {
+    let read = syncer.read_counters_many(pods);
+    pods.iter()
+        .zip(read)
+        .map(|(pod, read)| match read? {
+            Ok(counters) => Some(counters),
+            Err(e) => {
+                warn!("{pod}: cannot read the evidence counters: {e}");
+                None
+            }
+        })
+        .collect()
 }
 
 /// What reconciling the kernel's view of a pod with the manifests' found worth saying.
@@ -639,6 +660,8 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         }
         let fresh = poll.changed || !fed_once;
         let mut phases = Phases::start();
+        // Whether this pass followed a sync (listeners, addresses, status episodes) already.
+        let mut followed = false;
         let mut place_local = false;
         if fresh {
             let update = source.take_update();
@@ -722,7 +745,9 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
                 monitor
                     .metrics
                     .observe_sync(report.duration, report.errors.is_empty());
-                monitor.follow(&engine, syncer.as_ref());
+                monitor.follow(&mut engine, syncer.as_ref());
+                followed = true;
+                phases.mark("follow");
             }
             for error in &report.errors {
                 warn!("{error}");
@@ -741,22 +766,28 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
         // Readiness and the status first: the events on policies below take their time
         // (a second for 20,000 policies) and enforcement, done above, never waits for them.
         if let Some(monitor) = monitor.as_mut() {
+            if let Some(at) = oldest.take().filter(|_| fresh) {
+                monitor.metrics.observe_event_to_apply(at.elapsed());
+            }
+            // Ready: the view was complete once, is current now, and has been applied. The
+            // status records below read every monitored pod's counters (a listing in each
+            // netns: about a second for 100 pods) and do not hold readiness back.
+            monitor.metrics.health().set_ready(match &reason {
+                None => Ok(()),
+                Some(why) => Err(why.clone()),
+            });
             // Only once the state was applied: before, the agent vouches for nothing.
             if fed_once {
-                if fresh {
+                if fresh && !followed {
                     // Policies changed without a pod to sync (e.g. none local): follow them too.
                     monitor.track(&engine, syncer.as_ref());
                 }
                 monitor.write_status(syncer.as_ref(), false);
             }
-            if let Some(at) = oldest.take().filter(|_| fresh) {
-                monitor.metrics.observe_event_to_apply(at.elapsed());
+            if phases.any() {
+                // Only in a pass that did something (an idle wake-up logs nothing).
+                phases.mark("status");
             }
-            // Ready: the view was complete once, is current now, and has been applied.
-            monitor.metrics.health().set_ready(match &reason {
-                None => Ok(()),
-                Some(why) => Err(why.clone()),
-            });
         }
         // Events on bad policies, once local pods are placed (a new local pod is selected
         // before its policy is judged) and after the sync (enforcement does not wait for

@@ -177,7 +177,13 @@ fn status_records(lab: &EnforcedLab, tracker: &mut StatusTracker, node: &str) ->
     let counters = Counters {
         would_deny: &|p: &str| metrics.would_deny_count(p),
         dropped: &dropped,
-        kernel: &|pod: &PodKey| syncer.read_counters(pod)?.ok(),
+        kernel: &|pods: &[PodKey]| {
+            syncer
+                .read_counters_many(pods)
+                .into_iter()
+                .map(|r| r?.ok())
+                .collect()
+        },
     };
     let rules = syncer
         .programmed()

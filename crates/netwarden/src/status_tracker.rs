@@ -112,8 +112,10 @@ pub struct Counters<'a> {
     pub would_deny: &'a dyn Fn(&str) -> u64,
     /// NFLOG messages lost per pod (`ns/name`).
     pub dropped: &'a BTreeMap<String, u64>,
-    /// The evidence counters in a pod's netns now (`None`: cannot be read).
-    pub kernel: &'a dyn Fn(&PodKey) -> Option<EvidenceCounters>,
+    /// The evidence counters in each pod's netns now, in the pods' order (`None`: cannot be
+    /// read). Asked once per call for every pod that needs a reading: each is a listing in
+    /// the pod's netns, and the caller may read them side by side.
+    pub kernel: &'a dyn Fn(&[PodKey]) -> Vec<Option<EvidenceCounters>>,
 }
 
 impl Counters<'_> {
@@ -171,8 +173,35 @@ impl StatusTracker {
         counters: &Counters,
         now: Timestamp,
     ) {
+        let monitored: Vec<&Policy> = policies
+            .into_iter()
+            .filter(|p| p.mode == Mode::Monitor)
+            .collect();
+        // The pods joining an episode need a reading, their base. One reading per pod, all
+        // asked at once: when the agent starts, every covered pod joins every monitored
+        // policy covering it.
+        let joining: BTreeSet<&PodKey> = monitored
+            .iter()
+            .flat_map(|policy| {
+                let episode = self
+                    .episodes
+                    .get(&policy.reference())
+                    .filter(|e| e.spec == **policy);
+                coverage
+                    .get(&policy.reference())
+                    .into_iter()
+                    .flat_map(|c| c.keys())
+                    .filter(move |pod| episode.is_none_or(|e| !e.pods.contains_key(*pod)))
+            })
+            .collect();
+        let joining: Vec<PodKey> = joining.into_iter().cloned().collect();
+        let mut readings: BTreeMap<PodKey, Option<EvidenceCounters>> = joining
+            .iter()
+            .cloned()
+            .zip((counters.kernel)(&joining))
+            .collect();
         let mut seen = BTreeSet::new();
-        for policy in policies.into_iter().filter(|p| p.mode == Mode::Monitor) {
+        for policy in monitored {
             let reference = policy.reference();
             let fresh = || Episode {
                 spec: policy.clone(),
@@ -215,7 +244,12 @@ impl StatusTracker {
                     .or_insert_with(|| PodShare {
                         dropped_base: counters.dropped(pod),
                         keys: BTreeSet::new(),
-                        last: (counters.kernel)(pod),
+                        last: readings
+                            .entry(pod.clone())
+                            .or_insert_with(|| {
+                                (counters.kernel)(std::slice::from_ref(pod)).pop().flatten()
+                            })
+                            .clone(),
                         counted: Counted::default(),
                     })
                     .keys = keys.clone();
@@ -238,13 +272,9 @@ impl StatusTracker {
             .values()
             .flat_map(|e| e.pods.keys().cloned())
             .collect();
-        let readings: BTreeMap<PodKey, Option<EvidenceCounters>> = pods
-            .into_iter()
-            .map(|pod| {
-                let reading = (counters.kernel)(&pod);
-                (pod, reading)
-            })
-            .collect();
+        let pods: Vec<PodKey> = pods.into_iter().collect();
+        let readings: BTreeMap<PodKey, Option<EvidenceCounters>> =
+            pods.iter().cloned().zip((counters.kernel)(&pods)).collect();
         self.episodes
             .iter_mut()
             .map(|(reference, e)| {
@@ -329,7 +359,7 @@ mod tests {
                 Counters {
                     would_deny: &|p: &str| would_deny.get(p).copied().unwrap_or(0),
                     dropped: &dropped,
-                    kernel: &|_: &PodKey| Some(kernel(0, 0, 0)),
+                    kernel: &|pods: &[PodKey]| vec![Some(kernel(0, 0, 0)); pods.len()],
                 }
             };
         }
@@ -384,7 +414,7 @@ mod tests {
         let counters = Counters {
             would_deny: &|_: &str| 0,
             dropped: &dropped,
-            kernel: &|_: &PodKey| reading.borrow().clone(),
+            kernel: &|pods: &[PodKey]| vec![reading.borrow().clone(); pods.len()],
         };
         let at = Timestamp::from_secs;
         let mut t = StatusTracker::new();

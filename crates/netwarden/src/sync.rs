@@ -85,6 +85,15 @@ pub trait Reconciler: Send {
     /// The evidence counters of a programmed pod (see `Dataplane::read_counters`); `None`
     /// when the pod is not programmed.
     fn read_counters(&self, pod: &PodKey) -> Option<Result<EvidenceCounters, ApplyError>>;
+
+    /// [`Reconciler::read_counters`] of several pods, in their order, side by side where the
+    /// dataplane can.
+    fn read_counters_many(
+        &self,
+        pods: &[PodKey],
+    ) -> Vec<Option<Result<EvidenceCounters, ApplyError>>> {
+        pods.iter().map(|pod| self.read_counters(pod)).collect()
+    }
 }
 
 /// The reconciler of `backend`, with its dataplane.
@@ -250,6 +259,25 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
         let netns = self.programmed.get(pod)?;
         Some(self.dataplane.read_counters(netns))
     }
+
+    fn read_counters_many(
+        &self,
+        pods: &[PodKey],
+    ) -> Vec<Option<Result<EvidenceCounters, ApplyError>>> {
+        let programmed: Vec<&Path> = pods
+            .iter()
+            .filter_map(|pod| self.programmed.get(pod).map(PathBuf::as_path))
+            .collect();
+        let mut read = self.dataplane.read_counters_many(&programmed).into_iter();
+        pods.iter()
+            .map(|pod| {
+                self.programmed
+                    .contains_key(pod)
+                    .then(|| read.next())
+                    .flatten()
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +327,23 @@ mod tests {
         assert_eq!(
             syncer.current()[&PodKey::new("ns", "web")].interfaces[0].name,
             "eth0"
+        );
+    }
+
+    #[test]
+    fn counters_read_together_keep_the_pods_order_and_skip_unprogrammed_pods() {
+        let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
+        let mut e = engine_with("eth0");
+        let keys = all(&e);
+        assert_eq!(syncer.sync(&mut e, keys).applied, 1);
+        let web = PodKey::new("ns", "web");
+        let elsewhere = PodKey::new("ns", "elsewhere");
+        let read = syncer.read_counters_many(&[elsewhere.clone(), web.clone(), elsewhere]);
+        let shape: Vec<Option<bool>> = read.iter().map(|r| r.as_ref().map(Result::is_ok)).collect();
+        assert_eq!(shape, [None, Some(true), None]);
+        assert_eq!(
+            read[1].as_ref().unwrap().as_ref().unwrap(),
+            &syncer.read_counters(&web).unwrap().unwrap()
         );
     }
 
