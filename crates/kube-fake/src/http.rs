@@ -240,7 +240,14 @@ pub async fn handle(
         code,
     };
 
-    let response = if shared.unavailable.load(Ordering::SeqCst) {
+    let kind_unavailable = kind.as_ref().is_some_and(|r| {
+        shared
+            .unavailable_kinds
+            .lock()
+            .expect("kinds lock")
+            .contains(&r.kind)
+    });
+    let response = if shared.unavailable.load(Ordering::SeqCst) || kind_unavailable {
         error_response(&ApiError::unavailable())
     } else {
         let body = match req.into_body().collect().await {

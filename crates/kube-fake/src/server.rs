@@ -58,6 +58,8 @@ pub struct Shared {
     pub catalogue: Mutex<Catalogue>,
     pub log: Mutex<Vec<crate::log::RequestRecord>>,
     pub unavailable: AtomicBool,
+    /// Kinds every request about is answered 503 ([`FakeApiServer::set_kind_unavailable`]).
+    pub unavailable_kinds: Mutex<std::collections::BTreeSet<String>>,
     /// Bumped by `drop_watches`: every open watch aborts its response.
     pub cut: tokio::sync::watch::Sender<u64>,
     pub options: ServerOptions,
@@ -114,6 +116,7 @@ impl FakeApiServer {
             catalogue: Mutex::new(Catalogue::default()),
             log: Mutex::new(Vec::new()),
             unavailable: AtomicBool::new(false),
+            unavailable_kinds: Mutex::default(),
             cut: tokio::sync::watch::channel(0).0,
             options,
         });
@@ -310,6 +313,18 @@ impl FakeApiServer {
     /// While set, every request is answered 503 ServiceUnavailable (open watches go on).
     pub fn set_unavailable(&self, unavailable: bool) {
         self.shared.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// While set, every request about objects of `kind` (list, watch, get, writes) is
+    /// answered 503 ServiceUnavailable; other kinds are served (open watches go on). One kind
+    /// failing is what keeps a watcher's view partial.
+    pub fn set_kind_unavailable(&self, kind: &str, unavailable: bool) {
+        let mut kinds = self.shared.unavailable_kinds.lock().expect("kinds lock");
+        if unavailable {
+            kinds.insert(kind.to_string());
+        } else {
+            kinds.remove(kind);
+        }
     }
 
     /// Every request so far.

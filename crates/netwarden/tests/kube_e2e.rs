@@ -356,3 +356,118 @@ fn kube_agent_end_to_end() {
     );
     agent.assert_running();
 }
+
+/// Fail closed while the view is partial: one kind (Service) cannot be listed, so the agent
+/// holds every other kind — and feeds them to its engine as they come — but applies nothing
+/// and is not ready; a pod its policy would isolate stays as it was. Once the kind lists, the
+/// policy is enforced.
+#[test]
+fn a_partial_view_is_never_applied() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut nss = Namespaces::new("nwkp");
+    let web = nss.create("web");
+    let client = nss.create("client");
+    veth(
+        &web,
+        "eth0",
+        &[&format!("{WEB}/24")],
+        &client,
+        "eth0",
+        &[&format!("{CLIENT}/24")],
+    );
+    let _listeners = [
+        listen(&web, &format!("{WEB}:8080")),
+        listen(&web, &format!("{WEB}:8081")),
+    ];
+    let (open, closed) = (format!("{WEB}:8080"), format!("{WEB}:8081"));
+    let pair = Pair {
+        web: &web,
+        client: &client,
+    };
+    wait_reachable(&client, &closed);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .expect("start the fake API server");
+    let dir = TempDir::new("nwkp");
+    let kubeconfig = dir.path.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    api.create(namespace(json!({"team": "a"}))).unwrap();
+    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+        .unwrap();
+    api.create(pod(
+        "client",
+        "n2",
+        CLIENT,
+        json!({"app": "client"}),
+        &client,
+    ))
+    .unwrap();
+    api.create(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    ))
+    .unwrap();
+    api.set_kind_unavailable("Service", true);
+
+    let metrics = free_port();
+    let log = dir.path.join("agent.log");
+    let metrics_arg = metrics.to_string();
+    let args = [
+        "run",
+        "--kube",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--node-name",
+        "n1",
+        "--interval",
+        "200ms",
+        "--no-events-stdout",
+        "--metrics-addr",
+        &metrics_arg,
+    ];
+    let mut agent = AgentProcess::start(&netwarden_bin!(), &args, &log);
+    // Many feeds of the partial view (every 250 ms) and many failed lists of Services.
+    let served = wait_until(Duration::from_secs(20), || {
+        agent.assert_running();
+        http_get(metrics, "/readyz").is_some()
+    });
+    assert!(served, "the agent serves /readyz; log:\n{}", agent.log());
+    std::thread::sleep(Duration::from_secs(3));
+    agent.assert_running();
+    assert!(
+        !ready(metrics),
+        "not ready while Services cannot be listed; log:\n{}",
+        agent.log()
+    );
+    assert!(
+        netwarden_leftovers("nft", &web).is_empty(),
+        "nothing applied from a partial view; rules of web:\n{}\nlog:\n{}",
+        rules_snapshot("nft", &web),
+        agent.log()
+    );
+    assert_connects(&client, &closed, "partial view: nothing enforced yet");
+    assert!(
+        api.requests()
+            .0
+            .iter()
+            .any(|r| r.kind.as_deref() == Some("Service") && r.code == 503),
+        "the Service list was refused"
+    );
+
+    // The kind lists: the complete view is applied.
+    api.set_kind_unavailable("Service", false);
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        false,
+        "complete view: 8081 denied",
+    );
+    assert_connects(&client, &open, "complete view: 8080 from app=client");
+    let became_ready = wait_until(Duration::from_secs(20), || ready(metrics));
+    assert!(became_ready, "ready once every kind is listed");
+}
