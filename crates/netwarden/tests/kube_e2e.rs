@@ -85,67 +85,103 @@ fn converge(agent: &mut AgentProcess, pair: &Pair<'_>, addr: &str, allowed: bool
     }
 }
 
+/// The two pods' netns joined by a veth (`web` listening on 8080 and 8081), and the fake API
+/// server holding the namespace and both pods: `web` on node n1 (this agent's), `client` on
+/// n2. Fields drop in order: listeners, then the server, then the namespaces.
+struct Lab {
+    _listeners: [std::net::TcpListener; 2],
+    api: FakeApiServer,
+    runtime: tokio::runtime::Runtime,
+    dir: TempDir,
+    web: std::path::PathBuf,
+    client: std::path::PathBuf,
+    _nss: Namespaces,
+}
+
+impl Lab {
+    fn new(prefix: &str) -> Lab {
+        let mut nss = Namespaces::new(prefix);
+        let web = nss.create("web");
+        let client = nss.create("client");
+        veth(
+            &web,
+            "eth0",
+            &[&format!("{WEB}/24")],
+            &client,
+            "eth0",
+            &[&format!("{CLIENT}/24")],
+        );
+        let listeners = [
+            listen(&web, &format!("{WEB}:8080")),
+            listen(&web, &format!("{WEB}:8081")),
+        ];
+        wait_reachable(&client, &format!("{WEB}:8081"));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let api = runtime
+            .block_on(FakeApiServer::start(ServerOptions::default()))
+            .expect("start the fake API server");
+        let dir = TempDir::new(prefix);
+        api.write_kubeconfig(&dir.path.join("kubeconfig")).unwrap();
+        api.create(namespace(json!({"team": "a"}))).unwrap();
+        api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
+            .unwrap();
+        api.create(pod(
+            "client",
+            "n2",
+            CLIENT,
+            json!({"app": "client"}),
+            &client,
+        ))
+        .unwrap();
+        Lab {
+            _listeners: listeners,
+            api,
+            runtime,
+            dir,
+            web,
+            client,
+            _nss: nss,
+        }
+    }
+
+    /// `run --kube` as node n1, polling every 200 ms, serving `/metrics` and `/readyz` on
+    /// `metrics`.
+    fn agent_args(&self, metrics: std::net::SocketAddr) -> Vec<String> {
+        let kubeconfig = self.dir.path.join("kubeconfig");
+        [
+            "run",
+            "--kube",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--node-name",
+            "n1",
+            "--interval",
+            "200ms",
+            "--no-events-stdout",
+            "--metrics-addr",
+            &metrics.to_string(),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
 #[test]
 fn kube_agent_end_to_end() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("nwk");
-    let web = nss.create("web");
-    let client = nss.create("client");
-    veth(
-        &web,
-        "eth0",
-        &[&format!("{WEB}/24")],
-        &client,
-        "eth0",
-        &[&format!("{CLIENT}/24")],
-    );
-    let _listeners = [
-        listen(&web, &format!("{WEB}:8080")),
-        listen(&web, &format!("{WEB}:8081")),
-    ];
+    let lab = Lab::new("nwk");
+    let (web, client, api) = (lab.web.clone(), lab.client.clone(), &lab.api);
     let (open, closed) = (format!("{WEB}:8080"), format!("{WEB}:8081"));
     let pair = Pair {
         web: &web,
         client: &client,
     };
-    wait_reachable(&client, &closed);
-
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime
-        .block_on(FakeApiServer::start(ServerOptions::default()))
-        .expect("start the fake API server");
-    let dir = TempDir::new("nwk");
-    let kubeconfig = dir.path.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
-    api.create(namespace(json!({"team": "a"}))).unwrap();
-    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
-        .unwrap();
-    api.create(pod(
-        "client",
-        "n2",
-        CLIENT,
-        json!({"app": "client"}),
-        &client,
-    ))
-    .unwrap();
-
     let metrics = free_port();
-    let log = dir.path.join("agent.log");
-    let args = [
-        "run",
-        "--kube",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--node-name",
-        "n1",
-        "--interval",
-        "200ms",
-        "--no-events-stdout",
-        "--metrics-addr",
-        &metrics.to_string(),
-    ];
+    let log = lab.dir.path.join("agent.log");
+    let args = lab.agent_args(metrics);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let start = |log: &Path| AgentProcess::start(&netwarden_bin!(), &args, log);
     let mut agent = start(&log);
     agent.wait_for("ready", Duration::from_secs(30), || ready(metrics));
@@ -247,7 +283,7 @@ fn kube_agent_end_to_end() {
 
     // API outage: rules stay, not ready; meanwhile the policy changes and history is compacted
     // (the watchers' resume is 410 Gone: they relist).
-    runtime.block_on(api.stop());
+    lab.runtime.block_on(api.stop());
     agent.wait_for(
         "not ready while the API is down",
         Duration::from_secs(30),
@@ -261,7 +297,7 @@ fn kube_agent_end_to_end() {
     ))
     .unwrap();
     api.compact();
-    runtime.block_on(api.restart()).unwrap();
+    lab.runtime.block_on(api.restart()).unwrap();
     converge(
         &mut agent,
         &pair,
@@ -366,69 +402,23 @@ fn a_partial_view_is_never_applied() {
     if !root_or_skip() {
         return;
     }
-    let mut nss = Namespaces::new("nwkp");
-    let web = nss.create("web");
-    let client = nss.create("client");
-    veth(
-        &web,
-        "eth0",
-        &[&format!("{WEB}/24")],
-        &client,
-        "eth0",
-        &[&format!("{CLIENT}/24")],
-    );
-    let _listeners = [
-        listen(&web, &format!("{WEB}:8080")),
-        listen(&web, &format!("{WEB}:8081")),
-    ];
+    let lab = Lab::new("nwkp");
+    let (web, client, api) = (lab.web.clone(), lab.client.clone(), &lab.api);
     let (open, closed) = (format!("{WEB}:8080"), format!("{WEB}:8081"));
     let pair = Pair {
         web: &web,
         client: &client,
     };
-    wait_reachable(&client, &closed);
-
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime
-        .block_on(FakeApiServer::start(ServerOptions::default()))
-        .expect("start the fake API server");
-    let dir = TempDir::new("nwkp");
-    let kubeconfig = dir.path.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
-    api.create(namespace(json!({"team": "a"}))).unwrap();
-    api.create(pod("web", "n1", WEB, json!({"app": "web"}), &web))
-        .unwrap();
-    api.create(pod(
-        "client",
-        "n2",
-        CLIENT,
-        json!({"app": "client"}),
-        &client,
-    ))
-    .unwrap();
     api.create(policy(
         json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
         None,
     ))
     .unwrap();
     api.set_kind_unavailable("Service", true);
-
     let metrics = free_port();
-    let log = dir.path.join("agent.log");
-    let metrics_arg = metrics.to_string();
-    let args = [
-        "run",
-        "--kube",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--node-name",
-        "n1",
-        "--interval",
-        "200ms",
-        "--no-events-stdout",
-        "--metrics-addr",
-        &metrics_arg,
-    ];
+    let log = lab.dir.path.join("agent.log");
+    let args = lab.agent_args(metrics);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut agent = AgentProcess::start(&netwarden_bin!(), &args, &log);
     // Many feeds of the partial view (every 250 ms) and many failed lists of Services.
     let served = wait_until(Duration::from_secs(20), || {
