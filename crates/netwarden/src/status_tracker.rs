@@ -195,7 +195,7 @@ impl StatusTracker {
             })
             .collect();
         let joining: Vec<PodKey> = joining.into_iter().cloned().collect();
-        let mut readings: BTreeMap<PodKey, Option<EvidenceCounters>> = joining
+        let readings: BTreeMap<PodKey, Option<EvidenceCounters>> = joining
             .iter()
             .cloned()
             .zip((counters.kernel)(&joining))
@@ -244,12 +244,9 @@ impl StatusTracker {
                     .or_insert_with(|| PodShare {
                         dropped_base: counters.dropped(pod),
                         keys: BTreeSet::new(),
-                        last: readings
-                            .entry(pod.clone())
-                            .or_insert_with(|| {
-                                (counters.kernel)(std::slice::from_ref(pod)).pop().flatten()
-                            })
-                            .clone(),
+                        // Every joining pod was read above (a pod missing there would count
+                        // as unknown: its figures stay null, the verdict not ready).
+                        last: readings.get(pod).cloned().flatten(),
                         counted: Counted::default(),
                     })
                     .keys = keys.clone();

@@ -82,18 +82,12 @@ pub trait Reconciler: Send {
     /// What netwarden owns in `netns` as the kernel lists it.
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError>;
 
-    /// The evidence counters of a programmed pod (see `Dataplane::read_counters`); `None`
-    /// when the pod is not programmed.
-    fn read_counters(&self, pod: &PodKey) -> Option<Result<EvidenceCounters, ApplyError>>;
-
-    /// [`Reconciler::read_counters`] of several pods, in their order, side by side where the
-    /// dataplane can.
+    /// The evidence counters of programmed pods (see `Dataplane::read_counters`), in their
+    /// order, side by side where the dataplane can; `None` for a pod not programmed.
     fn read_counters_many(
         &self,
         pods: &[PodKey],
-    ) -> Vec<Option<Result<EvidenceCounters, ApplyError>>> {
-        pods.iter().map(|pod| self.read_counters(pod)).collect()
-    }
+    ) -> Vec<Option<Result<EvidenceCounters, ApplyError>>>;
 }
 
 /// The reconciler of `backend`, with its dataplane.
@@ -255,11 +249,6 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
         self.dataplane.read_back(netns)
     }
 
-    fn read_counters(&self, pod: &PodKey) -> Option<Result<EvidenceCounters, ApplyError>> {
-        let netns = self.programmed.get(pod)?;
-        Some(self.dataplane.read_counters(netns))
-    }
-
     fn read_counters_many(
         &self,
         pods: &[PodKey],
@@ -343,7 +332,10 @@ mod tests {
         assert_eq!(shape, [None, Some(true), None]);
         assert_eq!(
             read[1].as_ref().unwrap().as_ref().unwrap(),
-            &syncer.read_counters(&web).unwrap().unwrap()
+            &syncer
+                .dataplane
+                .read_counters(Path::new("/run/netns/web"))
+                .unwrap()
         );
     }
 
