@@ -107,6 +107,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 impl FakeApiServer {
+    /// The server's state, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Starts serving (on `options.listen`), with no objects and no CRD installed.
     pub async fn start(options: ServerOptions) -> io::Result<FakeApiServer> {
         let listener = bind(options.listen)?;

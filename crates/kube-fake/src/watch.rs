@@ -151,9 +151,19 @@ pub async fn run(shared: Arc<Shared>, req: WatchRequest, tx: Sink) {
     let deadline = tokio::time::sleep(req.timeout);
     tokio::pin!(deadline);
 
-    // Start under the lock; write after it (the client may be slow).
+    // Start under the locks; write after them (the client may be slow). The catalogue is
+    // asked again here, in the order `uninstall_crd` takes the locks: the request's path was
+    // resolved before, and a CRD deleted in between would otherwise leave this watch
+    // subscribed to a storage that is gone, open and silent until its timeout.
     let started = {
+        let catalogue = shared.catalogue.lock().expect("catalogue lock");
+        if !catalogue.serves_storage(&key) {
+            // The real server closes a deleted CRD's watches; the client's next request
+            // gets its 404.
+            return;
+        }
         let mut store = shared.store.lock().expect("store lock");
+        drop(catalogue);
         match req.start {
             Start::Now | Start::InitialEvents => {
                 let snap = store.subscribe_now(&key);
@@ -301,5 +311,38 @@ mod tests {
         let err: Value = serde_json::from_slice(&error_line(&ApiError::too_old(3, 9))).unwrap();
         assert_eq!(err["type"], "ERROR");
         assert_eq!(err["object"]["code"], 410);
+    }
+
+    /// A watch whose path was resolved just before its CRD was deleted must not subscribe to
+    /// the storage that is gone: it would stay open and silent (no cut, no end) until its
+    /// timeout, and the client would never learn the kind went.
+    #[tokio::test]
+    async fn a_watch_of_a_crd_deleted_since_its_path_was_resolved_ends_at_once() {
+        let server = crate::FakeApiServer::start(crate::ServerOptions::default())
+            .await
+            .unwrap();
+        server.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+        let resource = crate::resources::known_crds()
+            .into_iter()
+            .find(|r| r.kind == "DanmNetworkPolicy" && r.version == "v1")
+            .unwrap();
+        let rv = server.shared().store.lock().unwrap().current_rv();
+        server.uninstall_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+        let request = WatchRequest {
+            resource,
+            namespace: None,
+            selectors: Selectors::default(),
+            bookmarks: false,
+            timeout: Duration::from_secs(300),
+            start: Start::After(rv),
+        };
+        let (tx, mut rx) = mpsc::channel(8);
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            run(server.shared().clone(), request, tx),
+        )
+        .await
+        .expect("the watch ended rather than waiting for its timeout");
+        assert!(rx.recv().await.is_none(), "nothing was sent");
     }
 }
