@@ -16,7 +16,7 @@
 //! And the same on clusters of 20,000, 50,000 and 100,000 pods to show how it grows (issue 10's targets
 //! at 100,000 pods / 20,000 policies: one relabel p50 under 1 ms, p99 under 10 ms). `NETWARDEN_BENCH_STEPS`
 //! sets how many steps of each kind are timed (200 by default); `NETWARDEN_BENCH_MAX_PODS`
-//! skips the sizes above it.
+//! skips the sizes above it, `NETWARDEN_BENCH_MIN_PODS` those below it.
 
 use std::time::{Duration, Instant};
 
@@ -190,11 +190,16 @@ fn main() {
         run(1_000, 200, 20);
         return;
     }
-    // `NETWARDEN_BENCH_MAX_PODS` skips the larger sizes (default: every size).
-    let max_pods: usize = std::env::var("NETWARDEN_BENCH_MAX_PODS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(usize::MAX);
+    // `NETWARDEN_BENCH_MAX_PODS` / `_MIN_PODS` skip the larger / smaller sizes (default: every
+    // size).
+    let pods_bound = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let max_pods = pods_bound("NETWARDEN_BENCH_MAX_PODS", usize::MAX);
+    let min_pods = pods_bound("NETWARDEN_BENCH_MIN_PODS", 0);
     // Issue 10: up to the largest clusters (policies at a fifth of the pods from 100,000).
     for (pods, policies) in [
         (10_000, 2_000),
@@ -202,7 +207,7 @@ fn main() {
         (50_000, 10_000),
         (100_000, 20_000),
     ] {
-        if pods <= max_pods {
+        if (min_pods..=max_pods).contains(&pods) {
             run(pods, policies, steps);
         }
     }

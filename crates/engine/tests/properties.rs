@@ -23,11 +23,15 @@ fn arb_selector() -> impl Strategy<Value = LabelSelector> {
                 values: vec![VALUES[v].into()],
             }],
         }),
-        Just(LabelSelector {
+        any::<bool>().prop_map(|exists| LabelSelector {
             match_labels: Default::default(),
             match_expressions: vec![Requirement {
                 key: "tier".into(),
-                operator: Operator::Exists,
+                operator: if exists {
+                    Operator::Exists
+                } else {
+                    Operator::DoesNotExist
+                },
                 values: vec![]
             }],
         }),
@@ -270,13 +274,20 @@ proptest! {
     }
 
     #[test]
-    fn incremental_equals_fresh(pods in arb_pods(), policies in arb_policies(), relabel in 0..6usize, app in 0..3usize, drop_policy in any::<bool>()) {
+    fn incremental_equals_fresh(pods in arb_pods(), policies in arb_policies(), relabel in 0..6usize, app in 0..3usize, change in 0..4usize, drop_policy in any::<bool>()) {
         let mut e = build(&pods, &policies);
         let mut cached: BTreeMap<PodKey, PodRules> = e.all_pod_rules();
-        // Change one pod's labels, maybe remove a policy, then recompute only the dirty pods.
+        // Change one pod's labels (a value set or a label gone, on a key the selectors read
+        // through every operator), maybe remove a policy, then recompute only the dirty pods.
         let mut pods2 = pods.clone();
         let i = relabel % pods2.len();
-        pods2[i].labels.insert("app".into(), VALUES[app].into());
+        let labels = &mut pods2[i].labels;
+        match change {
+            0 => drop(labels.insert("app".into(), VALUES[app].into())),
+            1 => drop(labels.remove("app")),
+            2 => drop(labels.insert("tier".into(), VALUES[app].into())),
+            _ => drop(labels.remove("tier")),
+        }
         e.set_pod(pods2[i].clone());
         let mut policies2 = policies.clone();
         if drop_policy && !policies2.is_empty() {

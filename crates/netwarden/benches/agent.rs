@@ -574,10 +574,16 @@ fn run(sizes: &Sizes, full: bool) {
         watches(&initial_requests),
         watches(&steady_requests)
     );
+    // The foundation's targets at 10,000 pods; issue 10's at 100,000.
+    let (rss_target, sync_target) = if sizes.pods >= 100_000 {
+        (600, 5)
+    } else {
+        (150, 2)
+    };
     println!(
-        "targets (full run): p99 < 100 ms each ({:.1} / {:.1} / {:.1} ms), RSS < 150 MiB \
+        "targets (full run): p99 < 100 ms each ({:.1} / {:.1} / {:.1} ms), RSS < {rss_target} MiB \
          ({rss:.1} MiB after the initial sync, {rss_rest:.1} MiB at rest, {hwm_end:.1} MiB peak), \
-         initial sync < 2 s ({:.2} s)",
+         initial sync < {sync_target} s ({:.2} s)",
         relabel.as_secs_f64() * 1e3,
         policy.as_secs_f64() * 1e3,
         peer.as_secs_f64() * 1e3,
