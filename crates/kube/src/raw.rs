@@ -9,11 +9,16 @@
 //! way back to a `Value` another 16%. Here the object is parsed once; the watcher gets only
 //! the metadata it reads (the `resourceVersion` it resumes from, and the name and namespace a
 //! deletion is known by), copied out of the parsed value.
+//!
+//! `metadata.managedFields` is skipped while parsing, never built: the API server's record of
+//! which client set which field, often the largest part of a real object (a pod's runs to
+//! kilobytes), and nothing netwarden reads.
 
 use std::borrow::Cow;
 
 use kube::api::ApiResource;
 use kube::core::{DynamicResourceScope, ObjectMeta, Resource};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
@@ -49,7 +54,7 @@ impl RawObject {
 
 impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
+        let value = deserializer.deserialize_any(Pruned { depth: 0 })?;
         let meta = value.get("metadata");
         let text = |field: &str| {
             meta.and_then(|m| m.get(field))
@@ -64,6 +69,88 @@ impl<'de> Deserialize<'de> for RawObject {
             ..ObjectMeta::default()
         };
         Ok(RawObject { metadata, value })
+    }
+}
+
+/// A JSON value as [`Value`] reads it, but for `metadata.managedFields` of the object
+/// (`depth` 0: the object, 1: its metadata), which is skipped unread.
+struct Pruned {
+    depth: u8,
+}
+
+impl<'de> Visitor<'de> for Pruned {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element::<Value>()? {
+            out.push(item);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = match (self.depth, key.as_str()) {
+                (0, "metadata") => map.next_value_seed(Pruned { depth: 1 })?,
+                (1, "managedFields") => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                _ => map.next_value::<Value>()?,
+            };
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
     }
 }
 
@@ -135,12 +222,38 @@ mod tests {
     }
 
     #[test]
+    fn managed_fields_are_not_kept_and_nothing_else_is_lost() {
+        let sent = json!({"metadata": {"name": "web", "namespace": "ns",
+                                       "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+                                       "labels": {"app": "web", "managedFields": "a label"}},
+                          "spec": {"nodeName": "n1", "managedFields": [1, 2.5, null, true],
+                                   "containers": [{"name": "c", "ports": [{"containerPort": 80}]}]},
+                          "status": {"podIPs": [{"ip": "10.0.0.1"}], "big": 18446744073709551615u64,
+                                     "negative": -3, "ratio": 0.5, "none": null, "flag": false}});
+        let object: RawObject = serde_json::from_value(sent.clone()).unwrap();
+        let mut expected = sent.clone();
+        expected["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        expected["apiVersion"] = "v1".into();
+        expected["kind"] = "Pod".into();
+        assert_eq!(object.into_typed_value(&pods()), expected);
+        // The same through text, as the watcher reads it.
+        let text = serde_json::to_string(&sent).unwrap();
+        let object: RawObject = serde_json::from_str(&text).unwrap();
+        assert_eq!(object.into_typed_value(&pods()), expected);
+    }
+
+    #[test]
     fn an_object_with_odd_metadata_still_reads() {
         // The reducer reports what is wrong with it; the watcher must not fail on it.
         for sent in [
             json!({}),
             json!({"metadata": {"name": 7}}),
             json!({"metadata": []}),
+            json!({"metadata": "text"}),
+            json!({"metadata": {"managedFields": 3}}),
         ] {
             let object: RawObject = serde_json::from_value(sent).unwrap();
             assert_eq!(object.namespace_and_name(), ("", ""));
