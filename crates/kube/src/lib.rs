@@ -144,7 +144,24 @@ impl Shared {
         let mut p = lock(&self.pending);
         p.changes += 1;
         p.oldest.get_or_insert(received);
-        self.wake.notify_all();
+        // Only the first change since the waiter took them can end its wait (and before the
+        // first full list none does): a wake-up for each of a list's 100,000 objects cost the
+        // waiting thread a context switch apiece (8% of the agent's time while listing).
+        if p.changes == 1 {
+            self.wake.notify_all();
+        }
+    }
+
+    /// [`KubeSource::wait`].
+    fn wait(&self, timeout: Duration) -> Pending {
+        let pending = lock(&self.pending);
+        let (mut pending, _) = self
+            .wake
+            .wait_timeout_while(pending, timeout, |p| {
+                p.is_empty() || (!p.status_changed && !lock(&self.status).synced_once())
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *pending)
     }
 
     fn status(&self, update: impl FnOnce(&mut WatchStatus)) {
@@ -227,15 +244,7 @@ impl KubeSource {
     /// each of the first list's objects (100,000 at the largest clusters) only made it
     /// contend for the [`ClusterSet`] with the watcher filling it. The changes stay pending.
     pub fn wait(&self, timeout: Duration) -> Pending {
-        let pending = lock(&self.shared.pending);
-        let (mut pending, _) = self
-            .shared
-            .wake
-            .wait_timeout_while(pending, timeout, |p| {
-                p.is_empty() || (!p.status_changed && !lock(&self.shared.status).synced_once())
-            })
-            .unwrap_or_else(|p| p.into_inner());
-        std::mem::take(&mut *pending)
+        self.shared.wait(timeout)
     }
 
     /// The cluster as reduced now, assembled whole (for analysis; the agent takes deltas).
@@ -535,15 +544,64 @@ mod tests {
         );
     }
 
-    #[test]
-    fn waiting_returns_what_is_pending_once() {
-        let shared = Shared {
+    fn shared() -> Shared {
+        Shared {
             cluster: Mutex::new(ClusterSet::new(LoadOptions::default())),
             policies: Mutex::new(BTreeMap::new()),
             status: Mutex::new(WatchStatus::default()),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
-        };
+        }
+    }
+
+    /// One wake-up per batch of changes, not per change: the first change after the waiter
+    /// took the last batch wakes it, and so does the next batch's first one.
+    #[test]
+    fn a_waiter_wakes_for_the_first_change_of_each_batch() {
+        let shared = Arc::new(shared());
+        shared.status(|s| {
+            s.track("Pod", KindState::Watching { version: "v1" });
+            s.list_started("Pod");
+            s.list_done("Pod");
+        });
+        assert!(shared.wait(Duration::ZERO).status_changed);
+        for batch in 0..3 {
+            let waiter = {
+                let shared = shared.clone();
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    (shared.wait(Duration::from_secs(30)), start.elapsed())
+                })
+            };
+            std::thread::sleep(Duration::from_millis(50));
+            for _ in 0..=batch {
+                shared.changed(Instant::now());
+            }
+            let (pending, waited) = waiter.join().unwrap();
+            assert!(pending.changes >= 1, "batch {batch}: {pending:?}");
+            assert!(
+                waited < Duration::from_secs(10),
+                "batch {batch}: woken late"
+            );
+        }
+    }
+
+    /// Before every kind was listed once, changes stay pending and end no wait.
+    #[test]
+    fn before_the_first_list_a_change_ends_no_wait() {
+        let shared = shared();
+        shared.status(|s| s.track("Pod", KindState::Watching { version: "v1" }));
+        shared.wait(Duration::ZERO);
+        shared.changed(Instant::now());
+        let start = Instant::now();
+        let pending = shared.wait(Duration::from_millis(200));
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        assert_eq!(pending.changes, 1, "taken at the timeout, not lost");
+    }
+
+    #[test]
+    fn waiting_returns_what_is_pending_once() {
+        let shared = shared();
         let t0 = Instant::now();
         shared.changed(t0);
         shared.changed(Instant::now());
