@@ -236,18 +236,20 @@ impl<'a> Admitted<'a> {
     }
 }
 
-/// Warns about an address held by two pods on one network (hostNetwork pods share the node's
-/// addresses by design and are left out): peers are matched by address, so a rule that allows
-/// one of them allows the other too.
+/// Reports an address claimed by two pods, on any networks (hostNetwork pods share the node's
+/// addresses by design and are left out). Peers are matched by address, so such an address
+/// cannot say which pod a packet comes from: the engine keeps it out of every allow set
+/// until only one pod claims it (SPEC 7), and this says so. (A DanmEp lending a pod another
+/// pod's address made the other pod pass wherever the first was allowed: issue 20, defect 2.)
 fn report_shared_addresses(pods: &[crate::PodRecord], problems: &mut Vec<Problem>) {
-    let mut owner: HashMap<(&NetworkId, IpAddr), usize> = HashMap::new();
+    let mut owner: HashMap<IpAddr, usize> = HashMap::new();
     for (i, rec) in pods.iter().enumerate() {
         if rec.pod.host_network {
             continue;
         }
         for iface in &rec.pod.interfaces {
             for ip in &iface.ips {
-                let first = *owner.entry((&iface.network, *ip)).or_insert(i);
+                let first = *owner.entry(*ip).or_insert(i);
                 if first == i {
                     continue;
                 }
@@ -257,17 +259,32 @@ fn report_shared_addresses(pods: &[crate::PodRecord], problems: &mut Vec<Problem
                     kind: "Pod".into(),
                     object: rec.source.label.clone(),
                     field: String::new(),
-                    reason: format!(
-                        "address {ip} on network {} (interface {}) is also pod {}'s (in {}): \
-                         a rule that allows one of them allows both",
-                        iface.network,
-                        iface.name.escape_debug(),
-                        other.pod.key,
-                        other.source.file
+                    reason: ambiguous_address(
+                        *ip,
+                        &iface.network,
+                        &iface.name,
+                        &other.pod.key,
+                        &other.source.file,
                     ),
-                    severity: Severity::Warning,
+                    severity: Severity::Error,
                 });
             }
         }
     }
+}
+
+/// What is said of an address a pod claims that `first` (read from `file`) claims too.
+pub(crate) fn ambiguous_address(
+    ip: IpAddr,
+    network: &NetworkId,
+    iface: &str,
+    first: &netwarden_engine::PodKey,
+    file: &str,
+) -> String {
+    format!(
+        "address {ip} on network {network} (interface {}) is also claimed by pod {first} (in \
+         {file}): it cannot tell the two apart, so it is kept out of every allow set until \
+         only one pod claims it",
+        iface.escape_debug()
+    )
 }

@@ -39,7 +39,7 @@ use netwarden_engine::sorted::{insert_sorted, remove_sorted};
 use netwarden_engine::{Namespace, NetworkId, ObjectKey, Pod, PolicyRef};
 use serde_json::Value;
 
-use crate::assemble::{assemble, assemble_shared, Part};
+use crate::assemble::{ambiguous_address, assemble, assemble_shared, Part};
 use crate::overlay::{self, Layered};
 use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
@@ -196,7 +196,7 @@ impl UnitState {
         }
     }
 
-    /// A pod's addresses (network, address, interface name), for the shared-address check;
+    /// A pod's addresses (network, address, interface name), for the claimed-twice check;
     /// none for a hostNetwork pod (it shares the node's by design).
     fn addresses(&self) -> impl Iterator<Item = (&NetworkId, IpAddr, &str)> {
         self.pod()
@@ -244,11 +244,11 @@ struct Assembled {
     references: HashMap<String, usize>,
     /// The namespaces the last delta left in the engine's view.
     present: BTreeSet<String>,
-    /// The pods holding each (network, address) (hostNetwork pods left out).
+    /// The pods holding each address, on any network (hostNetwork pods left out).
     /// Sorted by key; the pods themselves (shared), not copies of their keys.
-    owners: HashMap<(NetworkId, IpAddr), Vec<Arc<Pod>>>,
+    owners: HashMap<IpAddr, Vec<Arc<Pod>>>,
     /// Addresses held by more than one pod, with the problems saying so.
-    shared: BTreeMap<(NetworkId, IpAddr), Vec<Problem>>,
+    shared: BTreeMap<IpAddr, Vec<Problem>>,
 }
 
 /// The cluster's objects, reduced; see the [module documentation](self).
@@ -400,7 +400,7 @@ impl ClusterSet {
         // Namespaces whose presence may change: declared or no longer, referred to or no longer.
         let mut namespaces: BTreeSet<String> = BTreeSet::new();
         // Addresses whose owners changed.
-        let mut addresses: BTreeSet<(NetworkId, IpAddr)> = BTreeSet::new();
+        let mut addresses: BTreeSet<IpAddr> = BTreeSet::new();
         for unit in dirty {
             let old = a
                 .units
@@ -460,8 +460,7 @@ impl ClusterSet {
                 }
             }
             if let Some(pod) = old.pod() {
-                for (net, ip, _) in old.addresses() {
-                    let slot = (net.clone(), ip);
+                for (_, slot, _) in old.addresses() {
                     if let Some(owners) = a.owners.get_mut(&slot) {
                         if let Ok(i) = owners.binary_search_by(|p| p.key.cmp(&pod.key)) {
                             owners.remove(i);
@@ -474,11 +473,10 @@ impl ClusterSet {
                 }
             }
             if let Some(pod) = new.pod() {
-                for (net, ip, _) in new.addresses() {
-                    let slot = (net.clone(), ip);
+                for (_, slot, _) in new.addresses() {
                     let owners = a
                         .owners
-                        .entry(slot.clone())
+                        .entry(slot)
                         .or_insert_with(|| Vec::with_capacity(1));
                     match owners.binary_search_by(|p| p.key.cmp(&pod.key)) {
                         Ok(i) => owners[i] = pod.clone(),
@@ -558,19 +556,14 @@ impl ClusterSet {
                     state
                         .into_iter()
                         .flat_map(UnitState::addresses)
-                        .filter(|(net, ip, _)| *net == &slot.0 && ip == &slot.1)
+                        .filter(|(_, ip, _)| *ip == slot)
                         .map(|(net, ip, iface)| Problem {
                             file: CLUSTER_SOURCE.into(),
                             kind: "Pod".into(),
                             object: key.to_string(),
                             field: String::new(),
-                            reason: format!(
-                                "address {ip} on network {net} (interface {}) is also pod \
-                                 {first}'s (in {CLUSTER_SOURCE}): a rule that allows one of them \
-                                 allows both",
-                                iface.escape_debug()
-                            ),
-                            severity: Severity::Warning,
+                            reason: ambiguous_address(ip, net, iface, first, CLUSTER_SOURCE),
+                            severity: Severity::Error,
                         })
                         .collect::<Vec<_>>()
                 })
@@ -760,7 +753,7 @@ mod tests {
         touched["metadata"]["resourceVersion"] = json!("2");
         touched["metadata"]["managedFields"] = json!([{"manager": "kubectl"}]);
         touched["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
-        touched["status"]["phase"] = json!("Succeeded");
+        touched["status"]["phase"] = json!("Unknown");
         touched["spec"]["containers"][0]["image"] = json!("busybox:2");
         assert!(!set.upsert(&touched));
         // A label is read: a change.
@@ -863,6 +856,49 @@ mod tests {
         let inv = set.inventory();
         assert!(inv.pods.is_empty());
         assert_eq!(inv.policies.len(), 1);
+    }
+
+    /// Issue 20, defect 5: `policyTypes: [Ingress, Sideways]` was enforced in its last good
+    /// version by a running agent, then dropped after a restart (its pods open). Now a
+    /// restarted agent isolates what it selects, allowing nothing; a running one keeps the
+    /// last good version.
+    #[test]
+    fn an_unreadable_policy_fails_closed_unless_a_good_version_is_held() {
+        let good = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                          "metadata": {"name": "p", "namespace": "ns"},
+                          "spec": {"podSelector": {"matchLabels": {"app": "web"}},
+                                   "policyTypes": ["Ingress"],
+                                   "ingress": [{"from": [{"podSelector": {}}]}]}});
+        let mut bad = good.clone();
+        bad["spec"]["policyTypes"] = json!(["Ingress", "Sideways"]);
+        // Running: the good version stays.
+        let mut running = ClusterSet::new(LoadOptions::default());
+        running.upsert(&good);
+        running.upsert(&bad);
+        let kept = running.inventory();
+        assert_eq!(kept.policies[0].ingress.as_ref().map(Vec::len), Some(1));
+        // Restarted: only the bad version is listed; it isolates both directions (one of its
+        // policyTypes cannot be read) of the pods it selects, allowing nothing.
+        let mut restarted = ClusterSet::new(LoadOptions::default());
+        restarted.upsert(&bad);
+        let delta = restarted.take_delta();
+        assert_eq!(delta.policies.len(), 1);
+        let p = &delta.policies[0];
+        assert_eq!(
+            p.pod_selector,
+            netwarden_engine::testing::selector(&[("app", "web")])
+        );
+        assert_eq!(
+            (p.ingress.as_deref(), p.egress.as_deref()),
+            (Some(&[][..]), Some(&[][..]))
+        );
+        assert!(restarted
+            .problems()
+            .iter()
+            .any(|p| p.severity == Severity::Error && p.reason.contains("fail closed")));
+        // Fixed: the fixed version replaces the fail-closed one.
+        restarted.upsert(&good);
+        assert_eq!(restarted.inventory().policies, kept.policies);
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
     let meta = read_meta(cx, doc, true)?;
     let spec = section(cx, doc, "", "spec");
     let status = section(cx, doc, "", "status");
+    // A finished pod (a Job's, say) has released its address, which the next pod may get:
+    // as a peer it would lend that pod its access (issue 20, defect 9), and it has no netns
+    // left to program. It is not loaded at all (SPEC 7), as if deleted.
+    if let Some("Succeeded" | "Failed") = cx.str(status, "status", "phase") {
+        return None;
+    }
 
     // A hostNetwork pod misread as an ordinary one would have rules written into the node's
     // own namespace: a value that is not a boolean rejects the pod (via the rejected flag).
@@ -637,12 +643,62 @@ pub(crate) fn read_danmep(cx: &mut Ctx<'_>, doc: &Value) -> Option<DanmEpRecord>
     })
 }
 
+/// Why a DanmEp contradicts its pod, if it does: it names the pod's primary interface with an
+/// address the pod does not hold there, or puts one of the primary interface's addresses on
+/// another interface. (The primary interface's addresses are `status.podIPs`, or what the
+/// network-status annotation gives it.)
+fn contradiction(rec: &PodRecord, ep: &DanmEpRecord) -> Option<String> {
+    let primary = rec.pod.interfaces.iter().find(|i| i.is_primary());
+    let primary_ips: Vec<IpAddr> = match primary {
+        Some(iface) if !iface.ips.is_empty() => iface.ips.clone(),
+        _ => rec.pod_ips.clone(),
+    };
+    if primary_ips.is_empty() {
+        return None;
+    }
+    let ep_ips = ep.ips.iter().map(|(ip, _)| *ip);
+    let names_primary = primary.is_some_and(|iface| iface.name == ep.iface);
+    if names_primary {
+        let foreign: Vec<String> = ep_ips
+            .filter(|ip| !primary_ips.contains(ip))
+            .map(|ip| ip.to_string())
+            .collect();
+        return (!foreign.is_empty()).then(|| {
+            format!(
+                "{} on its primary interface \"{}\", which holds {} only",
+                foreign.join(", "),
+                ep.iface.escape_debug(),
+                join_ips(&primary_ips)
+            )
+        });
+    }
+    let taken: Vec<String> = ep_ips
+        .filter(|ip| primary_ips.contains(ip))
+        .map(|ip| ip.to_string())
+        .collect();
+    (!taken.is_empty()).then(|| {
+        format!(
+            "{} on interface \"{}\", but the pod holds it on its primary interface",
+            taken.join(", "),
+            ep.iface.escape_debug()
+        )
+    })
+}
+
+fn join_ips(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Second pass: adds each DanmEp's interface to its pod.
 ///
-/// When the DanmEp names the pod's primary interface and shares an address with
-/// `status.podIPs`, the interface stays `Primary` (DANM can own the cluster network too); its
-/// addresses (with their real prefix lengths) come from the DanmEp. Otherwise the DanmEp's
-/// record replaces whatever was guessed for that interface name.
+/// When the DanmEp names the pod's primary interface (with the pod's addresses only), the
+/// interface stays `Primary` (DANM can own the cluster network too) and takes the DanmEp's
+/// prefix lengths. Otherwise the DanmEp's record replaces whatever was guessed for that
+/// interface name. A DanmEp that contradicts its pod is reported and ignored: it never
+/// removes or narrows the pod's primary interface (SPEC 7).
 pub(crate) fn attach_danmeps(
     pods: &mut [PodRecord],
     eps: &[&DanmEpRecord],
@@ -680,6 +736,22 @@ pub(crate) fn attach_danmeps(
             // No L3 address (yet): not an interface netwarden filters on.
             continue;
         }
+        // The pod's own word on its primary interface wins over any DanmEp: a DanmEp that
+        // contradicts it (issue 20, defect 1: one naming eth0 with another address removed
+        // the pod's primary interface, and its rules with it) is reported and ignored whole.
+        if let Some(why) = contradiction(rec, ep) {
+            report(
+                ep,
+                "spec.Interface",
+                format!(
+                    "contradicts pod {}: {why}; DanmEp ignored (the pod's interfaces stay as \
+                     the pod says)",
+                    rec.pod.key
+                ),
+                Severity::Error,
+            );
+            continue;
+        }
         let ips: Vec<IpAddr> = ep.ips.iter().map(|(ip, _)| *ip).collect();
         let prefix_lens: Vec<u8> = ep.ips.iter().map(|(_, p)| *p).collect();
         let names = ifaces_by_name.entry(pod_index).or_insert_with(|| {
@@ -705,13 +777,20 @@ pub(crate) fn attach_danmeps(
             }
             Some(idx) => {
                 let iface = &mut Arc::make_mut(&mut rec.pod).interfaces[idx];
-                let keeps_primary =
-                    iface.is_primary() && ips.iter().any(|ip| rec.pod_ips.contains(ip));
-                if !keeps_primary {
+                if iface.is_primary() {
+                    // DANM owns the cluster network too: the interface stays primary with
+                    // every address the pod gives it (the DanmEp holds no other: see
+                    // `contradiction`), taking the DanmEp's real prefix lengths.
+                    for (ip, len) in &ep.ips {
+                        if let Some(at) = iface.ips.iter().position(|a| a == ip) {
+                            iface.prefix_lens[at] = *len;
+                        }
+                    }
+                } else {
                     iface.network = ep.network.clone();
+                    iface.ips = ips;
+                    iface.prefix_lens = prefix_lens;
                 }
-                iface.ips = ips;
-                iface.prefix_lens = prefix_lens;
                 rec.from_danmep[idx] = true;
             }
             None => {

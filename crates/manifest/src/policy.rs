@@ -109,6 +109,108 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
     })
 }
 
+/// The fail-closed form of a policy that cannot be read (SPEC 7): it isolates the pods its
+/// `podSelector` selects, with no allows, in the directions it names — both when they cannot
+/// be read. `None` when even its selector cannot be read (then nothing is known to isolate; the
+/// reader's problems say why). Mode (a readable `netwarden.io/mode: monitor` keeps it
+/// monitored: monitoring never changes enforcement) and `policy-for` are read as the full
+/// reader would; what cannot be read there is enforce and "no network".
+///
+/// So a restarted agent enforces what a running one does: the running agent keeps the policy's
+/// last good version when it has one ([`crate::set::merge`]), and both isolate rather than
+/// open the pods the author meant to protect.
+pub(crate) fn fail_closed(
+    doc: &Value,
+    namespace: &str,
+    name: &str,
+    kind: PolicyKind,
+) -> Option<Policy> {
+    // The reader already reported every problem: this pass reads quietly.
+    let mut scratch = Vec::new();
+    let kind_name = match kind {
+        PolicyKind::NetworkPolicy => "NetworkPolicy",
+        PolicyKind::DanmNetworkPolicy => "DanmNetworkPolicy",
+        PolicyKind::MultiNetworkPolicy => "MultiNetworkPolicy",
+    };
+    let mut cx = Ctx::new("", kind_name, String::new(), &mut scratch);
+    let spec = match get(doc, "spec") {
+        Some(s @ Value::Object(_)) => s,
+        Some(_) => return None,
+        None => &Value::Null,
+    };
+    let pod_selector = match get(spec, "podSelector") {
+        None => LabelSelector::everything(),
+        Some(v) => {
+            let selector = read_selector(&mut cx, v, "spec.podSelector")?;
+            if cx.rejected {
+                return None;
+            }
+            selector
+        }
+    };
+    let (ingress, egress) = fail_closed_directions(spec);
+    let annotations: netwarden_engine::Labels = get(doc, "metadata")
+        .and_then(|m| get(m, "annotations"))
+        .and_then(Value::as_object)
+        .map(|a| {
+            a.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mode = read_mode(&mut cx, &annotations);
+    let scope = match kind {
+        PolicyKind::NetworkPolicy => PolicyScope::Primary,
+        PolicyKind::DanmNetworkPolicy => PolicyScope::AllInterfaces,
+        PolicyKind::MultiNetworkPolicy => PolicyScope::Networks(read_policy_for(
+            &mut cx,
+            annotations.get(POLICY_FOR),
+            namespace,
+        )),
+    };
+    Some(Policy {
+        kind,
+        key: ObjectKey::new(namespace, name),
+        pod_selector,
+        ingress: ingress.then(Vec::new),
+        egress: egress.then(Vec::new),
+        scope,
+        mode,
+        replaces: None,
+        log_denies: false,
+    })
+}
+
+/// The directions an unreadable policy names: `policyTypes` when every entry reads as Ingress
+/// or Egress; both when it cannot be read; unset, Ingress plus Egress when `spec.egress` is
+/// anything but absent or an empty list (an egress section of the wrong type was still meant).
+fn fail_closed_directions(spec: &Value) -> (bool, bool) {
+    let unset = || {
+        let egress = match get(spec, "egress") {
+            None => false,
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(_) => true,
+        };
+        (true, egress)
+    };
+    match get(spec, "policyTypes") {
+        None => unset(),
+        Some(Value::Array(list)) if list.is_empty() => unset(),
+        Some(Value::Array(list)) => {
+            let (mut ingress, mut egress) = (false, false);
+            for t in list {
+                match t.as_str() {
+                    Some("Ingress") => ingress = true,
+                    Some("Egress") => egress = true,
+                    _ => return (true, true),
+                }
+            }
+            (ingress, egress)
+        }
+        Some(_) => (true, true),
+    }
+}
+
 /// Resolves `policyTypes`: unset (or empty) means Ingress, plus Egress when `spec.egress` has
 /// rules. An entry that is neither Ingress nor Egress rejects the policy: a misspelled
 /// `Egress` would otherwise leave egress open.

@@ -36,6 +36,10 @@ pub(crate) struct ReadObject {
     /// How problems name it: `ns/name` or `name`.
     pub label: String,
     pub object: Object,
+    /// A policy that could not be read, loaded in its fail-closed form
+    /// ([`policy::fail_closed`]): a running agent keeps the last good version instead
+    /// ([`crate::set::merge`]).
+    pub fail_closed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -211,6 +215,28 @@ impl FileRead {
                 return self.push(problems, Outcome::Unidentified);
             }
         };
+        // An item of a typed list (`PodList`) that says it is another kind is not what the
+        // list promised: read as what it says, but never silently (issue 20, defect 14).
+        if let Some((_, listed)) = inherited.filter(|(_, listed)| *listed != kind) {
+            let what = match kinds::spec(kind) {
+                Some(_) => format!("read as a {kind}"),
+                None => "not a kind netwarden reads; ignored".to_string(),
+            };
+            problems.push(Problem {
+                file: file.to_string(),
+                kind: validate::shorten(kind),
+                object: name_label(doc).unwrap_or_else(|| label.to_string()),
+                field: "kind".into(),
+                reason: format!(
+                    "an item of kind \"{}\" in a {listed}List: {what}",
+                    validate::shorten(kind)
+                ),
+                severity: Severity::Warning,
+            });
+            if kinds::spec(kind).is_none() {
+                return self.push(problems, Outcome::Skipped);
+            }
+        }
         let api_version = match doc.get("apiVersion") {
             Some(Value::String(s)) => ApiVersion::Written(s),
             None | Some(Value::Null) => inherited.map_or(ApiVersion::Missing, |(a, _)| a),
@@ -280,17 +306,50 @@ impl FileRead {
             }
             other => unreachable!("kind {other} is in KINDS but has no reader"),
         };
-        let outcome = match (object, cx.id.take()) {
-            (Some(object), Some(id)) if !cx.rejected => Outcome::Loaded(Box::new(ReadObject {
+        let label = cx.object.clone();
+        let loaded = |object, id, fail_closed| {
+            Outcome::Loaded(Box::new(ReadObject {
                 id,
                 file: file.to_string(),
-                label: cx.object.clone(),
+                label: label.clone(),
                 object,
-            })),
+                fail_closed,
+            }))
+        };
+        let mut outcome = match (object, cx.id.clone()) {
+            (Some(object), Some(id)) if !cx.rejected => loaded(object, id, false),
             (_, Some(id)) if cx.rejected || cx.errors > 0 => Outcome::Rejected(id),
             (_, Some(_)) => Outcome::Skipped,
             (_, None) => Outcome::Unidentified,
         };
+        // A policy that cannot be read is not dropped: that would open the pods its author
+        // meant to protect, and only after a restart (a running agent keeps the last good
+        // version). It isolates what it selects, with no allows (SPEC 7).
+        if let Outcome::Rejected(id) = &outcome {
+            let kind = match spec.kind {
+                "NetworkPolicy" => Some(netwarden_engine::PolicyKind::NetworkPolicy),
+                "DanmNetworkPolicy" => Some(netwarden_engine::PolicyKind::DanmNetworkPolicy),
+                "MultiNetworkPolicy" => Some(netwarden_engine::PolicyKind::MultiNetworkPolicy),
+                _ => None,
+            };
+            let fallback = kind.and_then(|k| policy::fail_closed(doc, &id.namespace, &id.name, k));
+            if let Some(p) = fallback {
+                let directions = match (p.ingress.is_some(), p.egress.is_some()) {
+                    (true, true) => "ingress and egress",
+                    (true, false) => "ingress",
+                    _ => "egress",
+                };
+                cx.error(
+                    "",
+                    format!(
+                        "the policy cannot be read: until it can, it isolates the pods its \
+                         podSelector selects in {directions}, allowing nothing (fail closed)"
+                    ),
+                );
+                let id = id.clone();
+                outcome = loaded(Object::Policy(Arc::new(p)), id, true);
+            }
+        }
         self.push(problems, outcome);
     }
 

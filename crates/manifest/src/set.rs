@@ -386,14 +386,23 @@ pub(crate) fn merge(file: &str, previous: Option<FileRead>, seen: FileRead) -> F
     let mut last_good: HashMap<ObjectId, ReadObject> = HashMap::new();
     for entry in previous.entries {
         if let Outcome::Loaded(object) = entry.outcome {
-            last_good.entry(object.id.clone()).or_insert(*object);
+            if !object.fail_closed {
+                last_good.entry(object.id.clone()).or_insert(*object);
+            }
         }
     }
     let entries = seen
         .entries
         .into_iter()
         .map(|mut entry| {
-            if let Outcome::Rejected(id) = &entry.outcome {
+            // Rejected now, or only readable in its fail-closed form: the last good version
+            // is what its author wrote last that could be read.
+            let id = match &entry.outcome {
+                Outcome::Rejected(id) => Some(id),
+                Outcome::Loaded(object) if object.fail_closed => Some(&object.id),
+                _ => None,
+            };
+            if let Some(id) = id {
                 if let Some(old) = last_good.remove(id) {
                     entry.problems.push(Problem {
                         file: old.file.clone(),

@@ -29,6 +29,7 @@ use serde_json::{Map, Value};
 
 use crate::files;
 use crate::json::{self, KeySeed, Segment, ValueSeed, Walk};
+use crate::kinds::ApiVersion;
 use crate::read::{self, FileRead};
 
 /// Reads one file's text: JSON (a stream of values) when it starts like JSON, else YAML
@@ -402,14 +403,17 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, '_> {
             });
             self.walk.path.pop();
             let Some(item) = next? else { break };
+            // An item of another kind than its typed List's is reported by the reader, which
+            // must then know the List's kind (see `FileRead::add_value_at`).
+            let stray = |listed: Option<(ApiVersion<'_>, &str)>| {
+                listed.is_some_and(|(_, k)| item.get("kind").and_then(Value::as_str) != Some(k))
+            };
             match assumed {
-                _ if read::self_describing(&item) => {
-                    read.add_list_item(self.file, self.label, index, &item, None);
-                }
-                Some(inherited) => {
+                Some(inherited) if !read::self_describing(&item) || stray(inherited) => {
                     used_assumption = true;
                     read.add_list_item(self.file, self.label, index, &item, inherited);
                 }
+                Some(_) => read.add_list_item(self.file, self.label, index, &item, None),
                 None => kept.push(Kept {
                     at: read.entries.len(),
                     index,

@@ -39,6 +39,23 @@ fn e(kind: &str, object: &str, field: &str) -> Where {
     (kind.into(), object.into(), field.into())
 }
 
+/// The directions a policy isolates, when it allows nothing in any of them (its fail-closed
+/// form, SPEC 7); `None` when there is no such policy.
+fn fail_closed_directions(inv: &Inventory, name: &str) -> Option<(bool, bool)> {
+    let p = inv.policies.iter().find(|p| p.key.name == name)?;
+    let empty = |rules: &Option<Vec<netwarden_engine::PolicyRule>>| {
+        rules.as_ref().is_none_or(|r| r.is_empty())
+    };
+    assert!(empty(&p.ingress) && empty(&p.egress), "{p:?}");
+    Some((p.ingress.is_some(), p.egress.is_some()))
+}
+
+/// Whether the inventory says a policy cannot be read and fails closed.
+fn says_fail_closed(inv: &Inventory) -> bool {
+    inv.errors()
+        .any(|p| p.reason.contains("cannot be read") && p.reason.contains("fail closed"))
+}
+
 fn policy<'a>(inv: &'a Inventory, name: &str) -> &'a Policy {
     inv.policies
         .iter()
@@ -580,7 +597,19 @@ fn wrong_types_in_a_policy_reject_it() {
         let inv = load(&format!(
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: ns1}}\nspec:\n{spec}\n{GOOD_POD}"
         ));
-        assert!(inv.policies.is_empty(), "{spec}");
+        // Not loaded as written: in its fail-closed form (SPEC 7), unless even its podSelector
+        // cannot be read (then nothing is known to isolate).
+        if field.starts_with("spec.podSelector") {
+            assert!(inv.policies.is_empty(), "{spec}");
+        } else {
+            let egress = spec.contains("egress");
+            assert_eq!(
+                fail_closed_directions(&inv, "p"),
+                Some((true, egress)),
+                "{spec}"
+            );
+            assert!(says_fail_closed(&inv), "{spec}: {:#?}", inv.problems);
+        }
         let errs = errors(&inv);
         assert!(
             errs.contains(&e("NetworkPolicy", "ns1/p", field)),
@@ -625,28 +654,59 @@ fn policy_types_defaulting() {
         );
         assert_eq!(inv.problems, vec![], "{spec}");
     }
-    // A policyTypes that cannot be read rejects the policy: no default applies (a misspelled
-    // Egress would otherwise leave egress open).
-    for (spec, field) in [
-        ("{policyTypes: [Ingress, Egres]}", "spec.policyTypes[1]"),
+    // A policyTypes that cannot be read rejects the policy as written: no default applies (a
+    // misspelled Egress would otherwise leave egress open). It fails closed instead: isolating
+    // what it selects, allowing nothing, in both directions when they cannot be read (SPEC 7).
+    for (spec, field, directions) in [
+        (
+            "{policyTypes: [Ingress, Egres]}",
+            "spec.policyTypes[1]",
+            (true, true),
+        ),
         (
             "{policyTypes: [Sideways], egress: [{}]}",
             "spec.policyTypes[0]",
+            (true, true),
         ),
-        ("{policyTypes: [Ingress, 7]}", "spec.policyTypes[1]"),
-        ("{policyTypes: Egress, egress: []}", "spec.policyTypes"),
-        ("{ingress: [{}], egress: {to: []}}", "spec.egress"),
+        (
+            "{policyTypes: [Ingress, 7]}",
+            "spec.policyTypes[1]",
+            (true, true),
+        ),
+        (
+            "{policyTypes: Egress, egress: []}",
+            "spec.policyTypes",
+            (true, true),
+        ),
+        (
+            "{ingress: [{}], egress: {to: []}}",
+            "spec.egress",
+            (true, true),
+        ),
+        (
+            "{policyTypes: [Egress], egress: [{to: 5}]}",
+            "spec.egress[0].to",
+            (false, true),
+        ),
     ] {
         let inv = load(&format!(
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p}}\nspec: {spec}\n{GOOD_POD}"
         ));
-        assert!(inv.policies.is_empty(), "{spec}");
+        assert_eq!(
+            fail_closed_directions(&inv, "p"),
+            Some(directions),
+            "{spec}"
+        );
         assert_eq!(
             errors(&inv),
-            vec![e("NetworkPolicy", "default/p", field)],
+            vec![
+                e("NetworkPolicy", "default/p", field),
+                e("NetworkPolicy", "default/p", ""),
+            ],
             "{spec}"
         );
         assert!(inv.problems[0].reason.ends_with("object ignored"), "{spec}");
+        assert!(says_fail_closed(&inv), "{spec}");
         assert_eq!(inv.pods.len(), 1, "{spec}");
     }
     // Rules of a direction that is not isolated are ignored; an isolated one without rules
@@ -988,7 +1048,11 @@ fn ports_checks() {
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  ingress:\n  - ports:\n    - {port}\n    - port: 1\n"
         ));
         let field = format!("spec.ingress[0].ports[0].{field}");
-        assert!(inv.policies.is_empty(), "{port}");
+        assert_eq!(
+            fail_closed_directions(&inv, "p"),
+            Some((true, false)),
+            "{port}"
+        );
         assert!(
             errors(&inv).contains(&e("NetworkPolicy", "default/p", &field)),
             "{port}: {:?}",
@@ -1583,16 +1647,20 @@ fn danmep_pairing() {
             0,
             0,
         ),
-        // Same name, no shared address: the DanmEp's record replaces the guess.
+        // Issue 20, defect 1: the primary interface's name with another address contradicts
+        // the pod (it replaced eth0's network and removed the pod's rules): reported and
+        // ignored, the primary interface stays.
         (
             danmep("ep1", "p", "internal", None, "eth0", "192.168.9.9/24", ""),
-            vec![(
-                "eth0",
-                danm(NetworkType::DanmNet, Some("tel"), "internal"),
-                vec!["192.168.9.9"],
-                vec![24],
-            )],
+            vec![("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24])],
+            1,
             0,
+        ),
+        // The pod's primary address on another interface: the same contradiction.
+        (
+            danmep("ep1", "p", "internal", None, "net5", "10.0.0.5/32", ""),
+            vec![("eth0", NetworkId::Primary, vec!["10.0.0.5"], vec![24])],
+            1,
             0,
         ),
         // Unknown pod: warning; no address yet: nothing added; bad apiType and unsafe
@@ -1648,7 +1716,13 @@ fn danmep_pairing() {
         assert_eq!(got, want, "{eps}");
         assert_eq!(inv.errors().count(), nerr, "{eps}: {:#?}", inv.problems);
         assert_eq!(warnings(&inv).len(), nwarn, "{eps}: {:#?}", inv.problems);
-        assert_eq!(inv.pods[0].netns.as_deref(), Some("/proc/42/ns/net"));
+        // An ignored DanmEp gives nothing, its netns included.
+        let ignored = inv
+            .problems
+            .iter()
+            .any(|p| p.reason.contains("contradicts"));
+        let netns = (!ignored).then_some("/proc/42/ns/net");
+        assert_eq!(inv.pods[0].netns.as_deref(), netns, "{eps}");
     }
 }
 
@@ -2284,6 +2358,8 @@ metadata: {{name: b, namespace: ns1, annotations: {{kube-router.io/network-polic
                 "ns1/b",
                 "metadata.annotations[\"kube-router.io/network-policy.monitor\"]"
             ),
+            // Not readable as written: loaded in its fail-closed form (SPEC 7).
+            e("NetworkPolicy", "ns1/b", ""),
         ]
     );
     let reasons: Vec<&str> = inv.errors().map(|p| p.reason.as_str()).collect();
@@ -2294,7 +2370,7 @@ metadata: {{name: b, namespace: ns1, annotations: {{kube-router.io/network-polic
         "{}",
         reasons[2]
     );
-    assert!(inv.policies.is_empty());
+    assert_eq!(fail_closed_directions(&inv, "b"), Some((true, false)));
     assert_eq!(inv.pods.len(), 1);
 }
 
@@ -2540,25 +2616,35 @@ metadata:
     k8s.v1.cni.cncf.io/network-status: '[{"name":"c","interface":"eth0","ips":["10.0.0.7"],"default":true},{"name":"isolated","interface":"net1","ips":["192.168.9.1"]}]'
 "#,
     );
-    // hostNetwork pods share the node's address by design; the same address on two
-    // different networks (ns1/isolated, ns2/isolated) is no clash.
-    assert_eq!(
-        warnings(&inv)
-            .iter()
-            .filter(|w| w.2 != "spec.hostNetwork")
-            .count(),
-        1
+    // hostNetwork pods share the node's address by design. Any other address two pods claim
+    // is an error, on any networks (ns1/isolated and ns2/isolated too): rules match peers by
+    // address, so it is kept out of every allow set (SPEC 7, issue 20 defect 2).
+    assert!(
+        warnings(&inv).iter().all(|w| w.2 == "spec.hostNetwork"),
+        "{:#?}",
+        inv.problems
     );
+    assert_eq!(inv.errors().count(), 2, "{:#?}", inv.problems);
     let clash = inv
         .problems
         .iter()
         .find(|p| p.object == "ns2/b")
-        .expect("the second pod is warned about");
-    assert_eq!(clash.severity, Severity::Warning);
+        .expect("the second pod is reported");
+    assert_eq!(clash.severity, Severity::Error);
     assert!(
         clash.reason.contains("address 10.0.0.5 on network default")
-            && clash.reason.contains("pod ns1/a"),
+            && clash.reason.contains("pod ns1/a")
+            && clash.reason.contains("kept out of every allow set"),
         "{clash}"
+    );
+    let other_network = inv
+        .problems
+        .iter()
+        .find(|p| p.object == "ns2/m2")
+        .expect("the same address on another network is reported too");
+    assert!(
+        other_network.reason.contains("192.168.9.1"),
+        "{other_network}"
     );
 }
 
@@ -2971,5 +3057,76 @@ status: {podIP: 10.0.0.3}
         vec![e("Namespace", "ns2", field), e("Pod", "ns2/c", field)],
         "{:#?}",
         inv.problems
+    );
+}
+
+/// Issue 20, defect 9: a Succeeded or Failed pod's address may already be another pod's; it is
+/// neither a peer nor programmed: not loaded at all, silently (finished pods are routine).
+#[test]
+fn finished_pods_are_not_loaded() {
+    // A finished pod keeps the address it had; the next pod may hold it already.
+    let pod = |name: &str, phase: &str| {
+        let ip = if phase == "Pending" {
+            "10.0.0.8"
+        } else {
+            "10.0.0.7"
+        };
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: ns}}\n\
+             status: {{phase: {phase}, podIP: {ip}, podIPs: [{{ip: {ip}}}]}}\n"
+        )
+    };
+    let inv = load(&format!(
+        "{}{}{}{}",
+        pod("job-done", "Succeeded"),
+        pod("job-failed", "Failed"),
+        pod("running", "Running"),
+        pod("pending", "Pending"),
+    ));
+    let names: Vec<&str> = inv.pods.iter().map(|p| p.key.name.as_str()).collect();
+    assert_eq!(names, ["running", "pending"]);
+    assert!(inv.problems.is_empty(), "{:#?}", inv.problems);
+    // A phase of the wrong type rejects the pod (it might be finished or not).
+    let inv = load(&pod("odd", "[Failed]"));
+    assert!(inv.pods.is_empty());
+    assert_eq!(errors(&inv), vec![e("Pod", "ns/odd", "status.phase")]);
+}
+
+/// Issue 20, defect 14: an item of a typed List that is another kind was read (or, not being
+/// one of netwarden's kinds, ignored) without a word.
+#[test]
+fn items_of_another_kind_in_a_typed_list_are_reported() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: PodList
+items:
+- metadata: {name: web, namespace: prod}
+  status: {podIPs: [{ip: 10.0.0.1}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: svc, namespace: prod}
+  spec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: dep, namespace: prod}
+"#,
+    );
+    assert_eq!(inv.pods.len(), 1);
+    assert_eq!(inv.services.len(), 1, "read as what it says");
+    let w = warnings(&inv);
+    assert_eq!(
+        w,
+        vec![
+            e("Service", "prod/svc", "kind"),
+            e("Deployment", "prod/dep", "kind"),
+        ],
+        "{:#?}",
+        inv.problems
+    );
+    assert!(
+        inv.problems[1].reason.contains("ignored"),
+        "{}",
+        inv.problems[1]
     );
 }

@@ -15,9 +15,10 @@
 //! - `overlay` without files is the inventory.
 //!
 //! And at the end, **incremental = fresh**: the inventory equals that of a new `ClusterSet`
-//! fed, in reverse key order, only each object's final version — preceded by its last good
-//! version when the final one is rejected ("a rejected update keeps the last good version",
-//! the module documentation of [`crate::cluster`]). Which versions are good is the model's
+//! fed, in reverse key order, only each object's final version — preceded by the version
+//! whose object is held when the final one is refused, unidentifiable or a policy's
+//! fail-closed form ("a rejected update keeps the last good version", the module
+//! documentation of [`crate::cluster`]). Which versions are good is the model's
 //! one use of the reader: each version read alone either loads an object, is refused with its
 //! identity or unidentifiable (the last good version stays), is skipped (nothing of it to
 //! load, and nothing kept), or is none of netwarden's kinds (the object is dropped).
@@ -86,9 +87,10 @@ pub fn check_cluster(data: &[u8]) {
         inventory,
         "overlay without files differs from the inventory"
     );
-    // A version refused after a good one changes nothing but the problems.
+    // A version refused (or only readable in its fail-closed form) after a good one changes
+    // nothing but the problems.
     for state in model.held.values() {
-        let Some(good) = state.last_good.as_ref().filter(|g| **g != state.last) else {
+        let Some(good) = state.good().filter(|g| **g != state.last) else {
             continue;
         };
         let mut kept = ClusterSet::new(history.opts.clone());
@@ -106,8 +108,8 @@ pub fn check_cluster(data: &[u8]) {
     }
     let mut fresh = ClusterSet::new(history.opts.clone());
     for (key, state) in model.held.iter().rev() {
-        if let Some(good) = &state.last_good {
-            fresh.upsert(good);
+        if let Some((version, _)) = &state.object {
+            fresh.upsert(version);
         }
         assert_eq!(&ClusterKey::of(&state.last), key);
         fresh.upsert(&state.last);
@@ -147,9 +149,20 @@ fn check_cluster_problems(problems: &[Problem]) {
 /// What the watch has delivered about one object that is held.
 #[derive(Debug)]
 struct Held {
-    /// The last version read alone that loaded an object, if no later version reset it.
-    last_good: Option<Value>,
+    /// The version whose object the set holds now, and whether it is a good one (not only
+    /// a policy's fail-closed form): what a later refused version keeps.
+    object: Option<(Value, bool)>,
     last: Value,
+}
+
+impl Held {
+    /// The good version held, if any.
+    fn good(&self) -> Option<&Value> {
+        self.object
+            .as_ref()
+            .filter(|(_, good)| *good)
+            .map(|(v, _)| v)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -161,9 +174,14 @@ struct Model {
 enum Reading {
     /// An object loaded: the new good version.
     Loaded,
-    /// Refused with its identity, or not identifiable: the last good version stays.
+    /// A policy that cannot be read, loaded in its fail-closed form: a good version held
+    /// stays, else this one is held.
+    FailClosed,
+    /// Refused with its identity: the good version held stays, else nothing is.
+    Refused,
+    /// Not identifiable, or not parsed: whatever is held stays.
     Keeps,
-    /// Nothing to load, nothing wrong with that: held, with no good version.
+    /// Nothing to load, nothing wrong with that: held, with no object.
     Skipped,
     /// Not a kind netwarden reads: dropped.
     Nothing,
@@ -180,48 +198,39 @@ fn reading(object: &Value) -> Reading {
         return Reading::Nothing;
     }
     let outcomes = || read.entries.iter().map(|e| &e.outcome);
-    if outcomes().any(|o| matches!(o, Outcome::Loaded(_))) {
-        Reading::Loaded
-    } else if !read.parsed_cleanly()
-        || outcomes().any(|o| matches!(o, Outcome::Rejected(_) | Outcome::Unidentified))
-    {
-        Reading::Keeps
+    let unidentified = outcomes().any(|o| matches!(o, Outcome::Unidentified));
+    if !read.parsed_cleanly() || unidentified {
+        return Reading::Keeps;
+    }
+    for outcome in outcomes() {
+        match outcome {
+            Outcome::Loaded(object) if object.fail_closed => return Reading::FailClosed,
+            Outcome::Loaded(_) => return Reading::Loaded,
+            _ => {}
+        }
+    }
+    if outcomes().any(|o| matches!(o, Outcome::Rejected(_))) {
+        Reading::Refused
     } else {
         Reading::Skipped
     }
 }
 
 impl Model {
-    fn upsert(&mut self, object: &Value) {
-        let key = ClusterKey::of(object);
-        let last = object.clone();
-        match reading(object) {
-            Reading::Nothing => {
-                self.held.remove(&key);
-            }
-            Reading::Loaded => {
-                self.held.insert(
-                    key,
-                    Held {
-                        last_good: Some(last.clone()),
-                        last,
-                    },
-                );
-            }
-            Reading::Skipped => {
-                self.held.insert(
-                    key,
-                    Held {
-                        last_good: None,
-                        last,
-                    },
-                );
-            }
-            Reading::Keeps => {
-                let last_good = self.held.remove(&key).and_then(|h| h.last_good);
-                self.held.insert(key, Held { last_good, last });
-            }
-        }
+    fn upsert(&mut self, version: &Value) {
+        let key = ClusterKey::of(version);
+        let last = version.clone();
+        let before = self.held.remove(&key).and_then(|h| h.object);
+        let good_before = before.clone().filter(|(_, good)| *good);
+        let object = match reading(version) {
+            Reading::Nothing => return,
+            Reading::Loaded => Some((last.clone(), true)),
+            Reading::FailClosed => good_before.or(Some((last.clone(), false))),
+            Reading::Refused => good_before,
+            Reading::Keeps => before,
+            Reading::Skipped => None,
+        };
+        self.held.insert(key, Held { object, last });
     }
 }
 
