@@ -922,12 +922,25 @@ impl<'a> Reference<'a> {
                 Peer::IpBlock(block) => {
                     block.cidr.contains(&addr) && !block.except.iter().any(|e| e.contains(&addr))
                 }
-                Peer::Pods { .. } => self.pods.iter().any(|p| {
-                    p.interfaces
-                        .iter()
-                        .any(|i| i.ips.contains(&addr) && self.peer_selects(policy, peer, p, i))
-                }),
+                // An address two pods claim allows neither (SPEC 7).
+                Peer::Pods { .. } => {
+                    !self.claimed_twice(addr)
+                        && self.pods.iter().any(|p| {
+                            p.interfaces.iter().any(|i| {
+                                i.ips.contains(&addr) && self.peer_selects(policy, peer, p, i)
+                            })
+                        })
+                }
             })
+    }
+
+    /// Whether two pods (hostNetwork pods aside) hold `addr`, on any interfaces.
+    fn claimed_twice(&self, addr: IpAddr) -> bool {
+        self.pods
+            .iter()
+            .filter(|p| !p.host_network && p.interfaces.iter().any(|i| i.ips.contains(&addr)))
+            .count()
+            > 1
     }
 
     /// Whether `rule` allows `port`: numbers directly; a named port on the destination pod

@@ -260,6 +260,35 @@ pub struct PodRules {
 }
 
 impl PodRules {
+    /// A pod locked down ([`crate::Engine::set_lockdown`]): every interface isolated in both
+    /// directions in both views, allowing nothing; no policy stands behind it, nothing logs.
+    pub fn lockdown(pod: &crate::model::Pod) -> PodRules {
+        let closed = || {
+            let shut = Isolation::Isolated(Arc::from(Vec::new()));
+            DirectionRules {
+                enforced: shut.clone(),
+                staged: shut,
+                ..DirectionRules::open()
+            }
+        };
+        PodRules {
+            pod: pod.key.clone(),
+            netns: pod.netns.clone(),
+            interfaces: pod
+                .interfaces
+                .iter()
+                .map(|iface| InterfaceRules {
+                    name: iface.name.clone(),
+                    network: iface.network.clone(),
+                    ips: iface.ips.clone(),
+                    ingress: closed(),
+                    egress: closed(),
+                })
+                .collect(),
+            learn: false,
+        }
+    }
+
     /// True when the pod needs a table at all: an isolated interface, or learn mode (which
     /// programs only logging rules).
     pub fn needs_rules(&self) -> bool {

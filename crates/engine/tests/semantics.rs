@@ -875,3 +875,116 @@ fn incremental_recompute_touches_only_affected_pods() {
     assert!(!dirty.contains(&PodKey::new("x", "a")));
     assert!(allowed(&mut e, "y/z", "x/b", 80));
 }
+
+/// The ingress peers `web` allows on its primary interface, as the kernel gets them.
+fn web_ingress_allows(engine: &mut Engine, addr: &str) -> bool {
+    let rules = engine.pod_rules(&PodKey::new("ns", "web")).unwrap();
+    let iface = rules.interfaces.iter().find(|i| i.name == "eth0").unwrap();
+    iface
+        .ingress
+        .enforced
+        .evaluate(addr.parse().unwrap(), Protocol::Tcp, 80)
+        .0
+}
+
+/// Issue 20, defect 2: a DanmEp lent `cli` another pod's (`db`'s) address; `db` then passed
+/// where only `cli` may. An address two pods claim is kept out of every allow set until only
+/// one claims it — computed incrementally as a fresh engine computes it.
+#[test]
+fn an_address_two_pods_claim_is_in_no_allow_set() {
+    let mut engine = Engine::new(EngineOptions::default());
+    engine.set_pod(pod("ns", "web", &[("app", "web")], &["10.0.0.1"]));
+    engine.set_pod(pod("ns", "cli", &[("app", "cli")], &["10.0.0.2"]));
+    engine.set_pod(pod("ns", "db", &[("app", "db")], &["10.0.0.3"]));
+    // A DanmNetworkPolicy peer contributes all of its pods' addresses.
+    engine.set_policy(policy(
+        PolicyKind::DanmNetworkPolicy,
+        "ns",
+        "web-in",
+        selector(&[("app", "web")]),
+        Some(vec![rule(vec![pods_with(&[("app", "cli")])], vec![])]),
+        None,
+    ));
+    assert!(web_ingress_allows(&mut engine, "10.0.0.2"));
+    assert!(!web_ingress_allows(&mut engine, "10.0.0.3"));
+    engine.take_dirty();
+    // cli claims db's address too, on a secondary interface.
+    let lent = with_interface(
+        pod("ns", "cli", &[("app", "cli")], &["10.0.0.2"]),
+        "net5",
+        NetworkId::Named {
+            kind: NetworkType::DanmNet,
+            namespace: Some("ns".into()),
+            name: "n5".into(),
+        },
+        &["10.0.0.3"],
+    );
+    engine.set_pod(lent.clone());
+    assert!(engine.is_ambiguous("10.0.0.3".parse().unwrap()));
+    assert!(engine.pod_at("10.0.0.3".parse().unwrap()).is_none());
+    assert!(engine.take_dirty().contains(&PodKey::new("ns", "web")));
+    assert!(
+        !web_ingress_allows(&mut engine, "10.0.0.3"),
+        "db must not pass as cli"
+    );
+    assert!(
+        web_ingress_allows(&mut engine, "10.0.0.2"),
+        "cli's own address still passes"
+    );
+    // The same objects, fresh.
+    let mut fresh = Engine::new(EngineOptions::default());
+    for p in engine.pods() {
+        fresh.set_pod(p.clone());
+    }
+    for p in engine.policies() {
+        fresh.set_policy(p.clone());
+    }
+    assert_eq!(fresh.all_pod_rules(), engine.all_pod_rules());
+    // db goes: the address has one claimant again, and it is cli's.
+    engine.remove_pod(&PodKey::new("ns", "db"));
+    assert!(!engine.is_ambiguous("10.0.0.3".parse().unwrap()));
+    assert!(web_ingress_allows(&mut engine, "10.0.0.3"));
+    // hostNetwork pods share the node's address by design: never ambiguous.
+    let mut h1 = pod("ns", "h1", &[], &["192.168.0.1"]);
+    h1.host_network = true;
+    let mut h2 = h1.clone();
+    h2.key = PodKey::new("ns", "h2");
+    engine.set_pod(h1);
+    engine.set_pod(h2);
+    assert!(!engine.is_ambiguous("192.168.0.1".parse().unwrap()));
+}
+
+/// A locked-down pod isolates every interface both ways, allowing nothing, whatever its
+/// policies allow; lifting it gives its own rules back.
+#[test]
+fn a_locked_down_pod_allows_nothing() {
+    let mut engine = Engine::new(EngineOptions::default());
+    let web = with_interface(
+        pod("ns", "web", &[("app", "web")], &["10.0.0.1"]),
+        "net1",
+        NetworkId::nad("ns", "n1"),
+        &["10.1.0.1"],
+    );
+    engine.set_pod(web);
+    let key = PodKey::new("ns", "web");
+    let open = engine.pod_rules(&key).unwrap();
+    assert!(!open.needs_rules());
+    engine.take_dirty();
+    engine.set_lockdown(&key, Some("two pods claim its netns".into()));
+    assert_eq!(engine.take_dirty(), [key.clone()].into());
+    let locked = engine.pod_rules(&key).unwrap();
+    assert_eq!(locked.interfaces.len(), 2);
+    for iface in &locked.interfaces {
+        for d in [&iface.ingress, &iface.egress] {
+            assert!(d.enforced.is_isolated() && d.enforced.rules().is_empty());
+            assert_eq!(d.staged, d.enforced);
+        }
+    }
+    engine.set_lockdown(&key, Some("two pods claim its netns".into()));
+    assert!(
+        engine.take_dirty().is_empty(),
+        "the same reason again changes nothing"
+    );
+    engine.set_lockdown(&key, None);
+    assert_eq!(engine.pod_rules(&key).unwrap(), open);
+}
