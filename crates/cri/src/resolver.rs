@@ -12,6 +12,7 @@
 //! cached by sandbox id; entries of sandboxes the runtime no longer lists are dropped.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::client::{CriClient, CriError, SandboxState, SandboxSummary};
@@ -56,7 +57,13 @@ impl std::fmt::Display for PodKey {
 pub enum PodNetns {
     /// The pod's netns file, in the sandbox `sandbox`. A new sandbox id for the same pod means
     /// a new netns: the caller re-applies the pod's rules.
-    Netns { sandbox: String, path: PathBuf },
+    Netns {
+        sandbox: String,
+        path: PathBuf,
+        /// The sandbox's addresses as the runtime reports them (`status.network`): the pod's
+        /// primary addresses before the API's `status.podIPs` has them (issue 20, defect 7).
+        ips: Vec<IpAddr>,
+    },
     /// The sandbox shares the node's network namespace (hostNetwork): never isolated.
     HostNetwork { sandbox: String },
     /// No READY sandbox matches the pod (yet): ask again at the next refresh.
@@ -80,7 +87,14 @@ pub fn choose_sandbox<'a>(
 }
 
 /// What is cached about a sandbox: its netns (`None` for host network).
-type Cache = HashMap<String, Option<PathBuf>>;
+/// What PodSandboxStatus said of a sandbox: its netns (`None`: host network) and addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Known {
+    netns: Option<PathBuf>,
+    ips: Vec<IpAddr>,
+}
+
+type Cache = HashMap<String, Known>;
 
 /// Keeps the cache entries of the sandboxes still listed.
 fn prune(cache: &mut Cache, listed: &[SandboxSummary]) {
@@ -95,6 +109,8 @@ pub struct NetnsResolver {
     /// PodSandboxStatus calls made so far (for tests and metrics: the cache must keep this
     /// at one per new sandbox).
     status_calls: u64,
+    /// Sandboxes whose status could not be read at the last ask (each reported once).
+    failing: HashSet<String>,
 }
 
 impl NetnsResolver {
@@ -103,6 +119,7 @@ impl NetnsResolver {
             client,
             cache: Cache::new(),
             status_calls: 0,
+            failing: HashSet::new(),
         }
     }
 
@@ -141,19 +158,34 @@ impl NetnsResolver {
     }
 
     async fn netns_of(&mut self, id: &str) -> PodNetns {
-        let netns = match self.cache.get(id) {
-            Some(netns) => netns.clone(),
+        let known = match self.cache.get(id) {
+            Some(known) => known.clone(),
             None => {
                 self.status_calls += 1;
                 match self.client.sandbox(id).await {
                     Ok(sandbox) => {
-                        self.cache.insert(id.to_string(), sandbox.netns.clone());
-                        sandbox.netns
+                        self.failing.remove(id);
+                        let known = Known {
+                            ips: sandbox
+                                .ips
+                                .iter()
+                                .filter_map(|ip| ip.parse().ok())
+                                .collect(),
+                            netns: sandbox.netns,
+                        };
+                        // A sandbox's netns never changes; its addresses come with CNI, which
+                        // a READY sandbox has run: a sandbox without any is asked again.
+                        if known.netns.is_none() || !known.ips.is_empty() {
+                            self.cache.insert(id.to_string(), known.clone());
+                        }
+                        known
                     }
-                    // Removed since the list: the pod is between sandboxes.
                     Err(e) if e.is_not_found() => return PodNetns::NotYetKnown,
                     Err(e) => {
-                        tracing::warn!(sandbox = id, error = %e, "cannot read a sandbox's network namespace");
+                        // Said once per sandbox until it answers (the agent asks every tick).
+                        if self.failing.insert(id.to_string()) {
+                            tracing::warn!(sandbox = id, error = %e, "cannot read a sandbox's network namespace");
+                        }
                         return PodNetns::Unreadable {
                             sandbox: id.to_string(),
                             error: e.to_string(),
@@ -163,8 +195,12 @@ impl NetnsResolver {
             }
         };
         let sandbox = id.to_string();
-        match netns {
-            Some(path) => PodNetns::Netns { sandbox, path },
+        match known.netns {
+            Some(path) => PodNetns::Netns {
+                sandbox,
+                path,
+                ips: known.ips,
+            },
             None => PodNetns::HostNetwork { sandbox },
         }
     }
@@ -252,9 +288,13 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_only_listed_sandboxes() {
+        let known = |netns: Option<&str>| Known {
+            netns: netns.map(PathBuf::from),
+            ips: Vec::new(),
+        };
         let mut cache = Cache::from([
-            ("gone".to_string(), Some(PathBuf::from("/a"))),
-            ("here".to_string(), None),
+            ("gone".to_string(), known(Some("/a"))),
+            ("here".to_string(), known(None)),
         ]);
         prune(&mut cache, &[sandbox("here", "web", "u", 0, false, 1)]);
         assert_eq!(cache.keys().collect::<Vec<_>>(), ["here"]);

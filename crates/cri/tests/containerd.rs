@@ -21,7 +21,10 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn netns_of(found: &HashMap<PodKey, PodNetns>, pod: &PodKey) -> (String, PathBuf) {
     match found.get(pod) {
-        Some(PodNetns::Netns { sandbox, path }) => (sandbox.clone(), path.clone()),
+        Some(PodNetns::Netns { sandbox, path, ips }) => {
+            assert!(!ips.is_empty(), "{pod}: a READY sandbox has its addresses");
+            (sandbox.clone(), path.clone())
+        }
         other => panic!("{pod}: expected a netns, got {other:?}"),
     }
 }

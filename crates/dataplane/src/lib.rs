@@ -9,6 +9,7 @@
 //!   [`libnft`] commits them in process, [`nft_contexts`] keeps a context per netns.
 //! - [`iptables_apply`]: the iptables compatibility implementation (seed 004).
 //! - [`fake`]: an in-memory nft implementation for tests of the reconcile loop.
+//! - [`watch`]: the kernel's notifications of interface and address changes, per netns.
 
 // Unsafe code is confined to the modules that talk to C (libnftables) or the kernel directly,
 // each with its reasons; everything else is safe Rust.
@@ -23,6 +24,7 @@ pub mod netns;
 pub mod nft_apply;
 pub mod nft_contexts;
 pub mod nft_plan;
+pub mod watch;
 
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters};
 pub use discover::{interfaces, interfaces_of, DiscoverError, DiscoveredInterface};
@@ -30,3 +32,4 @@ pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;
 pub use netns::{exec_in, netns_id, run_in, Netns, NetnsAccess, NetnsError, NetnsId};
 pub use nft_apply::NftDataplane;
+pub use watch::{InterfaceWatch, WatchError};

@@ -290,3 +290,101 @@ fn a_pod_interface_named_in_bytes_that_are_not_utf8_is_refused() {
         "{err:?}"
     );
 }
+
+/// Interface changes are followed as the kernel reports them (issue 20, defect 3b): a link
+/// added, an address added, a link deleted each mark the netns changed and wake the owner,
+/// without any read of the netns in between; a netns no longer watched is not reported.
+#[test]
+fn interface_changes_are_notified_per_netns() {
+    use netwarden_dataplane::{InterfaceWatch, Netns};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    if !root_or_skip() {
+        return;
+    }
+    let mut namespaces = Namespaces::new("nwdp-watch");
+    let a = namespaces.create("a");
+    let b = namespaces.create("b");
+    let woken = Arc::new(AtomicUsize::new(0));
+    let counter = woken.clone();
+    let watch = InterfaceWatch::start(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .unwrap();
+    watch.watch(&Netns::open(&a).unwrap()).unwrap();
+    watch.watch(&Netns::open(&b).unwrap()).unwrap();
+    // Watching again changes nothing.
+    watch.watch(&Netns::open(&a).unwrap()).unwrap();
+    assert_eq!(watch.paths().len(), 2);
+    let changed_within = |what: &str| {
+        let start = Instant::now();
+        loop {
+            let changed = watch.take_changed();
+            if !changed.is_empty() {
+                return (changed, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "{what}: not notified"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    ip(
+        &a,
+        &[
+            "link", "add", "nwd0", "type", "veth", "peer", "name", "nwd0p",
+        ],
+    );
+    let (changed, took) = changed_within("link added");
+    assert_eq!(
+        changed.into_iter().collect::<Vec<_>>(),
+        std::slice::from_ref(&a)
+    );
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    watch.take_changed();
+    ip(
+        &b,
+        &[
+            "link", "add", "nwd1", "type", "veth", "peer", "name", "nwd1p",
+        ],
+    );
+    ip(&b, &["addr", "add", "10.78.0.1/24", "dev", "nwd1"]);
+    let (changed, _) = changed_within("address added");
+    assert_eq!(
+        changed.into_iter().collect::<Vec<_>>(),
+        std::slice::from_ref(&b)
+    );
+    assert!(woken.load(Ordering::SeqCst) >= 2);
+    watch.unwatch(&b);
+    std::thread::sleep(Duration::from_millis(100));
+    watch.take_changed();
+    ip(&b, &["link", "del", "nwd1"]);
+    ip(&a, &["link", "del", "nwd0"]);
+    let (changed, _) = changed_within("link deleted");
+    assert!(!changed.contains(&b), "b is no longer watched: {changed:?}");
+    // A burst of changes wakes the owner a bounded number of times.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = woken.load(Ordering::SeqCst);
+    let start = Instant::now();
+    for i in 0..100 {
+        let (name, peer) = (format!("nwf{i}"), format!("nwg{i}"));
+        ip(
+            &a,
+            &["link", "add", &name, "type", "veth", "peer", "name", &peer],
+        );
+    }
+    let elapsed = start.elapsed();
+    std::thread::sleep(Duration::from_millis(200));
+    let wakes = woken.load(Ordering::SeqCst) - before;
+    let bound = (elapsed.as_millis() / 50 + 3) as usize;
+    assert!(
+        wakes <= bound,
+        "{wakes} wake-ups for 100 changes in {elapsed:?}"
+    );
+    let (messages, _) = watch.counts();
+    assert!(messages >= 100, "{messages}");
+}

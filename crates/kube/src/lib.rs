@@ -115,11 +115,13 @@ pub struct Pending {
     pub oldest: Option<Instant>,
     /// A watcher's status changed (listed, failing, recovered).
     pub status_changed: bool,
+    /// Someone else woke the waiter ([`KubeSource::waker`]): the kernel changed, say.
+    pub woken: bool,
 }
 
 impl Pending {
     pub fn is_empty(&self) -> bool {
-        self.changes == 0 && !self.status_changed
+        self.changes == 0 && !self.status_changed && !self.woken
     }
 }
 
@@ -158,7 +160,7 @@ impl Shared {
         let (mut pending, _) = self
             .wake
             .wait_timeout_while(pending, timeout, |p| {
-                p.is_empty() || (!p.status_changed && !lock(&self.status).synced_once())
+                p.is_empty() || (!p.status_changed && !p.woken && !lock(&self.status).synced_once())
             })
             .unwrap_or_else(|p| p.into_inner());
         std::mem::take(&mut *pending)
@@ -245,6 +247,16 @@ impl KubeSource {
     /// contend for the [`ClusterSet`] with the watcher filling it. The changes stay pending.
     pub fn wait(&self, timeout: Duration) -> Pending {
         self.shared.wait(timeout)
+    }
+
+    /// Something that ends the agent's [`KubeSource::wait`] at once when called (from any
+    /// thread), for news that does not come from the API: a pod's interfaces changed.
+    pub fn waker(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || {
+            lock(&shared.pending).woken = true;
+            shared.wake.notify_all();
+        }
     }
 
     /// The cluster as reduced now, assembled whole (for analysis; the agent takes deltas).

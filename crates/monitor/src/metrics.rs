@@ -75,6 +75,8 @@ pub struct Metrics {
     sync_errors: AtomicU64,
     sync_duration: Mutex<Histogram>,
     managed_pods: AtomicI64,
+    /// Local pods per state (`programmed`, `refused`, ...): what operators alert on.
+    local_pods: Mutex<BTreeMap<&'static str, usize>>,
     listeners: AtomicI64,
     /// Per watched kind: (relists after the first, errors).
     watch: Mutex<BTreeMap<String, (u64, u64)>>,
@@ -262,6 +264,11 @@ impl Metrics {
             .store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
+    /// The local pods per state, the whole map (a state with none is said as 0).
+    pub fn set_local_pods(&self, counts: BTreeMap<&'static str, usize>) {
+        *self.local_pods.lock().unwrap_or_else(|p| p.into_inner()) = counts;
+    }
+
     pub(crate) fn listeners_add(&self, delta: i64) {
         self.listeners.fetch_add(delta, Ordering::Relaxed);
     }
@@ -385,6 +392,22 @@ impl Metrics {
             "Pods whose netns netwarden programs.",
             self.managed_pods.load(Ordering::Relaxed).to_string(),
         );
+        {
+            let local = self.local_pods.lock().unwrap_or_else(|p| p.into_inner());
+            if !local.is_empty() {
+                let name = "netwarden_local_pods";
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} Pods of this node by state: programmed, not_selected (no \
+                     policy isolates it), selected_not_programmed, waiting_for_netns, refused, \
+                     locked_down (its netns cannot be attributed), host_network."
+                );
+                let _ = writeln!(out, "# TYPE {name} gauge");
+                for (state, n) in local.iter() {
+                    let _ = writeln!(out, "{name}{{state=\"{state}\"}} {n}");
+                }
+            }
+        }
         simple(
             &mut out,
             "netwarden_nflog_listeners",
@@ -643,6 +666,13 @@ mod tests {
         has("netwarden_sync_duration_seconds_count 2");
         has("# TYPE netwarden_managed_pods gauge");
         has("netwarden_managed_pods 7");
+        m.set_local_pods(BTreeMap::from([("programmed", 3), ("refused", 1)]));
+        let text = m.render();
+        assert!(text.contains("# TYPE netwarden_local_pods gauge"), "{text}");
+        assert!(
+            text.contains("netwarden_local_pods{state=\"refused\"} 1"),
+            "{text}"
+        );
         assert_eq!(m.would_deny_count("shop/new"), 2);
         assert_eq!(m.deny_count("shop/old"), 1);
         assert_eq!(m.nflog_dropped(), 5);

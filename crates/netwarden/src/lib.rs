@@ -19,6 +19,7 @@ pub use netwarden_kube::kinds;
 pub mod lab;
 pub mod memory;
 pub mod node_paths;
+pub mod placement;
 pub mod policy_events;
 pub mod promote;
 pub mod reach;

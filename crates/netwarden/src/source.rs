@@ -10,12 +10,15 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use netwarden_cri::{CriClient, NetnsResolver, PodNetns};
 use netwarden_engine::Pod;
 use netwarden_kube::{KubeOptions, KubeSource};
 use netwarden_manifest::{Inventory, InventoryDelta, LoadOptions, ManifestSet, Problem};
+
+use crate::placement::{NetnsAnswer, NetnsOrigin};
 use tracing::{info, warn};
 
 /// How the agent reads its objects.
@@ -43,6 +46,8 @@ pub struct Poll {
     pub changed: bool,
     /// When the oldest change was received (cluster only): event-to-apply latency.
     pub oldest: Option<Instant>,
+    /// Ended early by [`ObjectSource::waker`] (news from elsewhere: the kernel).
+    pub woken: bool,
 }
 
 /// What changed in a source's objects, as the engine takes it, and every current problem.
@@ -55,9 +60,33 @@ pub struct Update {
 /// A live source of objects.
 pub enum ObjectSource {
     /// Manifest files, with the inventory last handed over (files are re-read whole; the
-    /// delta is their difference).
-    Files(Box<ManifestSet>, Option<Inventory>),
+    /// delta is their difference), and what ends a poll's wait early.
+    Files(Box<ManifestSet>, Option<Inventory>, Arc<Wakeup>),
     Kube(KubeSource),
+}
+
+/// A wait that another thread can end early ([`ObjectSource::waker`] for files).
+#[derive(Debug, Default)]
+pub struct Wakeup {
+    woken: Mutex<bool>,
+    ring: Condvar,
+}
+
+impl Wakeup {
+    /// Waits up to `timeout` or until woken; whether it was woken (since the last wait).
+    fn wait(&self, timeout: Duration) -> bool {
+        let woken = self.woken.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut woken, _) = self
+            .ring
+            .wait_timeout_while(woken, timeout, |w| !*w)
+            .unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *woken)
+    }
+
+    fn wake(&self) {
+        *self.woken.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.ring.notify_all();
+    }
 }
 
 impl ObjectSource {
@@ -66,6 +95,7 @@ impl ObjectSource {
             SourceConfig::Files(paths) => ObjectSource::Files(
                 Box::new(ManifestSet::new(paths.clone(), load.clone())),
                 None,
+                Arc::default(),
             ),
             SourceConfig::Kube {
                 kubeconfig,
@@ -86,8 +116,8 @@ impl ObjectSource {
     /// and says what changed.
     pub fn poll(&mut self, wait: Duration) -> Poll {
         match self {
-            ObjectSource::Files(manifests, _) => {
-                std::thread::sleep(wait);
+            ObjectSource::Files(manifests, _, wakeup) => {
+                let woken = wakeup.wait(wait);
                 let changes = manifests.refresh();
                 for change in &changes {
                     info!("{}: {:?}", change.path.display(), change.change);
@@ -95,6 +125,7 @@ impl ObjectSource {
                 Poll {
                     changed: !changes.is_empty(),
                     oldest: None,
+                    woken,
                 }
             }
             ObjectSource::Kube(kube) => {
@@ -102,15 +133,28 @@ impl ObjectSource {
                 Poll {
                     changed: pending.changes > 0,
                     oldest: pending.oldest,
+                    woken: pending.woken,
                 }
             }
+        }
+    }
+
+    /// Something that ends the current (or next) [`ObjectSource::poll`] at once, from any
+    /// thread.
+    pub fn waker(&self) -> Box<dyn Fn() + Send + Sync> {
+        match self {
+            ObjectSource::Files(_, _, wakeup) => {
+                let wakeup = wakeup.clone();
+                Box::new(move || wakeup.wake())
+            }
+            ObjectSource::Kube(kube) => Box::new(kube.waker()),
         }
     }
 
     /// What changed since the last call (the first call: everything).
     pub fn take_update(&mut self) -> Update {
         match self {
-            ObjectSource::Files(manifests, last) => {
+            ObjectSource::Files(manifests, last, _) => {
                 let next = manifests.inventory().clone();
                 let delta = InventoryDelta::between(last.as_ref(), &next);
                 let problems = next.problems.clone();
@@ -180,18 +224,34 @@ pub trait NetnsSource {
     /// Learns again where the `local` pods' namespaces are (at most once per agent tick).
     fn refresh(&mut self, _local: &[Pod]) {}
 
-    /// The netns path of `pod`, or `None` while it is not known (the pod is retried).
-    fn netns(&self, pod: &Pod) -> Option<String>;
+    /// Where `pod`'s netns is, and who says so (see [`crate::placement`]).
+    fn netns(&self, pod: &Pod) -> NetnsAnswer;
 }
 
 /// The netns the loader read: the `netwarden.io/netns` annotation, or the DanmEp's
-/// `spec.netns`. (A CRI-backed source, asking the container runtime, plugs in here.)
+/// `spec.netns` (files, or a cluster without a runtime socket).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DeclaredNetns;
 
 impl NetnsSource for DeclaredNetns {
-    fn netns(&self, pod: &Pod) -> Option<String> {
-        pod.netns.clone()
+    fn netns(&self, pod: &Pod) -> NetnsAnswer {
+        declared(pod)
+    }
+}
+
+/// What a pod's objects declare of its netns.
+fn declared(pod: &Pod) -> NetnsAnswer {
+    match &pod.netns {
+        Some(path) => NetnsAnswer::Netns {
+            path: path.clone(),
+            origin: NetnsOrigin::Declared,
+            ips: Vec::new(),
+        },
+        None => NetnsAnswer::Unknown(
+            "no network namespace known: no sandbox in the runtime, none declared \
+             (netwarden.io/netns, a DanmEp's spec.netns)"
+                .into(),
+        ),
     }
 }
 
@@ -297,13 +357,31 @@ pub fn merge_answers(
 /// The runtime made the namespace, so it wins: the `netwarden.io/netns` annotation and the
 /// DanmEp's netns are written by others and go stale when the sandbox is recreated (a new
 /// netns the annotation does not name). They are used only when the runtime has no sandbox
-/// for the pod (pods it does not run, or no runtime at all). Host network: never isolated.
-/// An unreadable answer gives nothing (the pod's rules stay as they are, it is retried).
-pub fn decide_netns(cri: Option<&PodNetns>, declared: Option<&str>) -> Option<String> {
+/// for the pod (pods it does not run, or no runtime at all); a declared path naming a netns
+/// the runtime made for another pod is refused later ([`crate::placement::place`]). Host
+/// network: said as such (the placement compares it with the pod's spec). An unreadable
+/// answer gives nothing (the pod's rules stay as they are, it is retried).
+pub fn decide_netns(cri: Option<&PodNetns>, pod: &Pod) -> NetnsAnswer {
     match cri {
-        Some(PodNetns::Netns { path, .. }) => path.to_str().map(str::to_string),
-        Some(PodNetns::HostNetwork { .. } | PodNetns::Unreadable { .. }) => None,
-        Some(PodNetns::NotYetKnown) | None => declared.map(str::to_string),
+        Some(PodNetns::Netns { path, sandbox, ips }) => match path.to_str() {
+            Some(path) => NetnsAnswer::Netns {
+                path: path.to_string(),
+                origin: NetnsOrigin::Runtime {
+                    sandbox: sandbox.clone(),
+                },
+                ips: ips.clone(),
+            },
+            None => NetnsAnswer::Unknown(format!(
+                "the runtime's netns path of sandbox {sandbox} is not UTF-8"
+            )),
+        },
+        Some(PodNetns::HostNetwork { sandbox }) => NetnsAnswer::HostNetwork {
+            sandbox: sandbox.clone(),
+        },
+        Some(PodNetns::Unreadable { sandbox, error }) => NetnsAnswer::Unknown(format!(
+            "the runtime cannot say where sandbox {sandbox}'s netns is: {error}"
+        )),
+        Some(PodNetns::NotYetKnown) | None => declared(pod),
     }
 }
 
@@ -323,12 +401,12 @@ impl NetnsSource for CriNetns {
                 for (key, answer) in &merged {
                     if self.known.get(key) != Some(answer) {
                         match answer {
-                            PodNetns::Netns { sandbox, path } => info!(
+                            PodNetns::Netns { sandbox, path, .. } => info!(
                                 "{key}: network namespace {} (sandbox {sandbox})",
                                 path.display()
                             ),
                             PodNetns::HostNetwork { sandbox } => {
-                                info!("{key}: host network (sandbox {sandbox}): not isolated")
+                                info!("{key}: the runtime runs sandbox {sandbox} in the node's network namespace")
                             }
                             PodNetns::Unreadable { sandbox, error } => {
                                 warn!("{key}: sandbox {sandbox}: {error}")
@@ -347,26 +425,9 @@ impl NetnsSource for CriNetns {
         }
     }
 
-    fn netns(&self, pod: &Pod) -> Option<String> {
-        decide_netns(self.known.get(&cri_key(pod)), pod.netns.as_deref())
+    fn netns(&self, pod: &Pod) -> NetnsAnswer {
+        decide_netns(self.known.get(&cri_key(pod)), pod)
     }
-}
-
-/// The pods as the engine gets them: local pods with their netns from `netns`, remote pods
-/// as peers only (never a netns: they are not programmed here, whatever they are annotated
-/// with).
-pub fn place_pods(pods: &[Pod], locality: &Locality, netns: &dyn NetnsSource) -> Vec<Pod> {
-    pods.iter()
-        .map(|pod| {
-            let mut pod = pod.clone();
-            pod.netns = if locality.is_local(&pod) {
-                netns.netns(&pod)
-            } else {
-                None
-            };
-            pod
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -374,54 +435,57 @@ mod tests {
     use super::*;
     use netwarden_engine::testing::pod;
 
-    fn on(node: Option<&str>, name: &str) -> Pod {
-        let mut p = pod("ns", name, &[], &["10.0.0.1"]);
-        p.node_name = node.map(str::to_string);
-        p.netns = Some(format!("/run/netns/{name}"));
-        p
-    }
-
-    #[test]
-    fn only_local_pods_keep_a_netns() {
-        let pods = [on(Some("n1"), "a"), on(Some("n2"), "b"), on(None, "c")];
-        let placed = place_pods(&pods, &Locality::Node("n1".into()), &DeclaredNetns);
-        let netns: Vec<Option<&str>> = placed.iter().map(|p| p.netns.as_deref()).collect();
-        assert_eq!(netns, [Some("/run/netns/a"), None, None]);
-        assert_eq!(placed.len(), 3, "every pod stays a peer");
-        let all = place_pods(&pods, &Locality::All, &DeclaredNetns);
-        assert!(all.iter().all(|p| p.netns.is_some()));
-    }
-
     fn sandbox(id: &str, path: &str) -> PodNetns {
         PodNetns::Netns {
             sandbox: id.into(),
             path: path.into(),
+            ips: Vec::new(),
         }
     }
 
     #[test]
     fn the_runtime_wins_over_the_declared_netns() {
-        let declared = Some("/run/netns/annotated");
+        let mut p = pod("ns", "a", &[], &["10.0.0.1"]);
+        p.netns = Some("/run/netns/annotated".into());
+        let path = |answer: NetnsAnswer| match answer {
+            NetnsAnswer::Netns { path, origin, .. } => Some((path, origin)),
+            _ => None,
+        };
         let cri = sandbox("s1", "/run/netns/cni-1");
         assert_eq!(
-            decide_netns(Some(&cri), declared).as_deref(),
-            Some("/run/netns/cni-1")
+            path(decide_netns(Some(&cri), &p)),
+            Some((
+                "/run/netns/cni-1".into(),
+                NetnsOrigin::Runtime {
+                    sandbox: "s1".into()
+                }
+            ))
         );
+        let declared = Some(("/run/netns/annotated".to_string(), NetnsOrigin::Declared));
         assert_eq!(
-            decide_netns(Some(&PodNetns::NotYetKnown), declared).as_deref(),
+            path(decide_netns(Some(&PodNetns::NotYetKnown), &p)),
             declared,
             "no sandbox: the declared netns"
         );
-        assert_eq!(decide_netns(None, declared).as_deref(), declared);
+        assert_eq!(path(decide_netns(None, &p)), declared);
         let host = PodNetns::HostNetwork {
             sandbox: "s1".into(),
         };
-        assert_eq!(decide_netns(Some(&host), declared), None, "never isolated");
+        assert_eq!(
+            decide_netns(Some(&host), &p),
+            NetnsAnswer::HostNetwork {
+                sandbox: "s1".into()
+            },
+            "said as such: the placement compares it with the pod's spec"
+        );
         let bad = PodNetns::Unreadable {
             sandbox: "s1".into(),
             error: "x".into(),
         };
-        assert_eq!(decide_netns(Some(&bad), declared), None);
+        assert!(matches!(
+            decide_netns(Some(&bad), &p),
+            NetnsAnswer::Unknown(_)
+        ));
     }
 
     #[test]

@@ -141,9 +141,30 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
         let start = Instant::now();
         let mut report = SyncReport::default();
         let mut batch: Vec<(PodKey, PathBuf, PodRules, D::Ruleset)> = Vec::new();
-        for key in pods {
+        let computed: Vec<(PodKey, Option<PodRules>)> = pods
+            .into_iter()
+            .map(|key| {
+                let rules = engine.pod_rules(&key);
+                (key, rules)
+            })
+            .collect();
+        // The netns that keep rules after this sync: those of the pods synced now that need
+        // them, and those of the programmed pods not synced now. A pod leaving a netns another
+        // pod holds from now on (a locked-down netns handed to its owner, say) must not
+        // remove the table the other's apply replaces: that would open it in between.
+        let mut held: BTreeSet<PathBuf> = computed
+            .iter()
+            .filter_map(|(_, rules)| rules.as_ref().filter(|r| r.needs_rules()))
+            .filter_map(|r| r.netns.as_ref().map(PathBuf::from))
+            .collect();
+        held.extend(
+            self.programmed
+                .iter()
+                .filter(|(key, _)| !computed.iter().any(|(k, _)| k == *key))
+                .map(|(_, netns)| netns.clone()),
+        );
+        for (key, rules) in computed {
             report.pods_considered += 1;
-            let rules = engine.pod_rules(&key);
             let netns = rules
                 .as_ref()
                 .and_then(|r| r.netns.clone())
@@ -152,7 +173,8 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             if let Some(old) = self.programmed.get(&key).cloned() {
                 let left =
                     netns.as_ref() != Some(&old) || rules.as_ref().is_none_or(|r| !r.needs_rules());
-                if left && self.remove_from(&key, &old, &mut report) {
+                let handed_over = netns.as_ref() != Some(&old) && held.contains(&old);
+                if left && (handed_over || self.remove_from(&key, &old, &mut report)) {
                     report.removed += 1;
                     self.programmed.remove(&key);
                 }
@@ -164,7 +186,9 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             // Isolation or learn mode gives a pod rules; otherwise its netns holds none.
             if !rules.needs_rules() {
                 if let (true, Some(netns)) = (self.converge_removals, &netns) {
-                    self.remove_from(&key, netns, &mut report);
+                    if !held.contains(netns) {
+                        self.remove_from(&key, netns, &mut report);
+                    }
                 }
                 self.current.insert(key, rules);
                 continue;
@@ -407,5 +431,42 @@ mod tests {
         let report = syncer.sync(&mut e, changed);
         assert_eq!(report.applied, 1, "{report}");
         assert!(syncer.dataplane.tables.contains_key(&netns));
+    }
+
+    /// A netns handed from one pod to another in one sync (a locked-down netns given to its
+    /// owner once the other claim went) is never left without a table in between.
+    #[test]
+    fn a_netns_handed_over_is_never_emptied() {
+        use netwarden_dataplane::fake::FakeOp;
+        let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
+        let mut e = engine_with("eth0");
+        let web = PodKey::new("ns", "web");
+        let netns = PathBuf::from("/run/netns/web");
+        // `intruder` held web's netns, locked down.
+        let mut intruder = pod("ns", "intruder", &[], &["10.0.0.9"]);
+        intruder.netns = Some("/run/netns/web".into());
+        e.set_pod(intruder);
+        let intruder = PodKey::new("ns", "intruder");
+        e.set_lockdown(&intruder, Some("contested".into()));
+        let mut only = e.pod(&web).unwrap().clone();
+        only.netns = None;
+        e.set_pod(only);
+        let report = syncer.sync(&mut e, BTreeSet::from([intruder.clone(), web.clone()]));
+        assert_eq!(syncer.programmed()[&intruder], netns, "{report}");
+        // The intruder goes; web takes its netns back.
+        e.remove_pod(&intruder);
+        let mut back = e.pod(&web).unwrap().clone();
+        back.netns = Some("/run/netns/web".into());
+        e.set_pod(back);
+        let ops = syncer.dataplane.op_count();
+        let report = syncer.sync(&mut e, BTreeSet::from([intruder.clone(), web.clone()]));
+        assert!(report.errors.is_empty(), "{report}");
+        assert_eq!(
+            syncer.dataplane.ops[ops..],
+            [FakeOp::Apply(netns.clone())],
+            "no removal of the netns web now holds"
+        );
+        assert!(!syncer.programmed().contains_key(&intruder));
+        assert_eq!(syncer.programmed()[&web], netns);
     }
 }
