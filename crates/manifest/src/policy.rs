@@ -111,8 +111,8 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
 
 /// The fail-closed form of a policy that cannot be read (SPEC 7): it isolates the pods its
 /// `podSelector` selects, with no allows, in the directions it names — both when they cannot
-/// be read. `None` when even its selector cannot be read (then nothing is known to isolate; the
-/// reader's problems say why). Mode (a readable `netwarden.io/mode: monitor` keeps it
+/// be read. When even its selector (or its spec) cannot be read, which pods it meant is
+/// unknown: it isolates every pod of its namespace (the reader's problems say why). Mode (a readable `netwarden.io/mode: monitor` keeps it
 /// monitored: monitoring never changes enforcement) and `policy-for` are read as the full
 /// reader would; what cannot be read there is enforce and "no network".
 ///
@@ -135,18 +135,16 @@ pub(crate) fn fail_closed(
     let mut cx = Ctx::new("", kind_name, String::new(), &mut scratch);
     let spec = match get(doc, "spec") {
         Some(s @ Value::Object(_)) => s,
-        Some(_) => return None,
+        // Not even a spec: nothing can be read but that it meant to protect something here.
+        Some(_) => &Value::Null,
         None => &Value::Null,
     };
     let pod_selector = match get(spec, "podSelector") {
         None => LabelSelector::everything(),
-        Some(v) => {
-            let selector = read_selector(&mut cx, v, "spec.podSelector")?;
-            if cx.rejected {
-                return None;
-            }
-            selector
-        }
+        Some(v) => match read_selector(&mut cx, v, "spec.podSelector") {
+            Some(selector) if !cx.rejected => selector,
+            _ => LabelSelector::everything(),
+        },
     };
     let (ingress, egress) = fail_closed_directions(spec);
     let annotations: netwarden_engine::Labels = get(doc, "metadata")

@@ -597,10 +597,11 @@ fn wrong_types_in_a_policy_reject_it() {
         let inv = load(&format!(
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: ns1}}\nspec:\n{spec}\n{GOOD_POD}"
         ));
-        // Not loaded as written: in its fail-closed form (SPEC 7), unless even its podSelector
-        // cannot be read (then nothing is known to isolate).
+        // Not loaded as written: in its fail-closed form (SPEC 7); when even its podSelector
+        // cannot be read, it isolates every pod of its namespace.
         if field.starts_with("spec.podSelector") {
-            assert!(inv.policies.is_empty(), "{spec}");
+            assert_eq!(fail_closed_directions(&inv, "p"), Some((true, false)));
+            assert!(policy(&inv, "p").pod_selector.is_empty(), "{spec}");
         } else {
             let egress = spec.contains("egress");
             assert_eq!(

@@ -11,10 +11,14 @@
 //!
 //! The specs are shaped like `networking.k8s.io/v1` NetworkPolicySpec (Kubernetes 1.37:
 //! `podSelector` optional, `endPort`), with `networkSelector` added to DanmNetworkPolicy peers.
-//! Values stay as loose as in NetworkPolicy (protocols and policy types are strings): the loader
-//! reports a bad value with its field (`netwarden validate`), and the agent an Event.
+//! The values Kubernetes validates for NetworkPolicy are enums in the schema too
+//! ([`restrict_values`]: policy types, selector operators, protocols), so the API server refuses a
+//! policy netwarden could not read instead of storing it (issue 20, defect 5); whatever gets past
+//! it anyway (an older CRD, files) the loader reports with its field and enforces fail-closed.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSON,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::crd::merge_crds;
@@ -283,7 +287,65 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     )
     // Both versions come from the macro above: same group, kind, names and scope.
     .expect("the MultiNetworkPolicy versions agree on everything but the version");
-    vec![DanmNetworkPolicy::crd(), multi]
+    let mut crds = vec![DanmNetworkPolicy::crd(), multi];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                restrict_values(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// The values of `policyTypes`, label selector operators and port protocols that Kubernetes
+/// accepts in a NetworkPolicy.
+pub const POLICY_TYPES: [&str; 2] = ["Ingress", "Egress"];
+pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
+pub const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+
+/// Adds the enums of [`POLICY_TYPES`], [`SELECTOR_OPERATORS`] and [`PROTOCOLS`] wherever the
+/// schema has those fields (every selector, every rule's ports). A patch of the derived schema
+/// rather than attributes: the selectors are k8s-openapi's `LabelSelector`, whose schema is not
+/// ours to annotate. An enum'd field is not nullable: a `null` is pruned (the field is absent,
+/// as the loader reads it) instead of failing the enum.
+pub fn restrict_values(schema: &mut JSONSchemaProps) {
+    fn one_of(values: &[&str]) -> Option<Vec<JSON>> {
+        Some(
+            values
+                .iter()
+                .map(|v| JSON(serde_json::Value::String((*v).to_string())))
+                .collect(),
+        )
+    }
+    if let Some(properties) = schema.properties.as_mut() {
+        for (name, field) in properties.iter_mut() {
+            match name.as_str() {
+                "policyTypes" => {
+                    if let Some(JSONSchemaPropsOrArray::Schema(items)) = field.items.as_mut() {
+                        items.enum_ = one_of(&POLICY_TYPES);
+                    }
+                }
+                "protocol" => {
+                    field.enum_ = one_of(&PROTOCOLS);
+                    field.nullable = None;
+                }
+                "operator" => {
+                    field.enum_ = one_of(&SELECTOR_OPERATORS);
+                    field.nullable = None;
+                }
+                _ => {}
+            }
+            restrict_values(field);
+        }
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(items)) = schema.items.as_mut() {
+        restrict_values(items);
+    }
 }
 
 /// The CRDs as one multi-document YAML stream, headed by how it was made.

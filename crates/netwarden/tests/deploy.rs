@@ -477,6 +477,26 @@ fn crd_schemas_reject_wrong_types_and_unknown_fields() {
             multi("v1beta2", serde_json::json!({"ingress": [{"from": [{"ipBlock": {"except": []}}]}]})),
             "spec.ingress[0].from[0].ipBlock: missing required field cidr",
         ),
+        // The values Kubernetes validates are enums (issue 20, defect 5): the API server
+        // refuses them instead of storing a policy the agent cannot read.
+        (
+            danm(serde_json::json!({"policyTypes": ["Ingress", "Sideways"]})),
+            "spec.policyTypes[1]: \"Sideways\" is not one of the allowed values",
+        ),
+        (
+            multi("v1beta2", serde_json::json!({"podSelector": {"matchExpressions": [
+                {"key": "app", "operator": "Maybe", "values": ["a"]}]}})),
+            "spec.podSelector.matchExpressions[0].operator: \"Maybe\" is not one of the allowed values",
+        ),
+        (
+            multi("v1beta1", serde_json::json!({"egress": [{"to": [{"namespaceSelector": {
+                "matchExpressions": [{"key": "team", "operator": "in"}]}}]}]})),
+            "spec.egress[0].to[0].namespaceSelector.matchExpressions[0].operator: \"in\" is not one of the allowed values",
+        ),
+        (
+            danm(serde_json::json!({"ingress": [{"ports": [{"protocol": "ICMP", "port": 1}]}]})),
+            "spec.ingress[0].ports[0].protocol: \"ICMP\" is not one of the allowed values",
+        ),
     ];
     for (object, problem) in refused {
         assert_eq!(
