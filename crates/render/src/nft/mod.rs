@@ -91,8 +91,9 @@
 //! - the table is never deleted while the pod stays isolated: `add table`, then every chain is
 //!   `add chain` (idempotent) + `flush chain` + its rules;
 //! - no anonymous sets or maps at all: dispatch is one `ip daddr 10.0.0.1 jump in_0` rule per
-//!   address and one `iifname "eth0" jump in_0` rule per interface, ICMPv6 ND one rule per type, ports explicit `th dport` matches (one rule per
-//!   port range; still independent of the number of peers);
+//!   address and one `iifname "eth0" jump in_0` rule per interface, ICMPv6 ND one rule per
+//!   type, ports explicit `th dport` matches (one rule per port range; still independent of
+//!   the number of peers);
 //! - peer sets are named by their content (`p4_<hash>`, `p6_<hash>`): `add set` + `add element`
 //!   of identical content is a no-op on a set that already exists, and a changed peer list is a
 //!   new set, so the sets old rules use are left untouched.
