@@ -278,11 +278,12 @@ pub struct Rendered {
 /// exactly, and never otherwise; the JSON is a well-formed document of commands; interface
 /// names appear only as exact-match operands; no object text (see [`MARK`]) reaches a rule.
 pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
-    // Learn mode matches every interface by name.
+    // Learn mode matches every interface by name, and so does the dispatch of a pod with an
+    // isolated interface (open interfaces get an accept by name).
     let isolated: Vec<&InterfaceRules> = rules
         .interfaces
         .iter()
-        .filter(|i| rules.learn || i.is_isolated())
+        .filter(|_| rules.learn || rules.is_isolated())
         .collect();
     let nft = match build_table(rules, opts) {
         Ok(table) => {
@@ -336,11 +337,12 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
             }
         }
     }
-    let chained: Vec<&InterfaceRules> = rules
+    // Every interface of a pod with a chain is dispatched by name (crate::dispatch).
+    let any_chain = rules
         .interfaces
         .iter()
-        .filter(|i| needs_chain(&i.ingress) || needs_chain(&i.egress))
-        .collect();
+        .any(|i| needs_chain(&i.ingress) || needs_chain(&i.egress));
+    let chained: Vec<&InterfaceRules> = rules.interfaces.iter().filter(|_| any_chain).collect();
     let iptables = match render_iptables(rules, opts) {
         Ok(r) => {
             assert!(!rules.learn, "iptables rendered a learning pod");

@@ -16,21 +16,31 @@
 //!          · -j DANM_INGRESS_V4
 //! OUTPUT:  -o lo ACCEPT · established ACCEPT · [v6: ND] · -j DANM_EGRESS_V4
 //! FORWARD: REJECT (tcp-reset / port-unreachable) when an interface is isolated (enforced)
-//! DANM_INGRESS_V4: -i eth0 -j DANM_IN_0   (a direction that is isolated or monitored; an
-//!                                          open one has no rule and falls through)
-//! DANM_IN_0:       [implicit DNS] allow rules … then deny log … then REJECT
+//! DANM_INGRESS_V4: the dispatch plan (crate::dispatch), by destination address first:
+//!                  -d 10.0.0.1/32 -j DANM_IN_0   (an address of an interface isolated or
+//!                                                 monitored: judged by its owner's chain
+//!                                                 whatever interface it arrives on)
+//!                  -d 10.1.0.1/32 -j ACCEPT      (an address of an open interface)
+//!                  -i eth0 -j DANM_IN_0 · -i net1 -j ACCEPT   (other destinations)
+//!                  REJECT                        (when any interface is enforced-isolated:
+//!                                                 an interface netwarden does not know)
+//! DANM_EGRESS_V4:  -o eth0 -j DANM_OUT_0 · -o net1 -j ACCEPT · REJECT (egress enforced)
+//! DANM_IN_0:       [implicit DNS] allow rules … then deny log … then REJECT (monitor only:
+//!                  ACCEPT, the entry chain goes on after the jump returns)
 //! ```
 //!
-//! The seed puts its terminal REJECT in INPUT/OUTPUT after the jump; here it lives at the end of
-//! each per-interface chain instead, because a NetworkPolicy isolates only the primary interface
-//! and a MultiNetworkPolicy only some networks: traffic of an open interface must pass. Outgoing
+//! The seed puts its terminal REJECT in INPUT/OUTPUT after the jump; here each per-interface
+//! chain ends with its own verdict and the entry chain accepts open interfaces by name before
+//! its final REJECT, because a NetworkPolicy isolates only the primary interface and a
+//! MultiNetworkPolicy only some networks: traffic of an open interface must pass. Outgoing
 //! DNS without a rule (SPEC 3.1) is an allow rule of the view that implies it, at the top of the
 //! interface's chain.
 //!
 //! Interface names are written as they are when they are plain (`[A-Za-z0-9_.@-]`), else in
 //! double quotes with `\` and `"` escaped (iptables-restore's quoting). iptables reads a trailing
-//! `+` as a wildcard and has no escape for it: a pod with such an interface is refused
-//! ([`RenderError`]), never programmed with a rule that would match other interfaces or none.
+//! `+` as a wildcard and has no escape for it: a pod with such an interface (open ones
+//! included: each gets an accept by name) is refused ([`RenderError`]), never programmed with a
+//! rule that would match other interfaces or none.
 //!
 //! # Peers
 //!
@@ -61,10 +71,11 @@ use std::fmt::Write as _;
 
 use ipnet::IpNet;
 use netwarden_engine::{
-    AddrSet, Direction, DirectionRules, Family, Isolation, PeerMatch, PodRules, PortMatch,
-    PortRange, Protocol,
+    AddrSet, Direction, DirectionRules, Family, InterfaceRules, Isolation, PeerMatch, PodRules,
+    PortMatch, PortRange, Protocol,
 };
 
+use crate::dispatch::{self, Target};
 use crate::logkey::{counter_name, log_key_for, log_prefix, CounterKind, LogAction, LogKey};
 use crate::nft::RenderError;
 use crate::options::RenderOptions;
@@ -260,10 +271,10 @@ fn ipset_cidrs(family: Family, set: &AddrSet) -> Vec<IpNet> {
         .collect()
 }
 
-/// Whether a direction gets a chain of its own: isolated in the enforced view, or evaluated for
-/// the monitor.
+/// Whether a direction gets a chain of its own: isolated in the enforced or the staged view
+/// (the same test as the nft backend's, [`dispatch::has_chain`]).
 pub fn needs_chain(dr: &DirectionRules) -> bool {
-    dr.enforced.is_isolated() || dr.has_monitor()
+    dispatch::has_chain(dr)
 }
 
 /// Per-interface chain name: generated, never from an object's name.
@@ -529,8 +540,14 @@ impl FamilyRenderer<'_> {
             chain,
             &format!("-m mark --mark {allow:#x}/{allow:#x} -j ACCEPT"),
         );
-        self.log(chain, None, LogAction::Deny, deny_key);
-        self.reject(chain);
+        if dr.enforced.is_isolated() {
+            self.log(chain, None, LogAction::Deny, deny_key);
+            self.reject(chain);
+        } else {
+            // Monitor only: the entry chain goes on after the jump returns (and may end in a
+            // reject), so the chain decides itself.
+            self.rule(chain, "-j ACCEPT");
+        }
     }
 
     fn render(mut self, pod: &PodRules) -> Result<String, RenderError> {
@@ -569,31 +586,52 @@ impl FamilyRenderer<'_> {
         if self.opts.reject_forward && enforced_isolated {
             self.reject("FORWARD");
         }
-        for dir in [Direction::Ingress, Direction::Egress] {
+        // The dispatch plan (crate::dispatch): by the address a packet is sent to, then by
+        // interface, then a reject that closes interfaces netwarden does not know.
+        let ifaces: Vec<&InterfaceRules> = pod.interfaces.iter().collect();
+        let plan = dispatch::plan(&ifaces);
+        for (dir, p) in [
+            (Direction::Ingress, &plan.input),
+            (Direction::Egress, &plan.output),
+        ] {
+            let Some(p) = p else { continue };
             let entry = entry_chain(fam, dir);
-            let flag = match dir {
-                Direction::Ingress => "-i",
-                Direction::Egress => "-o",
+            let (flag, addr_flag) = match dir {
+                Direction::Ingress => ("-i", "-d"),
+                Direction::Egress => ("-o", "-s"),
             };
-            for (index, iface) in pod.interfaces.iter().enumerate() {
+            let target = |t: Target| match t {
+                Target::Chain(n) => sub_chain(dir, n),
+                Target::Accept => "ACCEPT".to_string(),
+            };
+            for &(addr, t) in &p.by_addr {
+                let host = match (fam, addr) {
+                    (Family::Ipv4, std::net::IpAddr::V4(a)) => format!("{a}/32"),
+                    (Family::Ipv6, std::net::IpAddr::V6(a)) => format!("{a}/128"),
+                    _ => continue,
+                };
+                self.rule(entry, &format!("{addr_flag} {host} -j {}", target(t)));
+            }
+            for (name, t) in &p.by_iface {
+                let quoted =
+                    iptables_ifname(name).map_err(|reason| RenderError::UnmatchableInterface {
+                        pod: pod.pod.clone(),
+                        name: name.clone(),
+                        backend: "iptables",
+                        reason,
+                    })?;
+                self.rule(entry, &format!("{flag} {quoted} -j {}", target(*t)));
+            }
+            if p.reject_rest {
+                self.reject(entry);
+            }
+            for (index, iface) in ifaces.iter().enumerate() {
                 let dr = iface.direction(dir);
-                // An open direction needs no rule: its packets fall through the entry chain
-                // back to the built-in chain's ACCEPT policy.
                 if !needs_chain(dr) {
                     continue;
                 }
-                let name = iptables_ifname(&iface.name).map_err(|reason| {
-                    RenderError::UnmatchableInterface {
-                        pod: pod.pod.clone(),
-                        name: iface.name.clone(),
-                        backend: "iptables",
-                        reason,
-                    }
-                })?;
-                let chain = sub_chain(dir, index);
-                self.rule(entry, &format!("{flag} {name} -j {chain}"));
                 let key = log_key_for(pod, &iface.name, dir).map(|k| k.0);
-                self.direction_chain(&chain, dir, dr, key);
+                self.direction_chain(&sub_chain(dir, index), dir, dr, key);
             }
         }
         let mut out = String::from(
@@ -771,6 +809,50 @@ mod tests {
         let refused = render_iptables(&isolated_pod("a\"b;+"), &RenderOptions::default());
         assert!(
             matches!(refused, Err(RenderError::UnmatchableInterface { ref name, .. }) if name == "a\"b;+"),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn dispatch_by_address_then_interface_then_reject() {
+        let mut pod = isolated_pod("eth0");
+        pod.interfaces[0].ips = vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+        pod.interfaces.push(InterfaceRules {
+            name: "net1".into(),
+            network: NetworkId::nad("ns", "data"),
+            ips: vec!["10.1.0.1".parse().unwrap()],
+            ingress: DirectionRules::open(),
+            egress: DirectionRules::open(),
+        });
+        let r = render_iptables(&pod, &RenderOptions::default()).unwrap();
+        let entry: Vec<&str> =
+            r.v4.lines()
+                .filter(|l| l.starts_with("-A DANM_INGRESS_V4 "))
+                .collect();
+        assert_eq!(
+            entry,
+            [
+                "-A DANM_INGRESS_V4 -d 10.0.0.1/32 -j DANM_IN_0",
+                "-A DANM_INGRESS_V4 -d 10.1.0.1/32 -j ACCEPT",
+                "-A DANM_INGRESS_V4 -i eth0 -j DANM_IN_0",
+                "-A DANM_INGRESS_V4 -i net1 -j ACCEPT",
+                "-A DANM_INGRESS_V4 -p tcp -j REJECT --reject-with tcp-reset",
+                "-A DANM_INGRESS_V4 -j REJECT --reject-with icmp-port-unreachable",
+            ]
+        );
+        assert!(
+            r.v6.contains("-A DANM_INGRESS_V6 -d fd00::1/128 -j DANM_IN_0\n"),
+            "{}",
+            r.v6
+        );
+        // Nothing isolates egress: no egress dispatch, no reject there.
+        assert!(!r.v4.contains("-A DANM_EGRESS_V4 "), "{}", r.v4);
+        // An OPEN interface whose name iptables reads as a wildcard is refused too: its accept
+        // would match other interfaces.
+        pod.interfaces[1].name = "net+".into();
+        let refused = render_iptables(&pod, &RenderOptions::default());
+        assert!(
+            matches!(refused, Err(RenderError::UnmatchableInterface { ref name, .. }) if name == "net+"),
             "{refused:?}"
         );
     }

@@ -7,6 +7,9 @@
 //!   rule being replaced may still look it up.
 //! - [`iptables`]: `iptables-restore`/`ip6tables-restore` text and typed ipsets (seed 004's
 //!   compatibility backend).
+//! - [`dispatch`]: which packets each base chain sends to which interface's policy chain (by
+//!   the address a packet is sent to, then by interface; unknown interfaces closed), one plan
+//!   both backends print.
 //! - [`options`]: marks, NFLOG group, rate limits and the forwarding switch of SPEC 3.1.
 //! - [`fuzzing`]: pod rules from arbitrary bytes and the invariants every rendering keeps.
 //! - [`logkey`]: the NFLOG prefix contract between the rules and the event collector.
@@ -20,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dispatch;
 pub mod fuzzing;
 pub mod iptables;
 pub mod logkey;

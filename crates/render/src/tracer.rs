@@ -37,6 +37,12 @@ pub struct TracePacket {
     pub direction: Direction,
     pub interface: String,
     pub peer: IpAddr,
+    /// The pod's own end: the destination of an incoming packet, the source of an outgoing
+    /// one. `None`: an address no rule names (broadcast, multicast, an address the pod's
+    /// interfaces do not hold as far as netwarden knows). Incoming packets are dispatched by
+    /// it first ([`crate::dispatch`]), so a packet for eth0's address that arrives on net1 is
+    /// traced with `interface: "net1"` and `local: Some(<eth0's address>)`.
+    pub local: Option<IpAddr>,
     pub protocol: TraceProtocol,
     /// Destination port (ignored for ICMP).
     pub port: u16,
@@ -63,6 +69,7 @@ impl TracePacket {
             direction,
             interface: interface.to_string(),
             peer,
+            local: None,
             protocol: TraceProtocol::L4(protocol),
             port,
             new_connection: true,
@@ -70,6 +77,12 @@ impl TracePacket {
             forwarded: false,
             mark: 0,
         }
+    }
+
+    /// The same packet with the pod's own end at `local` (see [`TracePacket::local`]).
+    pub fn with_local(mut self, local: IpAddr) -> Self {
+        self.local = Some(local);
+        self
     }
 }
 
@@ -262,6 +275,19 @@ fn matches(st: &State<'_>, m: &Match) -> bool {
                     IfBy::Out => p.direction == Direction::Egress,
                 };
             applies && ifname == name
+        }
+        Match::AddrIs { end, addr } => {
+            let (src, dst) = match p.direction {
+                Direction::Ingress => (Some(p.peer), p.local),
+                Direction::Egress => (p.local, Some(p.peer)),
+            };
+            let at = match end {
+                AddrEnd::Src => src,
+                AddrEnd::Dst => dst,
+            };
+            // Loopback traffic is accepted before any dispatch; a forwarded packet's ends are
+            // not the pod's.
+            !p.forwarded && at == Some(*addr)
         }
         Match::Addr { family, end, set } => {
             // The tracer only knows the peer; the other end is the pod itself.

@@ -50,6 +50,7 @@ fn packets(rules: &PodRules) -> Vec<TracePacket> {
                                 direction,
                                 interface: iface.name.clone(),
                                 peer,
+                                local: None,
                                 protocol,
                                 port,
                                 new_connection,

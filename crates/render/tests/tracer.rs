@@ -328,11 +328,108 @@ fn cases() -> Vec<Case> {
             pkt(Egress, "net1", "10.0.0.3", Tcp, 80),
             Reset,
         ),
+        // An interface netwarden does not know (created after the last sync): closed while
+        // the pod is isolated (it used to pass everything, issue 20 defect 3b).
         case(
             "multi_interface",
             pkt(Egress, "net2", "10.0.0.3", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "multi_interface",
+            pkt(Ingress, "net2", "10.0.0.2", Tcp, 80),
+            Reset,
+        ),
+        // ... but a packet for a known address is judged by its owner wherever it arrives.
+        case(
+            "multi_interface",
+            pkt(Ingress, "net2", "10.0.0.2", Tcp, 80).with_local(ip("10.0.0.1")),
             Accept,
-        ), // not ours
+        ),
+        case(
+            "multi_interface",
+            pkt(Ingress, "net2", "10.0.0.2", Tcp, 81).with_local(ip("10.0.0.1")),
+            Reset,
+        ),
+        // A NetworkPolicy isolates eth0 only: a packet for eth0's address routed in through the
+        // open net1 is judged by eth0's policy (issue 20 defect 3a) ...
+        case(
+            "primary_only",
+            pkt(Ingress, "net1", "10.10.0.2", Tcp, 80).with_local(ip("10.0.0.1")),
+            Accept,
+        ),
+        case(
+            "primary_only",
+            pkt(Ingress, "net1", "10.10.0.2", Tcp, 9090).with_local(ip("10.0.0.1")),
+            Reset,
+        ),
+        case(
+            "primary_only",
+            pkt(Ingress, "net1", "10.10.0.3", Udp, 80).with_local(ip("10.0.0.1")),
+            Unreach,
+        ),
+        case(
+            "primary_only",
+            pkt(Ingress, "net1", "fd00::99", Tcp, 80).with_local(ip("fd00::1")),
+            Reset,
+        ),
+        // ... while net1's own traffic passes, to its address or to none.
+        case(
+            "primary_only",
+            pkt(Ingress, "net1", "10.10.0.3", Tcp, 9090).with_local(ip("10.10.0.1")),
+            Accept,
+        ),
+        case(
+            "primary_only",
+            pkt(Ingress, "net1", "10.10.0.3", Udp, 67),
+            Accept,
+        ),
+        // A packet for net1's address arriving on eth0 is net1's: open.
+        case(
+            "primary_only",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 9090).with_local(ip("10.10.0.1")),
+            Accept,
+        ),
+        case(
+            "primary_only",
+            pkt(Ingress, "eth0", "10.0.0.3", Tcp, 9090).with_local(ip("10.0.0.1")),
+            Reset,
+        ),
+        // Unknown interfaces are closed when anything is enforced-isolated, egress included.
+        case(
+            "primary_only",
+            pkt(Ingress, "net7", "10.10.0.2", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "primary_only",
+            pkt(Egress, "net7", "10.10.0.2", Tcp, 80),
+            Accept,
+        ), // egress is not isolated anywhere: nothing to close
+        case(
+            "egress_ipblock_except",
+            pkt(Ingress, "net7", "10.10.0.2", Tcp, 80),
+            Reset,
+        ),
+        case(
+            "egress_ipblock_except",
+            pkt(Ingress, "eth0", "10.10.0.2", Tcp, 80).with_local(ip("10.0.0.1")),
+            Accept,
+        ),
+        // Monitoring alone closes nothing: an unknown interface passes, a known address is
+        // judged (would-deny logged) and passes.
+        case(
+            "monitor_only",
+            pkt(Ingress, "net7", "10.0.0.3", Tcp, 80),
+            Accept,
+        ),
+        case(
+            "monitor_only",
+            pkt(Ingress, "net7", "10.0.0.3", Tcp, 80).with_local(ip("10.0.0.1")),
+            AcceptWd,
+        ),
+        // A pod nothing isolates has no table: everything passes.
+        case("open", pkt(Ingress, "net7", "10.0.0.3", Tcp, 80), Accept),
         case(
             "multi_interface",
             pkt(Egress, "eth0", "10.0.0.3", Udp, 53),
@@ -500,7 +597,13 @@ fn packet_table() {
             failures.push(format!("case {i}: mark left as {:#x}", r.mark));
         }
         if let (Some(action), Some(prefix)) = (r.logged, &r.log_prefix) {
-            let key = log_key_for(&rules, &c.pkt.interface, c.pkt.direction).unwrap();
+            // The chain that logged is the owner's: by the local address when it names one.
+            let owner = c
+                .pkt
+                .local
+                .and_then(|a| rules.interfaces.iter().find(|i| i.ips.contains(&a)))
+                .map_or(c.pkt.interface.as_str(), |i| i.name.as_str());
+            let key = log_key_for(&rules, owner, c.pkt.direction).unwrap();
             assert_eq!(prefix, &log_prefix(action, key));
         }
     }
@@ -588,4 +691,70 @@ fn foreign_mark_bits_are_preserved() {
         r.matched
     );
     assert_eq!(r.matched[0].policy.key.name, "old");
+}
+
+/// Every policy chain ends with a verdict (the base chain goes on after a jump returns, and
+/// may end in a reject): enforced-isolated chains in a reject, monitor-only chains (staged
+/// isolated, enforced open) in an unconditional accept.
+#[test]
+fn every_policy_chain_ends_with_a_verdict() {
+    use netwarden_render::nft::{build_table, Verdict};
+    let mut monitor_only_chains = 0;
+    for (name, rules, opts) in scenarios() {
+        let Some(table) = build_table(&rules, &opts).unwrap() else {
+            continue;
+        };
+        for chain in table.chains.iter().filter(|c| c.hook.is_none()) {
+            let last = chain.rules.last().expect("a policy chain has rules");
+            assert!(last.matches.is_empty(), "{name}/{}: {last:?}", chain.name);
+            let iface_enforced = chain_enforced(&rules, &chain.name);
+            if iface_enforced {
+                assert_eq!(
+                    last.verdict,
+                    Verdict::RejectPortUnreachable,
+                    "{name}/{}",
+                    chain.name
+                );
+            } else {
+                assert_eq!(last.verdict, Verdict::Accept, "{name}/{}", chain.name);
+                monitor_only_chains += 1;
+            }
+        }
+    }
+    assert!(
+        monitor_only_chains > 0,
+        "a monitor-only scenario was checked"
+    );
+}
+
+/// Whether the direction behind policy chain `in_<n>`/`out_<n>` is enforced-isolated (chains
+/// are numbered by interface name order).
+fn chain_enforced(rules: &PodRules, chain: &str) -> bool {
+    let mut ifaces: Vec<_> = rules.interfaces.iter().collect();
+    ifaces.sort_by(|a, b| a.name.cmp(&b.name));
+    let (dir, n) = match chain.split_once('_').unwrap() {
+        ("in", n) => (Ingress, n),
+        ("out", n) => (Egress, n),
+        other => panic!("{other:?}"),
+    };
+    ifaces[n.parse::<usize>().unwrap()]
+        .direction(dir)
+        .enforced
+        .is_isolated()
+}
+
+/// The defect of issue 20 (3a) as a trace: the pod's primary address reached through a
+/// secondary interface walks eth0's chain, not net1's (there is none) and not the accept of
+/// the open net1.
+#[test]
+fn primary_address_through_net1_walks_eth0s_chain() {
+    let (rules, opts) = scenario("primary_only");
+    let p = pkt(Ingress, "net1", "10.10.0.2", Tcp, 9090).with_local(ip("10.0.0.1"));
+    let r = trace(&rules, &opts, &p).unwrap();
+    assert_eq!(r.verdict, TraceVerdict::RejectTcpReset);
+    assert_eq!(r.chains, ["input", "in_0"], "{r:?}");
+    let allowed = pkt(Ingress, "net1", "10.10.0.2", Tcp, 80).with_local(ip("10.0.0.1"));
+    let r = trace(&rules, &opts, &allowed).unwrap();
+    assert!(r.accepted);
+    assert_eq!(r.matched.len(), 1, "eth0's rule allowed it: {r:?}");
 }

@@ -9,19 +9,35 @@
 //! Layout of the table (only what a pod needs is emitted):
 //!
 //! ```text
-//! input   (hook input)   lo, established/related, ICMPv6 ND → accept; iifname "X" jump in_<n>
-//! output  (hook output)  lo, established/related, ICMPv6 ND → accept; oifname "X" jump out_<n>
+//! input   (hook input)   lo, established/related, ICMPv6 ND → accept; then the dispatch plan
+//!                        (crate::dispatch), by the address a packet is sent to first:
+//!                          ip daddr A jump in_<n>   A on interface n, ingress-isolated (either view)
+//!                          ip daddr A accept        A on an open interface
+//!                          iifname "X" jump in_<n>  other destinations, by arrival interface
+//!                          iifname "Y" accept       … on an open interface
+//!                          reject                   when any interface is enforced-isolated:
+//!                                                   interfaces netwarden does not know are closed
+//! output  (hook output)  lo, established/related, ICMPv6 ND → accept; oifname "X" jump out_<n>,
+//!                        oifname "Y" accept for open ones, reject when egress is
+//!                        enforced-isolated anywhere
 //! forward (hook forward) reject everything (when an interface is enforced-isolated)
 //!   (learn mode: after established/related, per interface, family and protocol, the learn
 //!    rules described below; they only log, so both base chains exist for a learning pod)
-//! in_<n> / out_<n>       one chain per isolated (interface, direction):
+//! in_<n> / out_<n>       one chain per isolated (interface, direction), each ending with a
+//!                        verdict (the base chain goes on after a jump returns):
 //!   enforce only:  [implicit DNS] <allow clause> accept … [deny log] reject
 //!   with monitor:  count new (nw_cn_<key>); clear bits; <staged clause> mark|=STAGED …;
 //!                  <enforced clause> mark|=ALLOW …;
 //!                  when mark&(STAGED|ALLOW)==ALLOW and new: count (nw_wd_<key>), then under
 //!                  the rate limit count (nw_wl_<key>) and log;
-//!                  mark&ALLOW==ALLOW → clear bits, accept; [deny log] reject
+//!                  mark&ALLOW==ALLOW → clear bits, accept; then [deny log] reject when
+//!                  enforced-isolated, else (monitor only) accept
 //! ```
+//!
+//! A packet for the pod's primary address that a peer routes in through a secondary interface
+//! is judged by the primary interface's chain, and a packet on an interface created after the
+//! last apply (or one without an address) is rejected in an isolated pod: see
+//! [`crate::dispatch`].
 //!
 //! The three named counters of a monitored chain are the kernel's evidence for the `status`
 //! records ([`CounterKind`]): connections the monitored policies judged, would-denies, and
@@ -74,9 +90,10 @@
 //!
 //! - the table is never deleted while the pod stays isolated: `add table`, then every chain is
 //!   `add chain` (idempotent) + `flush chain` + its rules;
-//! - no anonymous sets or maps at all: dispatch is one `iifname "eth0" jump in_0` rule per
-//!   interface, ICMPv6 ND one rule per type, ports explicit `th dport` matches (one rule per
-//!   port range; still independent of the number of peers);
+//! - no anonymous sets or maps at all: dispatch is one `ip daddr 10.0.0.1 jump in_0` rule per
+//!   address and one `iifname "eth0" jump in_0` rule per interface, ICMPv6 ND one rule per
+//!   type, ports explicit `th dport` matches (one rule per port range; still independent of
+//!   the number of peers);
 //! - peer sets are named by their content (`p4_<hash>`, `p6_<hash>`): `add set` + `add element`
 //!   of identical content is a no-op on a set that already exists, and a changed peer list is a
 //!   new set, so the sets old rules use are left untouched.
@@ -94,6 +111,7 @@ use netwarden_engine::{
     PortMatch, PortRange, Protocol, RuleOrigin,
 };
 
+use crate::dispatch;
 use crate::logkey::{assign_keys, counter_name, CounterKind, LogAction, LogKey};
 use crate::options::RenderOptions;
 use netwarden_engine::hash::StableHasher;
@@ -179,6 +197,13 @@ pub enum Match {
     IfName {
         by: IfBy,
         name: String,
+    },
+    /// `ip daddr 10.0.0.1` / `ip6 daddr fd00::1`: one address of the pod itself (the
+    /// destination of an incoming packet), the base chain's dispatch by owner
+    /// ([`crate::dispatch`]). The family is the address's.
+    AddrIs {
+        end: AddrEnd,
+        addr: std::net::IpAddr,
     },
     /// `ip saddr @p4_<hash>` etc.
     Addr {
@@ -840,6 +865,10 @@ impl Builder<'_> {
                 rules.push(dn);
             }
             rules.extend(Self::reject_rules());
+        } else {
+            // Monitor only: the base chain goes on after the jump returns (and may end in a
+            // reject), so the chain decides itself.
+            rules.push(Rule::new(vec![], vec![], Verdict::Accept));
         }
         rules
     }
@@ -928,21 +957,22 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
     ifaces.sort_by(|a, b| a.name.cmp(&b.name));
 
     let mut chains = Vec::new();
-    let mut dispatch_in = Vec::new();
-    let mut dispatch_out = Vec::new();
     let mut any_enforced = false;
     let mut learn_sets = Vec::new();
     let mut learn_in = Vec::new();
     let mut learn_out = Vec::new();
+    let unmatchable = |name: &str| {
+        ifname_match_error(name).map(|reason| RenderError::UnmatchableInterface {
+            pod: rules.pod.clone(),
+            name: name.to_string(),
+            backend: "nft",
+            reason,
+        })
+    };
     if rules.learn {
         for iface in &ifaces {
-            if let Some(reason) = ifname_match_error(&iface.name) {
-                return Err(RenderError::UnmatchableInterface {
-                    pod: rules.pod.clone(),
-                    name: iface.name.clone(),
-                    backend: "nft",
-                    reason,
-                });
+            if let Some(e) = unmatchable(&iface.name) {
+                return Err(e);
             }
             for (direction, out) in [
                 (Direction::Ingress, &mut learn_in),
@@ -953,30 +983,30 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
             }
         }
     }
+    let plan = dispatch::plan(&ifaces);
+    // Every interface the plan names is matched by name, open ones included.
+    for p in [&plan.input, &plan.output].into_iter().flatten() {
+        for (name, _) in &p.by_iface {
+            if let Some(e) = unmatchable(name) {
+                return Err(e);
+            }
+        }
+    }
+    let chain_name = |direction: Direction, n: usize| match direction {
+        Direction::Ingress => format!("in_{n}"),
+        Direction::Egress => format!("out_{n}"),
+    };
     for (n, iface) in ifaces.iter().enumerate() {
         for direction in [Direction::Ingress, Direction::Egress] {
             let dr = iface.direction(direction);
-            if !dr.enforced.is_isolated() && !dr.staged.is_isolated() {
+            if !dispatch::has_chain(dr) {
                 continue;
-            }
-            if let Some(reason) = ifname_match_error(&iface.name) {
-                return Err(RenderError::UnmatchableInterface {
-                    pod: rules.pod.clone(),
-                    name: iface.name.clone(),
-                    backend: "nft",
-                    reason,
-                });
             }
             any_enforced |= dr.enforced.is_isolated();
             let key = keys[&(iface.name.clone(), direction)];
-            let (name, dispatch) = match direction {
-                Direction::Ingress => (format!("in_{n}"), &mut dispatch_in),
-                Direction::Egress => (format!("out_{n}"), &mut dispatch_out),
-            };
             let chain_rules = b.direction_chain(dr, direction, key);
-            dispatch.push((iface.name.clone(), name.clone()));
             chains.push(Chain {
-                name,
+                name: chain_name(direction, n),
                 hook: None,
                 rules: chain_rules,
             });
@@ -988,15 +1018,37 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
             .into_iter()
             .map(|t| Rule::new(vec![Match::Icmpv6Nd(t)], vec![], Verdict::Accept))
     };
-    // One `iifname "X" jump chain` rule per interface: a string compare, no map lookup.
-    let dispatch = |by: IfBy, entries: Vec<(String, String)>| {
-        entries.into_iter().map(move |(name, chain)| {
+    // The dispatch plan as rules: `ip daddr A jump in_0`, `iifname "X" jump in_0` (string and
+    // address compares, no map lookup), `… accept` for open interfaces, then the reject that
+    // closes what is not known.
+    let dispatch = |direction: Direction, by: IfBy, p: &dispatch::DirectionPlan| {
+        let verdict = |t: dispatch::Target| match t {
+            dispatch::Target::Chain(n) => Verdict::Jump(chain_name(direction, n)),
+            dispatch::Target::Accept => Verdict::Accept,
+        };
+        let end = match direction {
+            Direction::Ingress => AddrEnd::Dst,
+            Direction::Egress => AddrEnd::Src,
+        };
+        let mut out: Vec<Rule> = p
+            .by_addr
+            .iter()
+            .map(|&(addr, t)| Rule::new(vec![Match::AddrIs { end, addr }], vec![], verdict(t)))
+            .collect();
+        out.extend(p.by_iface.iter().map(|(name, t)| {
             Rule::new(
-                vec![Match::IfName { by, name }],
+                vec![Match::IfName {
+                    by,
+                    name: name.clone(),
+                }],
                 vec![],
-                Verdict::Jump(chain),
+                verdict(*t),
             )
-        })
+        }));
+        if p.reject_rest {
+            out.extend(Builder::reject_rules());
+        }
+        out
     };
     let established = || {
         Rule::new(
@@ -1006,30 +1058,34 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
         )
     };
     let mut base = Vec::new();
-    for (hook, lo, entries, learn, by) in [
+    for (hook, lo, p, learn, by, direction) in [
         (
             Hook::Input,
             Match::IifLoopback,
-            dispatch_in,
+            &plan.input,
             learn_in,
             IfBy::In,
+            Direction::Ingress,
         ),
         (
             Hook::Output,
             Match::OifLoopback,
-            dispatch_out,
+            &plan.output,
             learn_out,
             IfBy::Out,
+            Direction::Egress,
         ),
     ] {
-        if entries.is_empty() && learn.is_empty() {
+        if p.is_none() && learn.is_empty() {
             continue;
         }
         let mut r = vec![Rule::new(vec![lo], vec![], Verdict::Accept), established()];
         // Learn rules see every new flow before any policy chain decides (module doc).
         r.extend(learn);
         r.extend(nd());
-        r.extend(dispatch(by, entries));
+        if let Some(p) = p {
+            r.extend(dispatch(direction, by, p));
+        }
         base.push(Chain {
             name: hook.as_str().into(),
             hook: Some(hook),

@@ -259,6 +259,13 @@ fn addr_keyword(family: Family) -> &'static str {
     }
 }
 
+fn addr_family(addr: std::net::IpAddr) -> Family {
+    match addr {
+        std::net::IpAddr::V4(_) => Family::Ipv4,
+        std::net::IpAddr::V6(_) => Family::Ipv6,
+    }
+}
+
 fn end_keyword(end: AddrEnd) -> &'static str {
     match end {
         AddrEnd::Src => "saddr",
@@ -286,6 +293,12 @@ fn match_text(m: &Match, out: &mut String) {
         Match::IfName { by, name } => {
             write!(out, "{} {}", ifname_keyword(*by), quoted_ifname(name))
         }
+        Match::AddrIs { end, addr } => write!(
+            out,
+            "{} {} {addr}",
+            addr_keyword(addr_family(*addr)),
+            end_keyword(*end)
+        ),
         Match::Addr { family, end, set } => write!(
             out,
             "{} {} @{set}",
@@ -444,6 +457,10 @@ pub fn rule_json(rule: &Rule) -> Vec<Value> {
             Match::IfName { by, name } => {
                 equals(meta(ifname_keyword(*by)), json!(exact_ifname(name)))
             }
+            Match::AddrIs { end, addr } => equals(
+                payload(addr_keyword(addr_family(*addr)), end_keyword(*end)),
+                json!(addr.to_string()),
+            ),
             Match::Addr { family, end, set } => equals(
                 payload(addr_keyword(*family), end_keyword(*end)),
                 json!(format!("@{set}")),

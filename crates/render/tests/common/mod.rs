@@ -331,6 +331,28 @@ pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
         iface("eth0", &["10.0.0.1"], both(0), with_dns(both(1))),
     ]);
     v.push(("multi_interface", multi, o()));
+    // A NetworkPolicy isolates the primary interface only; net1 stays open. Its packets are
+    // dispatched by destination address first: eth0's addresses are judged by eth0's chain
+    // wherever they arrive (issue 20, defect 3a).
+    v.push((
+        "primary_only",
+        pod(vec![
+            iface(
+                "eth0",
+                &["10.0.0.1", "fd00::1"],
+                enforced(
+                    &["np"],
+                    vec![rule(
+                        origin("np", Ingress, 0, Enforce),
+                        vec![clause(addrs(&["10.10.0.2", "fd00::2"]), ports(&[tcp(80)]))],
+                    )],
+                ),
+                open(),
+            ),
+            iface("net1", &["10.10.0.1"], open(), open()),
+        ]),
+        o(),
+    ));
     // The same rules without the DNS allowance (`--dns=none`, or a NetworkPolicy), and with
     // forwarding allowed.
     let no_dns = pod(vec![
