@@ -318,10 +318,8 @@ async fn a_hidden_group_is_absent_then_back_with_its_objects() {
     // Other groups are served.
     assert_eq!(get(&server, "/api/v1/pods").await.status, 200);
     server.hide_group("danm.k8s.io", false);
-    let list: Value = serde_json::from_slice(
-        &get(&server, "/apis/danm.k8s.io/v1/danmeps").await.body,
-    )
-    .unwrap();
+    let list: Value =
+        serde_json::from_slice(&get(&server, "/apis/danm.k8s.io/v1/danmeps").await.body).unwrap();
     assert_eq!(list["items"][0]["metadata"]["name"], "ep");
 }
 

@@ -107,7 +107,7 @@ pub enum KubeError {
         timeout: Duration,
         what: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("cannot ask the cluster whether it serves {kind}: {source}")]
     Discovery {
@@ -459,10 +459,9 @@ fn recheck_interval(grace: Duration) -> Duration {
 
 /// Now, as RFC 3339 (UTC, whole seconds), for the readiness reason.
 fn now_rfc3339() -> String {
-    jiff::Timestamp::now().round(jiff::Unit::Second).map_or_else(
-        |_| jiff::Timestamp::now().to_string(),
-        |t| t.to_string(),
-    )
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string())
 }
 
 /// How many items of a watch stream may wait for the reducer: two list pages of kube's
@@ -479,7 +478,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// What the stream's task hands the reducer, in order.
+/// What the stream's task hands the reducer, in order. Unboxed: the items were this size
+/// before (the watcher's own), and one allocation per object of a 100,000-pod list is not.
+#[allow(clippy::large_enum_variant)]
 enum Item {
     /// What the watcher yielded, and when.
     Stream(Result<Event<RawObject>, watcher::Error>, Instant),
@@ -622,13 +623,12 @@ async fn watch(
                                 return;
                             }
                         }
-                        Some(false) => {
-                            if unserved.take().is_some() {
-                                info!("{} is served at {version} again", kind.kind);
-                                shared.status(|s| s.served_again(kind.kind));
-                            }
+                        Some(false) if unserved.is_some() => {
+                            unserved = None;
+                            info!("{} is served at {version} again", kind.kind);
+                            shared.status(|s| s.served_again(kind.kind));
                         }
-                        None => {}
+                        Some(false) | None => {}
                     }
                 }
                 if let Some(e) = error {
@@ -651,7 +651,7 @@ async fn watch(
             Event::InitApply(object) => {
                 if let Err(problem) = screen.screen(&object, &resource) {
                     warn!("list of {}: {problem}", kind.kind);
-                    list_problems.push(problem);
+                    list_problems.push(*problem);
                     continue;
                 }
                 let key = upsert(object, received);

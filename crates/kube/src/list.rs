@@ -89,7 +89,7 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
         server: server.clone(),
         timeout: timeouts.read,
         what,
-        source,
+        source: Box::new(source),
     };
     let mut found = Listed {
         cluster: ClusterSet::new(options.load.clone()),
@@ -127,8 +127,12 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
         .await
         .map_err(|e| match e {
             KubeError::List {
-                kind, api_version, source,
-            } if is_timeout(&source) => timed_out(format!("list of {kind} ({api_version})"), source),
+                kind,
+                api_version,
+                source,
+            } if is_timeout(&source) => {
+                timed_out(format!("list of {kind} ({api_version})"), source)
+            }
             e => e,
         })?;
         found.listed.push((kind, version));
@@ -161,7 +165,7 @@ async fn list_kind(
                     cluster.upsert(&object.into_typed_value(&resource));
                 }
                 Err(problem) => {
-                    cluster.report_list_problem(kind.kind, problem);
+                    cluster.report_list_problem(kind.kind, *problem);
                 }
             }
         }
@@ -191,14 +195,14 @@ impl ListScreen {
         &mut self,
         object: &crate::RawObject,
         resource: &ApiResource,
-    ) -> Result<(), Problem> {
+    ) -> Result<(), Box<Problem>> {
         let (namespace, name) = object.namespace_and_name();
         let (api_version, stated_kind) = object.stated_type();
         if stated_kind.is_some_and(|k| k != resource.kind)
             || api_version.is_some_and(|v| v != resource.api_version)
         {
             let kind = stated_kind.unwrap_or(&resource.kind);
-            return Err(Problem {
+            return Err(Box::new(Problem {
                 file: CLUSTER_SOURCE.to_string(),
                 kind: kind.to_string(),
                 object: ClusterKey::new(kind, namespace, name).object(),
@@ -210,11 +214,11 @@ impl ListScreen {
                     resource.api_version
                 ),
                 severity: Severity::Error,
-            });
+            }));
         }
-        let uid = object.uid().map(str::to_owned);
+        let uid = object.uid_str().map(str::to_owned);
         match self.seen.get(&(namespace.to_string(), name.to_string())) {
-            Some(first) => Err(Problem {
+            Some(first) => Err(Box::new(Problem {
                 file: CLUSTER_SOURCE.to_string(),
                 kind: resource.kind.clone(),
                 object: ClusterKey::new(&resource.kind, namespace, name).object(),
@@ -226,7 +230,7 @@ impl ListScreen {
                     uid.as_deref().unwrap_or("none")
                 ),
                 severity: Severity::Error,
-            }),
+            })),
             None => {
                 self.seen
                     .insert((namespace.to_string(), name.to_string()), uid);

@@ -33,8 +33,12 @@ async fn api(
     kind: &'static WatchedKind,
     namespace: &str,
 ) -> Result<(Api<RawObject>, kube::api::ApiResource), KubeError> {
-    let (client, _): (Client, _) =
-        client(kubeconfig, ClientTimeouts::one_shot(DEFAULT_REQUEST_TIMEOUT), None).await?;
+    let (client, _): (Client, _) = client(
+        kubeconfig,
+        ClientTimeouts::one_shot(DEFAULT_REQUEST_TIMEOUT),
+        None,
+    )
+    .await?;
     let version = served_version(&client, kind)
         .await
         .map_err(|source| KubeError::Discovery {

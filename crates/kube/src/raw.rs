@@ -53,7 +53,7 @@ impl RawObject {
     }
 
     /// `metadata.uid`, if any.
-    pub fn uid(&self) -> Option<&str> {
+    pub fn uid_str(&self) -> Option<&str> {
         self.metadata.uid.as_deref()
     }
 

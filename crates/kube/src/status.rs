@@ -242,14 +242,22 @@ mod tests {
             s.list_started(kind);
             s.list_done(kind);
         }
-        s.unserved("DanmEp", "danm.k8s.io/v1".into(), "2026-01-01T00:00:00Z".into());
+        s.unserved(
+            "DanmEp",
+            "danm.k8s.io/v1".into(),
+            "2026-01-01T00:00:00Z".into(),
+        );
         s.failed("DanmEp", "404 (1)".into());
         let reason = s.not_ready_reason().unwrap();
         assert_eq!(
             reason,
             "DanmEp: danm.k8s.io/v1 not served since 2026-01-01T00:00:00Z; keeping last state"
         );
-        s.unserved("DanmEp", "danm.k8s.io/v1".into(), "2026-01-01T00:00:09Z".into());
+        s.unserved(
+            "DanmEp",
+            "danm.k8s.io/v1".into(),
+            "2026-01-01T00:00:09Z".into(),
+        );
         s.failed("DanmEp", "404 (2)".into());
         assert_eq!(s.not_ready_reason().unwrap(), reason);
         s.progressed("DanmEp");

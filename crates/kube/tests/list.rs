@@ -167,6 +167,12 @@ fn duplicates_and_strays_in_a_list_are_reported() {
         .errors()
         .map(|p| (p.kind.as_str(), p.object.as_str(), p.field.as_str()))
         .collect();
-    assert!(named.contains(&("Pod", "ns/web", "metadata.name")), "{named:?}");
-    assert!(named.contains(&("NetworkPolicy", "ns/stray", "kind")), "{named:?}");
+    assert!(
+        named.contains(&("Pod", "ns/web", "metadata.name")),
+        "{named:?}"
+    );
+    assert!(
+        named.contains(&("NetworkPolicy", "ns/stray", "kind")),
+        "{named:?}"
+    );
 }

@@ -185,6 +185,9 @@ mod tests {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let sent: Vec<usize> = slow.into_iter().map(|t| t.join().unwrap()).collect();
+        eprintln!(
+            "40 dribbling clients: slowest probe {slowest:?}; bytes each sent before cut {sent:?}"
+        );
         assert!(
             slowest < Duration::from_millis(500),
             "a probe took {slowest:?}"
@@ -221,10 +224,14 @@ mod tests {
             .map(|i| {
                 std::thread::spawn(move || {
                     let path = ["/metrics", "/healthz", "/readyz"][i % 3];
-                    request(addr, format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                    request(
+                        addr,
+                        format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+                    )
                 })
             })
             .collect();
+        let answered = clients.len();
         for client in clients {
             let resp = client.join().unwrap();
             assert!(
@@ -232,6 +239,10 @@ mod tests {
                 "{resp}"
             );
         }
+        eprintln!(
+            "{answered} concurrent clients answered in {:?}",
+            start.elapsed()
+        );
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
@@ -245,7 +256,10 @@ mod tests {
         let head = request(addr, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
-        let post = request(addr, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+        let post = request(
+            addr,
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        );
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
         let query = request(addr, b"GET /healthz?verbose HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(query.starts_with("HTTP/1.1 200"), "{query}");

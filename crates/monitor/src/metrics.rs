@@ -512,11 +512,11 @@ mod tests {
     use super::*;
     use crate::event::Cause;
     use crate::http::serve_metrics_on;
+    use crate::time::Timestamp;
+    use netwarden_engine::Direction;
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::sync::Arc;
-    use crate::time::Timestamp;
-    use netwarden_engine::Direction;
 
     fn event(action: EventAction, policies: &[&str], enforced: &[&str]) -> Event {
         Event {
