@@ -221,6 +221,17 @@ pub async fn handle(
         let catalogue = shared.catalogue.lock().expect("catalogue lock");
         resolve(&catalogue, &path)
     };
+    // A hidden group's paths are those of a group nobody serves.
+    let target = target.filter(|t| {
+        let hidden = shared.hidden_groups.lock().expect("groups lock");
+        match t {
+            Target::Group(g) | Target::Resources { group: g, .. } => !hidden.contains(g),
+            Target::Collection { resource, .. } | Target::Object { resource, .. } => {
+                !hidden.contains(&resource.group)
+            }
+            _ => true,
+        }
+    });
     let query = Query::parse(&raw_query);
     let watch = query.as_ref().is_ok_and(|q| q.watch);
     let verb = Verb::of(&method, target.as_ref(), watch);
@@ -298,13 +309,18 @@ async fn route(
                 .expect("catalogue lock")
                 .core_versions(),
         )),
-        Target::Groups => only_get(Some(
-            shared
+        Target::Groups => {
+            let mut list = shared
                 .catalogue
                 .lock()
                 .expect("catalogue lock")
-                .group_list(),
-        )),
+                .group_list();
+            let hidden = shared.hidden_groups.lock().expect("groups lock").clone();
+            if let Some(groups) = list["groups"].as_array_mut() {
+                groups.retain(|g| !g["name"].as_str().is_some_and(|n| hidden.contains(n)));
+            }
+            only_get(Some(list))
+        }
         Target::Group(g) => only_get(shared.catalogue.lock().expect("catalogue lock").group(&g)),
         Target::Resources { group, version } => only_get(
             shared
@@ -450,6 +466,19 @@ fn list(
         }
         serde_json::to_writer(&mut buf, &*as_version(item, resource))
             .expect("a JSON value serializes");
+    }
+    let injected = shared
+        .injected
+        .lock()
+        .expect("injected lock")
+        .get(&resource.kind)
+        .cloned()
+        .unwrap_or_default();
+    for (i, item) in injected.iter().enumerate() {
+        if i > 0 || !page.items.is_empty() {
+            buf.push(b',');
+        }
+        serde_json::to_writer(&mut buf, item).expect("a JSON value serializes");
     }
     buf.extend_from_slice(b"]}");
     Ok(Response::builder()

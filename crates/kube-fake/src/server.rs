@@ -60,6 +60,11 @@ pub struct Shared {
     pub unavailable: AtomicBool,
     /// Kinds every request about is answered 503 ([`FakeApiServer::set_kind_unavailable`]).
     pub unavailable_kinds: Mutex<std::collections::BTreeSet<String>>,
+    /// API groups hidden ([`FakeApiServer::hide_group`]): absent from discovery, their paths
+    /// 404, their objects kept.
+    pub hidden_groups: Mutex<std::collections::BTreeSet<String>>,
+    /// Items added to every LIST of a kind, by kind name ([`FakeApiServer::inject_in_lists`]).
+    pub injected: Mutex<std::collections::BTreeMap<String, Vec<Value>>>,
     /// Bumped by `drop_watches`: every open watch aborts its response.
     pub cut: tokio::sync::watch::Sender<u64>,
     pub options: ServerOptions,
@@ -123,6 +128,8 @@ impl FakeApiServer {
             log: Mutex::new(Vec::new()),
             unavailable: AtomicBool::new(false),
             unavailable_kinds: Mutex::default(),
+            hidden_groups: Mutex::default(),
+            injected: Mutex::default(),
             cut: tokio::sync::watch::channel(0).0,
             options,
         });
@@ -330,6 +337,33 @@ impl FakeApiServer {
             kinds.insert(kind.to_string());
         } else {
             kinds.remove(kind);
+        }
+    }
+
+    /// While set, the API group `group` is hidden as a restarting kube-apiserver hides CRDs
+    /// for a moment: absent from discovery (`/apis` and below), and every request about its
+    /// objects (list, watch, get, writes) answered 404 as for a CRD not installed. Unlike
+    /// [`FakeApiServer::uninstall_crd`], its objects stay and come back with it. Open watches
+    /// go on; cut them with [`FakeApiServer::drop_watches`].
+    pub fn hide_group(&self, group: &str, hidden: bool) {
+        let mut groups = self.shared.hidden_groups.lock().expect("groups lock");
+        if hidden {
+            groups.insert(group.to_string());
+        } else {
+            groups.remove(group);
+        }
+    }
+
+    /// Adds `items` (raw JSON, written as given) at the end of every LIST response of `kind`
+    /// (by kind name, every page), after the stored objects — what a buggy or hostile
+    /// aggregated API server might answer: a second object of the same name, an object of
+    /// another kind. Watches are not affected. An empty `items` stops it.
+    pub fn inject_in_lists(&self, kind: &str, items: Vec<Value>) {
+        let mut injected = self.shared.injected.lock().expect("injected lock");
+        if items.is_empty() {
+            injected.remove(kind);
+        } else {
+            injected.insert(kind.to_string(), items);
         }
     }
 

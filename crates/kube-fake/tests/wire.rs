@@ -288,3 +288,60 @@ async fn discovery_and_not_installed_crds_on_the_wire() {
         .iter()
         .any(|g| g["name"] == "danm.k8s.io"));
 }
+
+/// `hide_group`: the group leaves discovery and its paths are 404, as for a CRD not
+/// installed; its objects come back with it.
+#[tokio::test]
+async fn a_hidden_group_is_absent_then_back_with_its_objects() {
+    let server = server_with_pods().await;
+    server.install_crd("danm.k8s.io", "v1", "DanmEp");
+    server
+        .create(json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmEp",
+                       "metadata": {"name": "ep", "namespace": "a"}}))
+        .unwrap();
+    server.hide_group("danm.k8s.io", true);
+    for path in [
+        "/apis/danm.k8s.io",
+        "/apis/danm.k8s.io/v1",
+        "/apis/danm.k8s.io/v1/danmeps",
+        "/apis/danm.k8s.io/v1/namespaces/a/danmeps/ep",
+        "/apis/danm.k8s.io/v1/danmeps?watch=true",
+    ] {
+        assert_eq!(get(&server, path).await.status, 404, "{path}");
+    }
+    let groups: Value = serde_json::from_slice(&get(&server, "/apis").await.body).unwrap();
+    assert!(!groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["name"] == "danm.k8s.io"));
+    // Other groups are served.
+    assert_eq!(get(&server, "/api/v1/pods").await.status, 200);
+    server.hide_group("danm.k8s.io", false);
+    let list: Value =
+        serde_json::from_slice(&get(&server, "/apis/danm.k8s.io/v1/danmeps").await.body).unwrap();
+    assert_eq!(list["items"][0]["metadata"]["name"], "ep");
+}
+
+/// `inject_in_lists`: raw items after the stored ones, on every page; watches unaffected.
+#[tokio::test]
+async fn injected_items_end_every_list_page() {
+    let server = server_with_pods().await;
+    server.inject_in_lists(
+        "Pod",
+        vec![json!({"metadata": {"name": "p1", "namespace": "a", "uid": "twin"}})],
+    );
+    let list: Value =
+        serde_json::from_slice(&get(&server, "/api/v1/pods?limit=1").await.body).unwrap();
+    let names: Vec<_> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["uid"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "{list}");
+    assert_eq!(names[1], "twin");
+    server.inject_in_lists("Pod", Vec::new());
+    let list: Value = serde_json::from_slice(&get(&server, "/api/v1/pods").await.body).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+}

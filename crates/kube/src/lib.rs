@@ -17,7 +17,13 @@
 //! a watch was down are dropped when its relist completes (`InitDone`). An optional kind (a
 //! CRD) the cluster does not serve is skipped with one warning and picked up when discovery,
 //! polled every [`KubeOptions::discovery_interval`], finds it; MultiNetworkPolicy is watched at
-//! the first of its versions the cluster serves.
+//! the first of its versions the cluster serves. A kind watched that discovery stops listing
+//! keeps its objects (not ready, saying why) until it has stayed unserved for
+//! [`KubeOptions::crd_grace`]: a restarting API server answers 404 for CRDs for a moment, and
+//! dropping their policies at once opened every pod they isolate. A watch request the API
+//! server accepts clears its kind's failure ([`client`]): a quiet kind has no event to show.
+//! A list naming an object twice, or holding an item of another kind, is reported
+//! (`list::ListScreen`) and the extra item ignored.
 //!
 //! The watchers run on a small tokio runtime owned by the [`KubeSource`]; the agent loop stays
 //! synchronous and blocks in [`KubeSource::wait`].
@@ -27,6 +33,7 @@
 //! one write a user command makes (`promote --kube`).
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod events;
 pub mod kinds;
 pub mod list;
@@ -45,14 +52,18 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use netwarden_manifest::{ClusterKey, ClusterSet, Inventory, InventoryDelta, LoadOptions, Problem};
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
+
+pub use crate::client::ClientTimeouts;
+use crate::client::{client, WatchAccepted};
 
 pub use crate::events::{EventPublisher, EventReason, PolicyEvent, PolicyObject};
 pub use crate::kinds::{watched, WatchedKind, WATCHED_KINDS};
 pub use crate::list::{list_once, ListOptions, Listed};
 pub use crate::patch::{get_object, merge_patch};
 pub use crate::raw::RawObject;
-pub use crate::status::{KindState, KindStatus, WatchStatus};
+pub use crate::status::{KindState, KindStatus, Unserved, WatchStatus};
 
 /// How to reach the cluster and what to watch.
 #[derive(Debug, Clone)]
@@ -62,6 +73,11 @@ pub struct KubeOptions {
     pub load: LoadOptions,
     /// How often discovery is asked again for optional kinds not served yet.
     pub discovery_interval: Duration,
+    /// How long an optional kind watched must stay unserved (discovery asked again and again
+    /// over that time) before its objects are dropped: a 404 is also what an API server
+    /// answers for a while when it restarts, and dropping a kind's policies at once opened
+    /// every pod they isolate. Meanwhile its last objects stay enforced (not ready).
+    pub crd_grace: Duration,
     /// Write Kubernetes Events on bad policies ([`events`]), reported as this instance (the
     /// node's name); `None`: write none.
     pub events_as: Option<String>,
@@ -81,6 +97,18 @@ pub enum KubeError {
     Infer(#[source] kube::config::InferConfigError),
     #[error("cannot create the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
+    #[error(
+        "the API server at {server} did not answer within {}s ({what}): is it up, and is this \
+         the right server?",
+        timeout.as_secs_f64()
+    )]
+    Timeout {
+        server: String,
+        timeout: Duration,
+        what: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
     #[error("cannot ask the cluster whether it serves {kind}: {source}")]
     Discovery {
         kind: &'static str,
@@ -135,6 +163,8 @@ struct Shared {
     status: Mutex<WatchStatus>,
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// Watch requests the API server accepted, by path ([`client`]).
+    accepted: Arc<WatchAccepted>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -198,13 +228,19 @@ impl KubeSource {
             .enable_all()
             .build()
             .map_err(KubeError::Runtime)?;
-        let client = runtime.block_on(client(options.kubeconfig.as_deref()))?;
+        let accepted = Arc::new(WatchAccepted::default());
+        let (client, _) = runtime.block_on(client(
+            options.kubeconfig.as_deref(),
+            ClientTimeouts::watching(),
+            Some(accepted.clone()),
+        ))?;
         let shared = Arc::new(Shared {
             cluster: Mutex::new(ClusterSet::new(options.load.clone())),
             policies: Mutex::new(BTreeMap::new()),
             status: Mutex::new(WatchStatus::default()),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
+            accepted,
         });
         for kind in watched(options.load.network_policy_enabled) {
             let state = if kind.optional {
@@ -227,9 +263,16 @@ impl KubeSource {
                     shared,
                     kind,
                     options.discovery_interval,
+                    options.crd_grace,
                 ));
             } else {
-                runtime.spawn(watch(client, shared, kind, kind.versions[0]));
+                runtime.spawn(watch(
+                    client,
+                    shared,
+                    kind,
+                    kind.versions[0],
+                    options.crd_grace,
+                ));
             }
         }
         Ok(KubeSource {
@@ -301,27 +344,6 @@ impl KubeSource {
 /// The kinds whose objects Events are written about.
 const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy"];
 
-async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, KubeError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
-                KubeError::Kubeconfig {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|source| KubeError::Kubeconfig {
-                    path: path.to_path_buf(),
-                    source,
-                })?
-        }
-        None => kube::Config::infer().await.map_err(KubeError::Infer)?,
-    };
-    Client::try_from(config).map_err(KubeError::Client)
-}
-
 /// Asks discovery, every `interval`, for the first served version of an optional kind; then
 /// watches it, until it is no longer served (its CRD deleted: see [`watch`]), and asks again.
 /// Says once that the kind is absent.
@@ -330,6 +352,7 @@ async fn discover_then_watch(
     shared: Arc<Shared>,
     kind: &'static WatchedKind,
     interval: Duration,
+    grace: Duration,
 ) {
     let mut warned = false;
     loop {
@@ -339,7 +362,7 @@ async fn discover_then_watch(
                     info!("{} is now served ({version}): watching it", kind.kind);
                 }
                 shared.status(|s| s.set_state(kind.kind, KindState::Watching { version }));
-                watch(client.clone(), shared.clone(), kind, version).await;
+                watch(client.clone(), shared.clone(), kind, version, grace).await;
                 // The watch ended: the kind is no longer served at `version`.
                 warned = true;
             }
@@ -356,7 +379,11 @@ async fn discover_then_watch(
                     );
                     warned = true;
                 }
-                shared.status(|s| s.set_state(kind.kind, KindState::Absent));
+                // Discovery answered: a failed discovery before says nothing any more.
+                shared.status(|s| {
+                    s.set_state(kind.kind, KindState::Absent);
+                    s.progressed(kind.kind);
+                });
             }
             Err(e) => {
                 debug!("discovery of {} failed: {e}", kind.kind);
@@ -401,13 +428,40 @@ fn api_resource(kind: &WatchedKind, version: &str) -> ApiResource {
     }
 }
 
-/// Whether an optional kind watched at `version` is no longer served there: its CRD was
-/// deleted (or that version removed). Then it holds no object any more — the API server
-/// deletes a CRD's objects with it — and the watch ends (its objects are dropped, the kind is
-/// absent, not failing); [`discover_then_watch`] looks for it again. A discovery that fails
-/// says nothing: the watcher keeps retrying.
-async fn no_longer_served(client: &Client, kind: &WatchedKind, version: &str) -> bool {
-    kind.optional && matches!(served_version(client, kind).await, Ok(v) if v != Some(version))
+/// What discovery says of an optional kind watched at `version`: `Some(true)` no longer
+/// served there (its CRD deleted, that version removed — or an API server answering 404 for
+/// a while as it restarts), `Some(false)` still served, `None` discovery failed (that says
+/// nothing: the watcher keeps retrying).
+async fn unserved_now(client: &Client, kind: &WatchedKind, version: &str) -> Option<bool> {
+    match served_version(client, kind).await {
+        Ok(v) => Some(v != Some(version)),
+        Err(_) => None,
+    }
+}
+
+/// The request path of a cluster-wide list or watch of `resource` (what kube requests).
+fn collection_path(resource: &ApiResource) -> String {
+    if resource.group.is_empty() {
+        format!("/api/{}/{}", resource.version, resource.plural)
+    } else {
+        format!(
+            "/apis/{}/{}/{}",
+            resource.group, resource.version, resource.plural
+        )
+    }
+}
+
+/// How often discovery is asked again while a watched kind is not served: four times over
+/// the grace period, at least, so that dropping it rests on several answers.
+fn recheck_interval(grace: Duration) -> Duration {
+    (grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(15))
+}
+
+/// Now, as RFC 3339 (UTC, whole seconds), for the readiness reason.
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string())
 }
 
 /// How many items of a watch stream may wait for the reducer: two list pages of kube's
@@ -424,15 +478,35 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What the stream's task hands the reducer, in order. Unboxed: the items were this size
+/// before (the watcher's own), and one allocation per object of a 100,000-pod list is not.
+#[allow(clippy::large_enum_variant)]
+enum Item {
+    /// What the watcher yielded, and when.
+    Stream(Result<Event<RawObject>, watcher::Error>, Instant),
+    /// The API server accepted a watch request of this kind (HTTP 200): it answers again,
+    /// although a quiet kind has no event to show for it.
+    Accepted,
+}
+
 /// Watches one kind cluster-wide: forever (the watcher retries with backoff), or, for an
-/// optional kind, until it is no longer served.
+/// optional kind, until it has not been served for `grace`.
+///
+/// An optional kind that discovery says is not served any more is not dropped at once: a
+/// restarting API server answers 404 for CRDs for a while. Its objects stay as they were
+/// (still enforced; readiness says why) while discovery is asked again every
+/// [`recheck_interval`]; only when it still is not served after `grace` are its objects
+/// dropped — the API server deletes a CRD's objects with it — and the watch ends (the kind
+/// is absent, not failing); [`discover_then_watch`] looks for it again.
 async fn watch(
     client: Client,
     shared: Arc<Shared>,
     kind: &'static WatchedKind,
     version: &'static str,
+    grace: Duration,
 ) {
     let resource = api_resource(kind, version);
+    let accepted: Arc<Notify> = shared.accepted.register(&collection_path(&resource));
     let api: Api<RawObject> = Api::all_with(client.clone(), &resource);
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     // The stream is polled by a task of its own, which hands each item over as it comes: kube
@@ -440,12 +514,22 @@ async fn watch(
     // them here, on the same task, left the list waiting for the reducer and the reducer
     // waiting for the next page (at 100,000 pods the watch thread was a fifth idle during the
     // initial list, with a second core free). In order, through one channel: what this task
-    // does is what it would have done polling the stream itself.
+    // does is what it would have done polling the stream itself. A watch request accepted
+    // is noticed while the stream is polled, after every item it yielded before was sent, so
+    // `Item::Accepted` never overtakes the error it clears.
     let (items, mut taken) = tokio::sync::mpsc::channel(WATCH_PIPELINE);
     let forwarder = tokio::spawn(async move {
         futures::pin_mut!(stream);
-        while let Some(item) = stream.next().await {
-            if items.send((item, Instant::now())).await.is_err() {
+        loop {
+            let item = tokio::select! {
+                biased;
+                item = stream.next() => match item {
+                    Some(item) => Item::Stream(item, Instant::now()),
+                    None => return,
+                },
+                () = accepted.notified() => Item::Accepted,
+            };
+            if items.send(item).await.is_err() {
                 return;
             }
         }
@@ -454,6 +538,11 @@ async fn watch(
     let _forwarder = AbortOnDrop(forwarder);
     // Objects seen by the list in progress, to drop those deleted while the watch was down.
     let mut listed: Option<BTreeSet<ClusterKey>> = None;
+    // Duplicates and strays of the list in progress, reported when it is done.
+    let mut screen = crate::list::ListScreen::default();
+    let mut list_problems: Vec<Problem> = Vec::new();
+    // Since when discovery has said the kind is not served (an optional kind only).
+    let mut unserved: Option<Instant> = None;
     let upsert = |object: RawObject, received: Instant| -> ClusterKey {
         let value = object.into_typed_value(&resource);
         let key = ClusterKey::of(&value);
@@ -470,41 +559,119 @@ async fn watch(
         }
         key
     };
-    while let Some((item, received)) = taken.recv().await {
-        let event = match item {
-            Ok(event) => event,
-            Err(e) => {
-                if no_longer_served(&client, kind, version).await {
-                    info!(
-                        "{} is no longer served at {version} (CRD deleted?): its objects are \
-                         gone; watching for it to return",
-                        kind.kind
-                    );
-                    let gone = lock(&shared.cluster).retain_kind(kind.kind, &BTreeSet::new());
-                    lock(&shared.policies).retain(|k, _| k.kind != kind.kind);
-                    shared.status(|s| s.gone(kind.kind));
-                    if !gone.is_empty() {
-                        shared.changed(received);
-                    }
-                    return;
-                }
-                warn!("watch of {}: {e} (retrying)", kind.kind);
-                shared.status(|s| s.failed(kind.kind, e.to_string()));
+    loop {
+        // While the kind is not served, discovery is asked again even when the watcher, in
+        // its backoff, yields nothing (`None` here: time to ask).
+        let next = match unserved {
+            Some(_) => match tokio::time::timeout(recheck_interval(grace), taken.recv()).await {
+                Ok(Some(item)) => Some(item),
+                Ok(None) => return,
+                Err(_) => None,
+            },
+            None => match taken.recv().await {
+                Some(item) => Some(item),
+                None => return,
+            },
+        };
+        let (event, received) = match next {
+            Some(Item::Accepted) => {
+                // The server answers this kind again: it is served, and the watch is up.
+                unserved = None;
+                shared.status(|s| s.progressed(kind.kind));
                 continue;
             }
+            None | Some(Item::Stream(Err(_), _)) => {
+                let error = match next {
+                    Some(Item::Stream(Err(e), _)) => Some(e),
+                    _ => None,
+                };
+                if kind.optional {
+                    match unserved_now(&client, kind, version).await {
+                        Some(true) => {
+                            let since = *unserved.get_or_insert_with(|| {
+                                let n = lock(&shared.cluster).counts().get(kind.kind).copied();
+                                warn!(
+                                    "{} is not served at {version} (its CRD deleted, or an API \
+                                     server answering 404 while it restarts): its last {} \
+                                     objects stay enforced until it is served again, or for \
+                                     {:?} at most",
+                                    kind.kind,
+                                    n.unwrap_or(0),
+                                    grace
+                                );
+                                let api_version = kind.api_version(version);
+                                let at = now_rfc3339();
+                                shared.status(|s| s.unserved(kind.kind, api_version, at));
+                                Instant::now()
+                            });
+                            if since.elapsed() >= grace {
+                                info!(
+                                    "{} has not been served at {version} for {:?} (CRD \
+                                     deleted): its objects are gone; watching for it to return",
+                                    kind.kind, grace
+                                );
+                                let gone = {
+                                    let mut cluster = lock(&shared.cluster);
+                                    cluster.clear_list_problems(kind.kind);
+                                    cluster.retain_kind(kind.kind, &BTreeSet::new())
+                                };
+                                lock(&shared.policies).retain(|k, _| k.kind != kind.kind);
+                                shared.status(|s| s.gone(kind.kind));
+                                if !gone.is_empty() {
+                                    shared.changed(Instant::now());
+                                }
+                                return;
+                            }
+                        }
+                        Some(false) if unserved.is_some() => {
+                            unserved = None;
+                            info!("{} is served at {version} again", kind.kind);
+                            shared.status(|s| s.served_again(kind.kind));
+                        }
+                        Some(false) | None => {}
+                    }
+                }
+                if let Some(e) = error {
+                    warn!("watch of {}: {e} (retrying)", kind.kind);
+                    shared.status(|s| s.failed(kind.kind, e.to_string()));
+                }
+                continue;
+            }
+            Some(Item::Stream(Ok(event), received)) => (event, received),
         };
+        // Anything the watcher yields but an error: the kind is served.
+        unserved = None;
         match event {
             Event::Init => {
                 listed = Some(BTreeSet::new());
+                screen = crate::list::ListScreen::default();
+                list_problems.clear();
                 shared.status(|s| s.list_started(kind.kind));
             }
             Event::InitApply(object) => {
+                if let Err(problem) = screen.screen(&object, &resource) {
+                    warn!("list of {}: {problem}", kind.kind);
+                    list_problems.push(*problem);
+                    continue;
+                }
                 let key = upsert(object, received);
                 if let Some(listed) = listed.as_mut() {
                     listed.insert(key);
                 }
             }
             Event::InitDone => {
+                {
+                    // The problems of this list replace those of the last one.
+                    let mut cluster = lock(&shared.cluster);
+                    let mut changed = cluster.clear_list_problems(kind.kind);
+                    for problem in list_problems.drain(..) {
+                        changed |= cluster.report_list_problem(kind.kind, problem);
+                    }
+                    drop(cluster);
+                    if changed {
+                        shared.changed(received);
+                    }
+                }
                 if let Some(present) = listed.take() {
                     let gone = lock(&shared.cluster).retain_kind(kind.kind, &present);
                     lock(&shared.policies)
@@ -563,6 +730,7 @@ mod tests {
             status: Mutex::new(WatchStatus::default()),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
+            accepted: Arc::default(),
         }
     }
 

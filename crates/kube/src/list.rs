@@ -9,15 +9,22 @@
 //! about traffic it never saw.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use kube::api::ListParams;
+use std::collections::HashMap;
+
+use kube::api::{ApiResource, ListParams};
 use kube::{Api, Client};
-use netwarden_manifest::{ClusterSet, LoadOptions};
+use netwarden_manifest::{ClusterKey, ClusterSet, LoadOptions, Problem, Severity, CLUSTER_SOURCE};
 
-use crate::{api_resource, client, served_version, watched, KubeError, RawObject, WatchedKind};
+use crate::client::{client, is_timeout, ClientTimeouts};
+use crate::{api_resource, served_version, watched, KubeError, RawObject, WatchedKind};
 
 /// Objects per LIST page (the API server's own default page size for kubectl is 500).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// How long a one-shot command waits for each answer of the API server by default.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to reach the cluster and what to list.
 #[derive(Debug, Clone)]
@@ -29,6 +36,9 @@ pub struct ListOptions {
     pub load: LoadOptions,
     /// Objects per page: a kind with more objects is listed in several requests.
     pub page_size: u32,
+    /// How long to wait for each answer (and at most 10 s to connect): a server that accepts
+    /// the connection and never answers fails the command then, naming itself.
+    pub request_timeout: Duration,
 }
 
 /// What one listing found.
@@ -73,7 +83,14 @@ pub fn list_once(options: &ListOptions) -> Result<Listed, KubeError> {
 }
 
 async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
-    let client = client(options.kubeconfig.as_deref()).await?;
+    let timeouts = ClientTimeouts::one_shot(options.request_timeout);
+    let (client, server) = client(options.kubeconfig.as_deref(), timeouts, None).await?;
+    let timed_out = |what: String, source: kube::Error| KubeError::Timeout {
+        server: server.clone(),
+        timeout: timeouts.read,
+        what,
+        source: Box::new(source),
+    };
     let mut found = Listed {
         cluster: ClusterSet::new(options.load.clone()),
         listed: Vec::new(),
@@ -81,12 +98,16 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
     };
     for kind in watched(options.load.network_policy_enabled) {
         let version = if kind.optional {
-            match served_version(&client, kind)
-                .await
-                .map_err(|source| KubeError::Discovery {
-                    kind: kind.kind,
-                    source,
-                })? {
+            match served_version(&client, kind).await.map_err(|source| {
+                if is_timeout(&source) {
+                    timed_out(format!("discovery of {}", kind.kind), source)
+                } else {
+                    KubeError::Discovery {
+                        kind: kind.kind,
+                        source,
+                    }
+                }
+            })? {
                 Some(version) => version,
                 None => {
                     found.skipped.push(kind);
@@ -103,7 +124,17 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
             options.page_size,
             &mut found.cluster,
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            KubeError::List {
+                kind,
+                api_version,
+                source,
+            } if is_timeout(&source) => {
+                timed_out(format!("list of {kind} ({api_version})"), source)
+            }
+            e => e,
+        })?;
         found.listed.push((kind, version));
     }
     Ok(found)
@@ -120,6 +151,8 @@ async fn list_kind(
     let resource = api_resource(kind, version);
     let api: Api<RawObject> = Api::all_with(client.clone(), &resource);
     let mut params = ListParams::default().limit(page_size.max(1));
+    let mut screen = ListScreen::default();
+    cluster.clear_list_problems(kind.kind);
     loop {
         let page = api.list(&params).await.map_err(|source| KubeError::List {
             kind: kind.kind,
@@ -127,11 +160,82 @@ async fn list_kind(
             source,
         })?;
         for object in page.items {
-            cluster.upsert(&object.into_typed_value(&resource));
+            match screen.screen(&object, &resource) {
+                Ok(()) => {
+                    cluster.upsert(&object.into_typed_value(&resource));
+                }
+                Err(problem) => {
+                    cluster.report_list_problem(kind.kind, *problem);
+                }
+            }
         }
         match page.metadata.continue_.filter(|token| !token.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(()),
+        }
+    }
+}
+
+/// Screens the items of one LIST of a kind (all its pages) before they are reduced. A list
+/// names each object once and holds only the kind asked for; an API server (or something
+/// between) that breaks that is not followed silently:
+/// - an object named a second time (whatever its uid) is ignored, the first kept, and an
+///   Error reported: replacing the first with the second dropped its pod's rules unreported;
+/// - an item that says it is of another kind (or another apiVersion) is ignored and reported:
+///   it would otherwise be read as the listed kind.
+#[derive(Debug, Default)]
+pub(crate) struct ListScreen {
+    /// Namespace and name of each object kept, with its uid.
+    seen: HashMap<(String, String), Option<String>>,
+}
+
+impl ListScreen {
+    /// `Ok`: reduce the object; `Err`: skip it, reporting the problem.
+    pub(crate) fn screen(
+        &mut self,
+        object: &crate::RawObject,
+        resource: &ApiResource,
+    ) -> Result<(), Box<Problem>> {
+        let (namespace, name) = object.namespace_and_name();
+        let (api_version, stated_kind) = object.stated_type();
+        if stated_kind.is_some_and(|k| k != resource.kind)
+            || api_version.is_some_and(|v| v != resource.api_version)
+        {
+            let kind = stated_kind.unwrap_or(&resource.kind);
+            return Err(Box::new(Problem {
+                file: CLUSTER_SOURCE.to_string(),
+                kind: kind.to_string(),
+                object: ClusterKey::new(kind, namespace, name).object(),
+                field: "kind".to_string(),
+                reason: format!(
+                    "an item of kind {kind} ({}) in the list of {} ({}): ignored",
+                    api_version.unwrap_or("no apiVersion"),
+                    resource.kind,
+                    resource.api_version
+                ),
+                severity: Severity::Error,
+            }));
+        }
+        let uid = object.uid_str().map(str::to_owned);
+        match self.seen.get(&(namespace.to_string(), name.to_string())) {
+            Some(first) => Err(Box::new(Problem {
+                file: CLUSTER_SOURCE.to_string(),
+                kind: resource.kind.clone(),
+                object: ClusterKey::new(&resource.kind, namespace, name).object(),
+                field: "metadata.name".to_string(),
+                reason: format!(
+                    "listed twice in one list (uid {}, then uid {}): the first is kept, the \
+                     second ignored",
+                    first.as_deref().unwrap_or("none"),
+                    uid.as_deref().unwrap_or("none")
+                ),
+                severity: Severity::Error,
+            })),
+            None => {
+                self.seen
+                    .insert((namespace.to_string(), name.to_string()), uid);
+                Ok(())
+            }
         }
     }
 }

@@ -13,7 +13,9 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::{api_resource, client, served_version, KubeError, RawObject, WatchedKind};
+use crate::client::{client, ClientTimeouts};
+use crate::list::DEFAULT_REQUEST_TIMEOUT;
+use crate::{api_resource, served_version, KubeError, RawObject, WatchedKind};
 
 /// Blocking: one current-thread runtime per call (a user command does one or two calls).
 fn block_on<T>(
@@ -31,7 +33,12 @@ async fn api(
     kind: &'static WatchedKind,
     namespace: &str,
 ) -> Result<(Api<RawObject>, kube::api::ApiResource), KubeError> {
-    let client: Client = client(kubeconfig).await?;
+    let (client, _): (Client, _) = client(
+        kubeconfig,
+        ClientTimeouts::one_shot(DEFAULT_REQUEST_TIMEOUT),
+        None,
+    )
+    .await?;
     let version = served_version(&client, kind)
         .await
         .map_err(|source| KubeError::Discovery {

@@ -43,6 +43,20 @@ impl RawObject {
         value
     }
 
+    /// The `apiVersion` and `kind` the object says it has, when it says (list items of
+    /// built-in kinds usually do not).
+    pub fn stated_type(&self) -> (Option<&str>, Option<&str>) {
+        (
+            self.value.get("apiVersion").and_then(Value::as_str),
+            self.value.get("kind").and_then(Value::as_str),
+        )
+    }
+
+    /// `metadata.uid`, if any.
+    pub fn uid_str(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+
     /// Namespace (empty when cluster-scoped) and name.
     pub fn namespace_and_name(&self) -> (&str, &str) {
         (

@@ -31,6 +31,19 @@ pub struct KindStatus {
     pub restarts: u64,
     /// Errors the watcher yielded (each is retried with backoff).
     pub errors: u64,
+    /// An optional kind watched that discovery stopped listing: its last objects are kept
+    /// (enforced) until it is served again or the grace period ends.
+    pub unserved: Option<Unserved>,
+}
+
+/// Since when a watched kind has not been served. Fixed while it lasts, so that the
+/// readiness reason built from it does not change from one tick to the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unserved {
+    /// `group/version` the kind was watched at.
+    pub api_version: String,
+    /// RFC 3339, UTC.
+    pub since: String,
 }
 
 /// The status of every watched kind, by kind.
@@ -49,6 +62,7 @@ impl WatchStatus {
                 failing: None,
                 restarts: 0,
                 errors: 0,
+                unserved: None,
             },
         );
     }
@@ -60,6 +74,7 @@ impl WatchStatus {
             failing: None,
             restarts: 0,
             errors: 0,
+            unserved: None,
         })
     }
 
@@ -81,11 +96,27 @@ impl WatchStatus {
         let k = self.get(kind);
         k.listed_once = true;
         k.failing = None;
+        k.unserved = None;
     }
 
-    /// Any event or bookmark-driven progress: the API answers.
+    /// Any event, or a watch request the API server accepted: the API answers for this kind.
     pub fn progressed(&mut self, kind: &'static str) {
-        self.get(kind).failing = None;
+        let k = self.get(kind);
+        k.failing = None;
+        k.unserved = None;
+    }
+
+    /// Discovery stopped listing a watched kind (first noticed at `since`); kept if already
+    /// set, so the time is that of the first answer.
+    pub fn unserved(&mut self, kind: &'static str, api_version: String, since: String) {
+        self.get(kind)
+            .unserved
+            .get_or_insert(Unserved { api_version, since });
+    }
+
+    /// Discovery lists the kind again (its watch may still have to recover).
+    pub fn served_again(&mut self, kind: &'static str) {
+        self.get(kind).unserved = None;
     }
 
     /// An optional kind is no longer served (its CRD was deleted while watched): absent, and
@@ -95,6 +126,7 @@ impl WatchStatus {
         k.state = KindState::Absent;
         k.failing = None;
         k.listed_once = false;
+        k.unserved = None;
     }
 
     pub fn failed(&mut self, kind: &'static str, error: String) {
@@ -128,12 +160,31 @@ impl WatchStatus {
         if !waiting.is_empty() || self.kinds.is_empty() {
             return Some(format!("not listed yet: {}", waiting.join(", ")));
         }
+        // A kind not served says so rather than its watch's errors: that text is the same for
+        // as long as the condition holds (one "not ready" line in the log, not one per error).
+        let unserved: Vec<String> = self
+            .kinds
+            .iter()
+            .filter_map(|(kind, k)| {
+                k.unserved.as_ref().map(|u| {
+                    format!(
+                        "{kind}: {} not served since {}; keeping last state",
+                        u.api_version, u.since
+                    )
+                })
+            })
+            .collect();
         let failing: Vec<String> = self
             .kinds
             .iter()
+            .filter(|(_, k)| k.unserved.is_none())
             .filter_map(|(kind, k)| k.failing.as_ref().map(|e| format!("{kind}: {e}")))
             .collect();
-        (!failing.is_empty()).then(|| format!("API not reachable: {}", failing.join("; ")))
+        let mut why = unserved;
+        if !failing.is_empty() {
+            why.push(format!("API not reachable: {}", failing.join("; ")));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
     }
 }
 
@@ -178,6 +229,38 @@ mod tests {
         assert_eq!(s.not_ready_reason(), None);
         s.failed("Pod", "timeout".into());
         s.progressed("Pod");
+        assert_eq!(s.not_ready_reason(), None);
+    }
+
+    /// A kind not served names itself and the time it stopped, and that text does not change
+    /// with the errors that follow; served again, it is ready again.
+    #[test]
+    fn an_unserved_kind_has_one_stable_reason() {
+        let mut s = status();
+        s.set_state("DanmEp", KindState::Watching { version: "v1" });
+        for kind in ["Pod", "DanmEp"] {
+            s.list_started(kind);
+            s.list_done(kind);
+        }
+        s.unserved(
+            "DanmEp",
+            "danm.k8s.io/v1".into(),
+            "2026-01-01T00:00:00Z".into(),
+        );
+        s.failed("DanmEp", "404 (1)".into());
+        let reason = s.not_ready_reason().unwrap();
+        assert_eq!(
+            reason,
+            "DanmEp: danm.k8s.io/v1 not served since 2026-01-01T00:00:00Z; keeping last state"
+        );
+        s.unserved(
+            "DanmEp",
+            "danm.k8s.io/v1".into(),
+            "2026-01-01T00:00:09Z".into(),
+        );
+        s.failed("DanmEp", "404 (2)".into());
+        assert_eq!(s.not_ready_reason().unwrap(), reason);
+        s.progressed("DanmEp");
         assert_eq!(s.not_ready_reason(), None);
     }
 }

@@ -67,6 +67,7 @@ fn watchers_feed_the_cluster_set() {
         kubeconfig: Some(kubeconfig),
         load: LoadOptions::default(),
         discovery_interval: Duration::from_millis(200),
+        crd_grace: Duration::ZERO,
         events_as: None,
     })
     .unwrap();
@@ -141,6 +142,7 @@ fn a_crd_deleted_while_watched_is_absent_then_watched_again() {
         kubeconfig: Some(kubeconfig),
         load: LoadOptions::default(),
         discovery_interval: Duration::from_millis(200),
+        crd_grace: Duration::ZERO,
         events_as: None,
     })
     .unwrap();
@@ -165,5 +167,186 @@ fn a_crd_deleted_while_watched_is_absent_then_watched_again() {
     until("watched again, with its policy", &source, |s| {
         s.status().kinds["DanmNetworkPolicy"].listed_once && s.inventory().policies.len() == 1
     });
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn danm_policy(name: &str) -> Value {
+    json!({"apiVersion": "danm.k8s.io/v1", "kind": "DanmNetworkPolicy",
+           "metadata": {"name": name, "namespace": "ns"},
+           "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}})
+}
+
+/// Issue 20, defect 4: a group hidden from discovery for a moment (a restarting API server
+/// answers 404 for CRDs) keeps its kinds' objects — enforced, not dropped — while readiness
+/// says why, in words that do not change while it lasts; hidden beyond the grace period, the
+/// kind is gone.
+#[test]
+fn a_group_hidden_for_a_moment_keeps_its_objects_and_says_why() {
+    let (_runtime, api, dir, kubeconfig) = api_with_namespace("hidden");
+    api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+    api.create(danm_policy("p")).unwrap();
+    let grace = Duration::from_secs(6);
+    let source = KubeSource::start(KubeOptions {
+        kubeconfig: Some(kubeconfig),
+        load: LoadOptions::default(),
+        discovery_interval: Duration::from_millis(200),
+        crd_grace: grace,
+        events_as: None,
+    })
+    .unwrap();
+    until("the policy", &source, |s| {
+        s.status().synced_once() && s.inventory().policies.len() == 1
+    });
+
+    // Hidden 2.5 s, its watches cut (the server restarting).
+    api.hide_group("danm.k8s.io", true);
+    let hidden = Instant::now();
+    until("not ready, naming the kind", &source, |s| {
+        // Cut again until seen: a watch whose request raced the hiding may have missed a
+        // single cut (a restarting server drops every connection anyway).
+        api.drop_watches();
+        s.status()
+            .not_ready_reason()
+            .is_some_and(|r| r.contains("DanmNetworkPolicy: danm.k8s.io/v1 not served since"))
+    });
+    let reason = source.status().not_ready_reason().unwrap();
+    assert!(reason.ends_with("; keeping last state"), "{reason}");
+    while hidden.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(
+            source.inventory().policies.len(),
+            1,
+            "the policy dropped after {:?}",
+            hidden.elapsed()
+        );
+        assert_eq!(
+            source.status().not_ready_reason().as_ref(),
+            Some(&reason),
+            "the reason changed"
+        );
+        source.wait(Duration::from_millis(100));
+    }
+    api.hide_group("danm.k8s.io", false);
+    until("ready again, with the policy", &source, |s| {
+        s.status().not_ready_reason().is_none() && s.inventory().policies.len() == 1
+    });
+    assert!(matches!(
+        source.status().kinds["DanmNetworkPolicy"].state,
+        KindState::Watching { .. }
+    ));
+
+    // Hidden beyond the grace period: gone (absent, not an outage).
+    api.hide_group("danm.k8s.io", true);
+    let hidden = Instant::now();
+    until("the kind absent, its policy gone", &source, |s| {
+        api.drop_watches();
+        s.status().kinds["DanmNetworkPolicy"].state == KindState::Absent
+            && s.inventory().policies.is_empty()
+    });
+    assert!(
+        hidden.elapsed() >= grace,
+        "dropped after {:?}",
+        hidden.elapsed()
+    );
+    assert_eq!(source.status().not_ready_reason(), None);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 20, defect 12: after an outage, kinds that have no event to show (DanmEp,
+/// MultiNetworkPolicy: quiet) are ready again as soon as the API server accepts their watch
+/// requests, not at their next event.
+#[test]
+fn quiet_kinds_are_ready_again_once_their_watches_are_accepted() {
+    let (runtime, api, dir, kubeconfig) = api_with_namespace("quiet");
+    api.install_crd("danm.k8s.io", "v1", "DanmEp");
+    api.install_crd("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
+    let source = KubeSource::start(KubeOptions {
+        kubeconfig: Some(kubeconfig),
+        load: LoadOptions::default(),
+        discovery_interval: Duration::from_millis(200),
+        crd_grace: Duration::from_secs(60),
+        events_as: None,
+    })
+    .unwrap();
+    until("the first full sync", &source, |s| {
+        s.status().synced_once() && s.status().not_ready_reason().is_none()
+    });
+
+    // An outage: every request refused for a moment, the watches cut.
+    runtime.block_on(api.stop());
+    until("DanmEp and MultiNetworkPolicy failing", &source, |s| {
+        let status = s.status();
+        status.kinds["DanmEp"].failing.is_some()
+            && status.kinds["MultiNetworkPolicy"].failing.is_some()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    runtime.block_on(api.restart()).unwrap();
+    // No object changes: nothing but the accepted watches can say the API answers again.
+    until("ready again without an event", &source, |s| {
+        s.status().not_ready_reason().is_none()
+    });
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 20, defect 14: a second object of the same name in one list (another uid) does not
+/// replace the first, an item of another kind is not read as the listed kind; both are
+/// reported (Error), and the report goes with the next clean list.
+#[test]
+fn duplicates_and_strays_in_a_list_are_reported_and_ignored() {
+    let (runtime, api, dir, kubeconfig) = api_with_namespace("dups");
+    api.create(pod("web", "web", "n1")).unwrap();
+    let mut twin = pod("web", "evil", "n1");
+    twin["metadata"]["uid"] = json!("another-uid");
+    twin.as_object_mut().unwrap().remove("apiVersion");
+    twin.as_object_mut().unwrap().remove("kind");
+    let stray = json!({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": "svc", "namespace": "ns"}, "spec": {}});
+    api.inject_in_lists("Pod", vec![twin, stray]);
+    let source = KubeSource::start(KubeOptions {
+        kubeconfig: Some(kubeconfig),
+        load: LoadOptions::default(),
+        discovery_interval: Duration::from_millis(200),
+        crd_grace: Duration::from_secs(60),
+        events_as: None,
+    })
+    .unwrap();
+    until("the first full sync", &source, |s| s.status().synced_once());
+    let inventory = source.inventory();
+    assert_eq!(inventory.pods.len(), 1);
+    assert_eq!(inventory.pods[0].labels["app"], "web", "the first is kept");
+    assert!(inventory.services.is_empty(), "the stray is not read");
+    let (_, problems) = source.take_delta();
+    let twice = problems
+        .iter()
+        .find(|p| p.field == "metadata.name")
+        .unwrap_or_else(|| panic!("no duplicate reported: {problems:?}"));
+    assert_eq!(
+        (twice.kind.as_str(), twice.object.as_str()),
+        ("Pod", "ns/web")
+    );
+    assert_eq!(twice.severity, netwarden_manifest::Severity::Error);
+    assert!(twice.reason.contains("another-uid"), "{twice}");
+    let stray = problems
+        .iter()
+        .find(|p| p.field == "kind")
+        .unwrap_or_else(|| panic!("no stray reported: {problems:?}"));
+    assert_eq!(
+        (stray.kind.as_str(), stray.object.as_str()),
+        ("Service", "ns/svc")
+    );
+    assert!(stray.reason.contains("list of Pod"), "{stray}");
+
+    // The next list (after an outage the watch cannot resume from: 410) is clean: the
+    // reports go.
+    runtime.block_on(api.stop());
+    api.inject_in_lists("Pod", Vec::new());
+    let mut other = pod("other", "web", "n1");
+    other["status"]["podIPs"] = json!([{"ip": "10.0.0.2"}]);
+    api.create(other).unwrap();
+    api.compact();
+    runtime.block_on(api.restart()).unwrap();
+    until("the relist, clean", &source, |s| {
+        s.inventory().pods.len() == 2 && s.take_delta().1.is_empty()
+    });
+    assert!(source.status().kinds["Pod"].restarts >= 1);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -261,6 +261,9 @@ pub struct ClusterSet {
     /// Objects held per kind.
     counts: BTreeMap<String, usize>,
     assembled: Assembled,
+    /// Problems of the last LIST of each kind that are not any one held object's: an object
+    /// named twice in one list (the second ignored), an item of another kind (ignored).
+    list_problems: BTreeMap<String, Vec<Problem>>,
 }
 
 impl ClusterSet {
@@ -270,7 +273,30 @@ impl ClusterSet {
             objects: BTreeMap::new(),
             counts: BTreeMap::new(),
             assembled: Assembled::default(),
+            list_problems: BTreeMap::new(),
         }
+    }
+
+    /// Reports a problem of the list of `kind` in progress (the lister skipped what it is
+    /// about): kept, in [`ClusterSet::problems`] and the inventory, until
+    /// [`ClusterSet::clear_list_problems`] for that kind. Whether it is new.
+    pub fn report_list_problem(&mut self, kind: &str, problem: Problem) -> bool {
+        let problems = self.list_problems.entry(kind.to_string()).or_default();
+        if problems.contains(&problem) {
+            return false;
+        }
+        problems.push(problem);
+        true
+    }
+
+    /// Forgets the list problems of `kind` (a new list of it starts, or it is no longer
+    /// listed). Whether there were any.
+    pub fn clear_list_problems(&mut self, kind: &str) -> bool {
+        self.list_problems.remove(kind).is_some()
+    }
+
+    fn list_problems(&self) -> impl Iterator<Item = &Problem> {
+        self.list_problems.values().flatten()
     }
 
     /// Holds `read` as the object `key` (replacing what was held), keeping the units and
@@ -388,7 +414,9 @@ impl ClusterSet {
     /// Everything held, through the loader's second pass (DanmEps joined to pods,
     /// EndpointSlices to Services, implicit namespaces added), with every problem.
     pub fn inventory(&self) -> Inventory {
-        assemble(self.objects.values().map(Part::File), &self.opts)
+        let mut inv = assemble(self.objects.values().map(Part::File), &self.opts);
+        inv.problems.extend(self.list_problems().cloned());
+        inv
     }
 
     /// What changed in the assembled view since the last call (the first call: everything),
@@ -588,6 +616,7 @@ impl ClusterSet {
             .into_iter()
             .flat_map(|(_, s)| s.problems.iter().cloned())
             .chain(self.assembled.shared.values().flatten().cloned())
+            .chain(self.list_problems().cloned())
             .collect()
     }
 
@@ -615,7 +644,10 @@ impl ClusterSet {
     }
 
     fn lay_over(&self, changes: &[overlay::Step]) -> (Inventory, Vec<Problem>) {
-        overlay::lay_over(self.objects.values().map(Part::File), changes, &self.opts)
+        let (mut inv, problems) =
+            overlay::lay_over(self.objects.values().map(Part::File), changes, &self.opts);
+        inv.problems.extend(self.list_problems().cloned());
+        (inv, problems)
     }
 }
 

@@ -11,7 +11,8 @@
 //! - [`status`]: the agent's periodic `status` records and the stream's line type ([`Line`]);
 //! - [`evidence`]: status records and events over a window → a promotion [`Verdict`];
 //! - [`report`]: aggregates events into promotion evidence (`netwarden report`);
-//! - [`metrics`]: Prometheus counters and a minimal `/metrics` HTTP responder;
+//! - [`metrics`]: Prometheus counters, and what `/metrics`, `/healthz`, `/readyz` answer;
+//! - [`http`]: the HTTP server of those (hyper), proof against slow clients;
 //! - [`time`]: RFC 3339 timestamps without a date-time crate.
 
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod decode;
 pub mod event;
 pub mod evidence;
 pub mod fuzzing;
+pub mod http;
 pub mod metrics;
 pub mod nflog;
 pub mod nlmsg;
@@ -34,7 +36,8 @@ pub use event::{
     FanoutSink, JsonLinesSink, MemorySink, PodContext, Unrecognized,
 };
 pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
-pub use metrics::{serve_metrics, serve_metrics_on, Metrics};
+pub use http::{serve_metrics, serve_metrics_on};
+pub use metrics::Metrics;
 pub use nflog::{
     Collector, ListenerConfig, ListenerExit, NflogError, NflogSocket, RawRecord, Received,
     DEFAULT_GROUP,

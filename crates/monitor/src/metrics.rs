@@ -3,19 +3,14 @@
 //! The format is a few lines per metric; a client library would add more code than it saves.
 //! Counters are atomics, per-policy counters sit in a mutex-protected ordered map (updated once
 //! per event, which is rate-limited in the kernel), and `render` produces deterministic output.
-//! [`serve_metrics`] answers `GET /metrics`, `/healthz` (the agent loop ticked recently) and
-//! `/readyz` (its view of the objects is complete, current and applied) with a minimal HTTP/1.1
-//! responder on std's `TcpListener`: probes and scraping need nothing more. Each connection is
-//! answered on its own thread (at most [`MAX_CLIENTS`] at once), so a slow client never
-//! stalls a probe.
+//! [`crate::http::serve_metrics`] answers `GET /metrics`, `/healthz` (the agent loop ticked
+//! recently) and `/readyz` (its view of the objects is complete, current and applied) with
+//! what [`respond`] says.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::event::{Event, EventAction};
@@ -136,9 +131,6 @@ impl Health {
 /// How long without a loop tick before `/healthz` fails: far beyond any `--interval` a
 /// sync could take, short enough for a kubelet to restart a stuck agent.
 pub const STALE_AFTER: Duration = Duration::from_secs(120);
-
-/// At most this many connections are answered at once; more wait in the listen backlog.
-pub const MAX_CLIENTS: usize = 32;
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str, n: u64) {
     let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
@@ -487,113 +479,44 @@ pub fn escape_label(value: &str) -> String {
     out
 }
 
-/// Binds `addr` and serves `GET /metrics` on a background thread (forever).
-pub fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<JoinHandle<()>> {
-    let listener = TcpListener::bind(addr)?;
-    serve_metrics_on(listener, metrics)
-}
-
-/// Serves `GET /metrics` on an already bound listener (tests bind port 0 and read the address).
-pub fn serve_metrics_on(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-) -> io::Result<JoinHandle<()>> {
-    let busy = Arc::new(AtomicUsize::new(0));
-    std::thread::Builder::new()
-        .name("metrics-http".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let stream = match conn {
-                    Ok(stream) => stream,
-                    Err(e) => {
-                        tracing::warn!("metrics listener accept failed: {e}");
-                        std::thread::sleep(Duration::from_millis(100));
-                        continue;
-                    }
-                };
-                // Each client on its own thread: a slow one (cut off by the timeouts) never
-                // stalls a probe. Past MAX_CLIENTS, wait for one to finish.
-                while busy.load(Ordering::Acquire) >= MAX_CLIENTS {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                busy.fetch_add(1, Ordering::AcqRel);
-                let (metrics, done) = (metrics.clone(), busy.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("metrics-client".into())
-                    .spawn(move || {
-                        if let Err(e) = answer(stream, &metrics) {
-                            tracing::debug!("metrics request failed: {e}");
-                        }
-                        done.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if let Err(e) = spawned {
-                    busy.fetch_sub(1, Ordering::AcqRel);
-                    tracing::warn!("cannot answer a metrics client: {e}");
-                }
-            }
-        })
-}
-
-fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?).take(16 * 1024);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Drain the headers (up to the blank line) so the client is not reset mid-send.
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
-            break;
-        }
-    }
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+/// What `/metrics`, `/healthz` and `/readyz` answer to `method` `path` (the query ignored):
+/// status code, content type, body. The HTTP server is [`crate::http`].
+pub(crate) fn respond(metrics: &Metrics, method: &str, path: &str) -> (u16, &'static str, String) {
     let path = path.split('?').next().unwrap_or("");
-    let (status, ctype, body) = match (method, path) {
+    match (method, path) {
         ("GET" | "HEAD", "/metrics") => (
-            "200 OK",
+            200,
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
         ),
         ("GET" | "HEAD", "/healthz") => {
             let quiet = metrics.health().since_tick();
             if quiet <= STALE_AFTER {
-                ("200 OK", "text/plain", "ok\n".to_owned())
+                (200, "text/plain", "ok\n".to_owned())
             } else {
                 let why = format!("the agent loop has not ticked for {}s\n", quiet.as_secs());
-                ("503 Service Unavailable", "text/plain", why)
+                (503, "text/plain", why)
             }
         }
         ("GET" | "HEAD", "/readyz") => match metrics.health().ready() {
-            Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
-            Err(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
+            Ok(()) => (200, "text/plain", "ready\n".to_owned()),
+            Err(why) => (503, "text/plain", format!("{why}\n")),
         },
-        ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "method not allowed\n".to_owned(),
-        ),
-    };
-    let mut out = stream;
-    write!(
-        out,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    if method != "HEAD" {
-        out.write_all(body.as_bytes())?;
+        ("GET" | "HEAD", _) => (404, "text/plain", "not found\n".to_owned()),
+        _ => (405, "text/plain", "method not allowed\n".to_owned()),
     }
-    out.flush()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::Cause;
+    use crate::http::serve_metrics_on;
     use crate::time::Timestamp;
     use netwarden_engine::Direction;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::sync::Arc;
 
     fn event(action: EventAction, policies: &[&str], enforced: &[&str]) -> Event {
         Event {

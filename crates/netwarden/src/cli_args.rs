@@ -131,6 +131,12 @@ pub fn parse_duration_within(s: &str, min: Duration, max: Duration) -> Result<Du
     Ok(d)
 }
 
+/// `run --crd-grace`: 0 (a kind not served is dropped at the first answer saying so) up to a
+/// day.
+pub fn parse_crd_grace(s: &str) -> Result<Duration, String> {
+    parse_duration_within(s, Duration::ZERO, Duration::from_secs(86_400))
+}
+
 /// A duration the way people write it (`250ms`, `1s`, `1h`).
 pub fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();

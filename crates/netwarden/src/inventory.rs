@@ -21,6 +21,8 @@ pub enum AnalysisInput {
     Cluster {
         kubeconfig: Option<PathBuf>,
         overlay: Vec<PathBuf>,
+        /// How long to wait for each answer of the API server.
+        request_timeout: std::time::Duration,
     },
 }
 
@@ -46,11 +48,13 @@ pub fn load_analysis(
         AnalysisInput::Cluster {
             kubeconfig,
             overlay,
+            request_timeout,
         } => {
             let listed = netwarden_kube::list_once(&netwarden_kube::ListOptions {
                 kubeconfig: kubeconfig.clone(),
                 load: load.clone(),
                 page_size: netwarden_kube::list::DEFAULT_PAGE_SIZE,
+                request_timeout: *request_timeout,
             })?;
             let inventory = if overlay.is_empty() {
                 listed.cluster.inventory()
@@ -89,6 +93,7 @@ pub fn load_layered(
                 kubeconfig: kubeconfig.clone(),
                 load: load.clone(),
                 page_size: netwarden_kube::list::DEFAULT_PAGE_SIZE,
+                request_timeout: netwarden_kube::list::DEFAULT_REQUEST_TIMEOUT,
             })?;
             Ok((listed.cluster.layer(changes), listed.notes()))
         }

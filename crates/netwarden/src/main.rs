@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use netwarden::cli_args::{parse_interval, parse_window, PodSelectorArg, PortProto};
+use netwarden::cli_args::{
+    parse_crd_grace, parse_interval, parse_window, PodSelectorArg, PortProto,
+};
 use netwarden::inventory::{
     engine_from_owned, load_analysis, load_engine, load_layered, report_problems, AnalysisInput,
     DiffBase,
@@ -347,6 +349,11 @@ struct RunArgs {
     /// written to the events, besides one at shutdown.
     #[arg(long, default_value = "60s", value_parser = parse_interval)]
     status_interval: std::time::Duration,
+    /// With --kube: how long a watched CRD must stay unserved (discovery asked again and
+    /// again) before its objects are dropped. A restarting API server answers 404 for CRDs
+    /// for a while; meanwhile the last objects stay enforced and /readyz says why.
+    #[arg(long, default_value = "60s", value_parser = parse_crd_grace)]
+    crd_grace: std::time::Duration,
     /// Accept a pod netns that is netwarden's own network namespace (refused by default:
     /// programming it would firewall the node itself). For test beds only.
     #[arg(long)]
@@ -457,6 +464,10 @@ struct AnalysisArgs {
     /// in-cluster service account, as kubectl).
     #[arg(long, requires = "kube")]
     kubeconfig: Option<PathBuf>,
+    /// With --kube: how long to wait for each answer of the API server (at most 10s to
+    /// connect) before failing, as kubectl's --request-timeout.
+    #[arg(long, default_value = "30s", value_parser = parse_interval, requires = "kube")]
+    request_timeout: std::time::Duration,
     #[command(flatten)]
     options: InputOptions,
 }
@@ -484,6 +495,7 @@ impl AnalysisArgs {
             AnalysisInput::Cluster {
                 kubeconfig: self.kubeconfig.clone(),
                 overlay: self.paths.clone(),
+                request_timeout: self.request_timeout,
             }
         } else {
             AnalysisInput::Files(self.paths.clone())
@@ -765,6 +777,7 @@ impl RunArgs {
             node_name,
             cri_endpoint,
             discovery_interval: KUBE_DISCOVERY_INTERVAL,
+            crd_grace: self.crd_grace,
         })
     }
 }

@@ -36,6 +36,9 @@ pub enum SourceConfig {
         cri_endpoint: Option<String>,
         /// How often an optional kind not served yet is looked for.
         discovery_interval: Duration,
+        /// How long a watched CRD must stay unserved before its objects are dropped (its
+        /// last state enforced meanwhile).
+        crd_grace: Duration,
     },
 }
 
@@ -101,12 +104,14 @@ impl ObjectSource {
                 kubeconfig,
                 node_name,
                 discovery_interval,
+                crd_grace,
                 // Used by the agent for its netns source, not by the watchers.
                 cri_endpoint: _,
             } => ObjectSource::Kube(KubeSource::start(KubeOptions {
                 kubeconfig: kubeconfig.clone(),
                 load: load.clone(),
                 discovery_interval: *discovery_interval,
+                crd_grace: *crd_grace,
                 events_as: Some(node_name.clone()),
             })?),
         })

@@ -258,3 +258,37 @@ fn kube_options_are_checked() {
     let help = netwarden(&["reach", "--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("replaces the cluster's object"));
 }
+
+/// Issue 20, defect 15: an API server that accepts TCP and never answers made every `--kube`
+/// command hang. Now `validate --kube` fails within `--request-timeout`, naming the server.
+#[test]
+fn a_server_that_never_answers_fails_the_command_within_its_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        // Accepted, held, never read nor answered.
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    let dir = TempDir::new("kube-mute");
+    let kubeconfig = dir.path.join("kubeconfig");
+    std::fs::write(&kubeconfig, netwarden_kube_fake::kubeconfig_for(&url)).unwrap();
+    let start = std::time::Instant::now();
+    let out = netwarden(&[
+        "validate",
+        "--kube",
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--request-timeout",
+        "2s",
+    ]);
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "failed after {took:?}"
+    );
+    assert!(stderr.contains(&url), "{stderr}");
+    assert!(stderr.contains("did not answer within 2s"), "{stderr}");
+}

@@ -9,7 +9,8 @@
 //! policy added, changed, remote peer relabelled, namespace relabelled, monitor → enforce;
 //! the API server stopped (rules stay, `/readyz` 503), compacted (410 on the relist) and
 //! restarted (converges); the agent killed with SIGKILL mid-stream and restarted (the rules
-//! stay in place meanwhile and it converges); policy deleted; pod deleted.
+//! stay in place meanwhile and it converges); policy deleted; pod deleted. Also: a partial view
+//! is never applied; a CRD's group hidden for a moment keeps its policies enforced.
 //!
 //! Namespaces are `nwk<pid>-…`, removed even when the test fails; traffic only flows between
 //! them.
@@ -460,4 +461,107 @@ fn a_partial_view_is_never_applied() {
     assert_connects(&client, &open, "complete view: 8080 from app=client");
     let became_ready = wait_until(Duration::from_secs(20), || ready(metrics));
     assert!(became_ready, "ready once every kind is listed");
+}
+
+/// Issue 20, defect 4: the API server hides the `danm.k8s.io` group for a moment (a restarting
+/// kube-apiserver answers 404 for CRDs): the DanmNetworkPolicy stays enforced (8081 still
+/// refused, no window), `/readyz` is 503 naming the kind, and the agent recovers when the group
+/// returns. Hidden beyond `--crd-grace`, the CRD counts as deleted: its policy is dropped.
+#[test]
+fn a_crd_answering_404_for_a_moment_keeps_its_policies() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = Lab::new("nwkc");
+    let (web, client, api) = (lab.web.clone(), lab.client.clone(), &lab.api);
+    let (open, closed) = (format!("{WEB}:8080"), format!("{WEB}:8081"));
+    let pair = Pair {
+        web: &web,
+        client: &client,
+    };
+    api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
+    let mut danm = policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    );
+    danm["apiVersion"] = json!("danm.k8s.io/v1");
+    danm["kind"] = json!("DanmNetworkPolicy");
+    api.create(danm).unwrap();
+    let metrics = free_port();
+    let log = lab.dir.path.join("agent.log");
+    let mut args = lab.agent_args(metrics);
+    args.extend(["--crd-grace".to_string(), "10s".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut agent = AgentProcess::start(&netwarden_bin!(), &args, &log);
+    agent.wait_for("ready", Duration::from_secs(30), || ready(metrics));
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        false,
+        "DanmNetworkPolicy enforced",
+    );
+    assert_connects(&client, &open, "8080 from app=client");
+
+    // Hidden for 3 s, connections cut: nothing opens.
+    api.hide_group("danm.k8s.io", true);
+    api.drop_watches();
+    let hidden = std::time::Instant::now();
+    agent.wait_for(
+        "not ready, naming the kind",
+        Duration::from_secs(10),
+        || {
+            // Cut again until seen: a watch whose request raced the hiding may have missed
+            // a single cut (a restarting server drops every connection anyway).
+            api.drop_watches();
+            http_get(metrics, "/readyz").is_some_and(|r| {
+                r.starts_with("HTTP/1.1 503")
+                    && r.contains("DanmNetworkPolicy: danm.k8s.io/v1 not served since")
+                    && r.contains("keeping last state")
+            })
+        },
+    );
+    while hidden.elapsed() < Duration::from_secs(3) {
+        assert_refused(&client, &closed, "group hidden: the policy stays enforced");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        !netwarden_leftovers("nft", &web).is_empty(),
+        "the rules of web stay"
+    );
+    api.hide_group("danm.k8s.io", false);
+    agent.wait_for("ready again", Duration::from_secs(30), || ready(metrics));
+    assert_refused(&client, &closed, "group back: still enforced");
+    // One "not ready" line for the whole episode: the reason does not change every tick.
+    let lines = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("not ready: DanmNetworkPolicy"))
+        .count();
+    assert_eq!(lines, 1, "log:\n{}", agent.log());
+
+    // Hidden beyond the grace period: the CRD is taken as deleted, its policy dropped.
+    api.hide_group("danm.k8s.io", true);
+    let hidden = std::time::Instant::now();
+    agent.wait_for("not ready again", Duration::from_secs(10), || {
+        api.drop_watches();
+        !ready(metrics)
+    });
+    converge(
+        &mut agent,
+        &pair,
+        &closed,
+        true,
+        "CRD gone: its policy dropped",
+    );
+    assert!(
+        hidden.elapsed() >= Duration::from_secs(10),
+        "dropped after {:?}",
+        hidden.elapsed()
+    );
+    agent.wait_for(
+        "ready: an absent kind is no outage",
+        Duration::from_secs(30),
+        || ready(metrics),
+    );
 }
