@@ -9,7 +9,7 @@
 //! on time: the agent benchmark measures time (`crates/netwarden/benches/agent.rs`, restart).
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use netwarden_dataplane::libnft::call_counts;
@@ -73,7 +73,7 @@ fn rules(port: u16, peers: &AddrSet) -> PodRules {
     }
 }
 
-fn listed(netns: &PathBuf) -> String {
+fn listed(netns: &Path) -> String {
     let out = exec_in(netns, "nft", &["list", "table", "inet", "netwarden"], None).unwrap();
     String::from_utf8(out.stdout).unwrap()
 }
