@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use netwarden_engine::PodRules;
 use netwarden_render::{CounterKind, LogKey, RenderError};
@@ -75,6 +77,9 @@ pub enum ApplyError {
     /// A failure injected into a [`FakeDataplane`](crate::fake::FakeDataplane).
     #[error("injected failure in {}", netns.display())]
     Injected { netns: PathBuf },
+    /// Not applied: the agent is stopping (the netns keeps the rules it had).
+    #[error("{}: not applied, stopping", netns.display())]
+    Stopped { netns: PathBuf },
 }
 
 impl ApplyError {
@@ -248,6 +253,13 @@ pub trait Dataplane: Send {
 
     /// Replaces everything netwarden owns in `netns` with `ruleset`, atomically per netns.
     fn apply(&mut self, netns: &Path, ruleset: &Self::Ruleset) -> Result<ApplyOutcome, ApplyError>;
+
+    /// Makes [`Dataplane::apply_many`] leave the netns it has not started yet once `stop` is
+    /// set ([`ApplyError::Stopped`]): a stopping agent does not wait for a long batch. An
+    /// apply under way is finished (its transaction is atomic either way).
+    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        let _ = stop;
+    }
 
     /// Applies a batch, one ruleset per distinct netns; results in the order of `batch`.
     /// Backends whose applies mostly wait on the kernel override this to apply to several netns

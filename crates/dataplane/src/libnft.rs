@@ -25,6 +25,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The shared object of libnftables 1.x.
@@ -118,6 +119,44 @@ pub fn available() -> bool {
     api().is_ok()
 }
 
+/// Calls into libnftables made by this process, by kind. Tests assert on these (what a
+/// restart costs the kernel and libnftables) rather than on time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// JSON command batches run (each one netlink transaction; dry runs not counted).
+    pub transactions: u64,
+    /// Listings (`list …`).
+    pub listings: u64,
+    /// The listings for which libnftables 1.0.6 fetches every element of every set: all but
+    /// a terse `list ruleset` (see `nft_apply::list_ruleset`).
+    pub element_listings: u64,
+}
+
+static TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
+static LISTINGS: AtomicU64 = AtomicU64::new(0);
+static ELEMENT_LISTINGS: AtomicU64 = AtomicU64::new(0);
+
+/// The calls made so far by this process.
+pub fn call_counts() -> CallCounts {
+    CallCounts {
+        transactions: TRANSACTIONS.load(Ordering::Relaxed),
+        listings: LISTINGS.load(Ordering::Relaxed),
+        element_listings: ELEMENT_LISTINGS.load(Ordering::Relaxed),
+    }
+}
+
+fn count_call(commands: &str, output: Output, dry_run: bool) {
+    let command = commands.trim_start();
+    if command.starts_with("list") {
+        LISTINGS.fetch_add(1, Ordering::Relaxed);
+        if !(output == Output::JsonTerse && command.trim_end() == "list ruleset") {
+            ELEMENT_LISTINGS.fetch_add(1, Ordering::Relaxed);
+        }
+    } else if !dry_run {
+        TRANSACTIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Serialises context creation and destruction (process-wide state, see the module doc).
 static LIFECYCLE: Mutex<()> = Mutex::new(());
 
@@ -183,6 +222,7 @@ impl NftContext {
     ) -> Result<String, LibnftError> {
         let api = api()?;
         let buffer = CString::new(commands).map_err(|_| LibnftError::Nul)?;
+        count_call(commands, output, dry_run);
         let flags = match output {
             Output::Text => 0,
             Output::Json => OUTPUT_JSON,

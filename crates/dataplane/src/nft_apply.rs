@@ -15,8 +15,9 @@
 //! Nothing here touches another table: removal deletes `inet netwarden` only, and only when it
 //! exists (the pod is open then, so no packet depends on what goes).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use netwarden_engine::PodRules;
@@ -32,7 +33,7 @@ use crate::libnft::{NftContext, Output};
 use crate::netns::Netns;
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
 use crate::nft_plan::{
-    parse_counters, parse_objects, parse_tables, plan, NftNetnsState, NftObjects,
+    parse_counters, parse_ruleset, plan, KernelTables, NftNetnsState, NftObjects,
 };
 
 /// The nft ruleset of one pod: its table, `None` when nothing is isolated.
@@ -91,49 +92,40 @@ impl From<serde_json::Error> for JobError {
     }
 }
 
-/// The tables of every family in the netns of `ctx`.
-fn list_tables(ctx: &mut NftContext) -> Result<BTreeSet<(String, String)>, JobError> {
-    Ok(parse_tables(&ctx.run("list tables", Output::JsonTerse)?)?)
+/// Every table of the netns of `ctx`, each with the names of its sets and chains, from one
+/// terse listing of the ruleset.
+///
+/// Why `list ruleset`: libnftables 1.0.6 fetches every element of every set for `list tables`
+/// and `list table`, terse or not; only a terse `list ruleset` leaves them out. A restarted
+/// agent finds tables whose peer sets hold thousands of elements (20,000 pods: about half a
+/// second of CPU per listing, two listings per netns, eight netns at once on two cores), and
+/// reading them that way kept it from ever finishing its first sync (issue 20, defect 6).
+fn list_ruleset(ctx: &mut NftContext) -> Result<KernelTables, JobError> {
+    Ok(parse_ruleset(&ctx.run("list ruleset", Output::JsonTerse)?)?)
 }
 
-/// What netwarden's table holds (names only), given the netns's tables.
-fn read_objects(
-    ctx: &mut NftContext,
-    tables: &BTreeSet<(String, String)>,
-) -> Result<NftObjects, JobError> {
-    if !tables.contains(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string())) {
-        return Ok(NftObjects::default());
-    }
-    let listing = ctx.run(
-        &format!("list table {TABLE_FAMILY} {TABLE_NAME}"),
-        Output::JsonTerse,
-    )?;
-    Ok(parse_objects(&listing, TABLE_NAME)?)
+/// What netwarden's table holds (names only; empty when there is none).
+fn netwarden_objects(tables: &KernelTables) -> NftObjects {
+    tables
+        .get(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string()))
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Whether the iptables backend's chains are in this netns: in an nf_tables `filter` table
 /// (iptables-nft), or a legacy x_tables `filter` table exists (then the iptables tools tell).
-fn iptables_leftovers(
-    ctx: &mut NftContext,
-    tables: &BTreeSet<(String, String)>,
-) -> Result<bool, JobError> {
-    for family in ["ip", "ip6"] {
-        if !tables.contains(&(family.to_string(), "filter".to_string())) {
-            continue;
-        }
-        let listing = ctx.run(&format!("list table {family} filter"), Output::JsonTerse)?;
-        let objects = parse_objects(&listing, "filter")?;
-        if objects.chains.iter().any(|c| c.starts_with(CHAIN_PREFIX)) {
-            return Ok(true);
-        }
-    }
+fn iptables_leftovers(tables: &KernelTables) -> bool {
+    let nft = ["ip", "ip6"].iter().any(|family| {
+        tables
+            .get(&(family.to_string(), "filter".to_string()))
+            .is_some_and(|t| t.chains.iter().any(|c| c.starts_with(CHAIN_PREFIX)))
+    });
     // /proc/thread-self/net is this thread's netns (the pod's); /proc/net would be the
     // thread-group leader's.
-    let legacy = ["ip_tables_names", "ip6_tables_names"].iter().any(|f| {
+    nft || ["ip_tables_names", "ip6_tables_names"].iter().any(|f| {
         std::fs::read_to_string(format!("/proc/thread-self/net/{f}"))
             .is_ok_and(|names| names.lines().any(|l| l.trim() == "filter"))
-    });
-    Ok(legacy)
+    })
 }
 
 /// Runs one job on the current thread, which is inside the netns.
@@ -151,15 +143,16 @@ fn run_job(job: Job) -> JobDone {
         },
     };
     let result = (|| {
-        let mut tables = None;
-        let look_for_iptables = job.state.is_none();
-        let state = match job.state {
-            Some(state) => state,
+        // First contact (or after a failure): one cheap listing says what the kernel holds,
+        // and whether the iptables backend left chains here.
+        let (state, iptables_leftovers) = match job.state {
+            Some(state) => (state, false),
             None => {
-                let listed = list_tables(&mut ctx)?;
-                let state = NftNetnsState::from_kernel(read_objects(&mut ctx, &listed)?);
-                tables = Some(listed);
-                state
+                let tables = list_ruleset(&mut ctx)?;
+                (
+                    NftNetnsState::from_kernel(netwarden_objects(&tables)),
+                    iptables_leftovers(&tables),
+                )
             }
         };
         let plan = plan(job.desired.as_deref(), &state);
@@ -167,14 +160,6 @@ fn run_job(job: Job) -> JobDone {
         for tx in plan.transactions() {
             ctx.run(&tx.to_json(), Output::Json)?;
         }
-        let iptables_leftovers = match (look_for_iptables, tables) {
-            (false, _) => false,
-            (true, Some(tables)) => iptables_leftovers(&mut ctx, &tables)?,
-            (true, None) => {
-                let tables = list_tables(&mut ctx)?;
-                iptables_leftovers(&mut ctx, &tables)?
-            }
-        };
         Ok(Committed {
             after: plan.after,
             iptables_leftovers,
@@ -200,7 +185,16 @@ pub struct NftDataplane {
     contexts: ContextPool,
     /// Netns found changed by a sweep, not yet reported by `changed_netns`.
     changed: Vec<PathBuf>,
+    /// Set when the agent stops: a batch starts no further netns (see `Dataplane::set_stop`).
+    stop: Arc<AtomicBool>,
+    /// Added to every netns apply of a batch (see [`SLOW_APPLY_ENV`]).
+    slow_apply: std::time::Duration,
 }
+
+/// Test hook: milliseconds each netns apply of a batch is held up before it starts, so that
+/// the agent's tests can stop it in the middle of a long sync (a slow kernel) without
+/// building thousands of netns. Unset in production.
+pub const SLOW_APPLY_ENV: &str = "NETWARDEN_TEST_SLOW_APPLY_MS";
 
 impl NftDataplane {
     pub fn new(options: RenderOptions) -> Self {
@@ -210,6 +204,11 @@ impl NftDataplane {
             state: HashMap::new(),
             contexts: ContextPool::new(MAX_CONTEXTS),
             changed: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            slow_apply: std::env::var(SLOW_APPLY_ENV)
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis),
         }
     }
 
@@ -259,14 +258,9 @@ impl NftDataplane {
     /// The evidence counters of netwarden's table in `netns` (none when it has no table).
     fn read_counters_in(netns: &Path) -> Result<EvidenceCounters, ApplyError> {
         Self::with_context(netns, |ctx| {
-            let tables = list_tables(ctx)?;
-            if !tables.contains(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string())) {
-                return Ok(EvidenceCounters::new());
-            }
-            let listing = ctx.run(
-                &format!("list counters table {TABLE_FAMILY} {TABLE_NAME}"),
-                Output::JsonTerse,
-            )?;
+            // The terse ruleset holds the named counters with their values, without the
+            // set elements `list counters table` would fetch (see `list_ruleset`).
+            let listing = ctx.run("list ruleset", Output::JsonTerse)?;
             Ok(parse_counters(&listing, TABLE_NAME)?)
         })
     }
@@ -286,8 +280,7 @@ impl NftDataplane {
     /// backend left. Whether a table was deleted.
     pub fn remove_table(netns: &Path) -> Result<bool, ApplyError> {
         Self::with_context(netns, |ctx| {
-            let tables = list_tables(ctx)?;
-            if !tables.contains(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string())) {
+            if !netwarden_objects(&list_ruleset(ctx)?).table {
                 return Ok(false);
             }
             let removal = netwarden_render::nft::Transaction::removal().to_json();
@@ -298,17 +291,15 @@ impl NftDataplane {
 
     /// Whether table `inet netwarden` exists in `netns`.
     pub fn table_exists(&self, netns: &Path) -> Result<bool, ApplyError> {
-        Self::with_context(netns, |ctx| {
-            Ok(list_tables(ctx)?.contains(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string())))
-        })
+        Self::with_context(
+            netns,
+            |ctx| Ok(netwarden_objects(&list_ruleset(ctx)?).table),
+        )
     }
 
     /// The sets and chains the table in `netns` holds (empty when there is no table).
     pub fn kernel_objects(&self, netns: &Path) -> Result<NftObjects, ApplyError> {
-        Self::with_context(netns, |ctx| {
-            let tables = list_tables(ctx)?;
-            read_objects(ctx, &tables)
-        })
+        Self::with_context(netns, |ctx| Ok(netwarden_objects(&list_ruleset(ctx)?)))
     }
 
     /// Checks `table`'s creation transaction against the kernel of `netns` without applying
@@ -451,7 +442,14 @@ impl Dataplane for NftDataplane {
                 }
             }
         }
+        let stop = &self.stop;
+        let slow_apply = self.slow_apply;
         let outcomes = run_parallel(&todo, APPLY_WORKERS, |(_, handle, job)| {
+            // A stopping agent starts no further netns: the rest keep the rules they have.
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            std::thread::sleep(slow_apply);
             let job = job
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -459,15 +457,18 @@ impl Dataplane for NftDataplane {
                 .expect("each job runs once");
             // This worker thread is scoped to the batch: entering one netns after the other is
             // harmless (see `netns`).
-            handle.enter_current_thread().map(|()| run_job(job))
+            Some(handle.enter_current_thread().map(|()| run_job(job)))
         });
         for ((i, handle, _), outcome) in todo.into_iter().zip(outcomes) {
             let (netns, ruleset) = &batch[i];
             let result = match outcome {
-                Ok(done) => self.finish(netns, handle, ruleset, done),
-                Err(source) => Err(ApplyError::Netns {
+                Some(Ok(done)) => self.finish(netns, handle, ruleset, done),
+                Some(Err(source)) => Err(ApplyError::Netns {
                     netns: netns.clone(),
                     source,
+                }),
+                None => Err(ApplyError::Stopped {
+                    netns: netns.clone(),
                 }),
             };
             if ruleset.is_none() {
@@ -503,8 +504,7 @@ impl Dataplane for NftDataplane {
 
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
         Self::with_context(netns, |ctx| {
-            let tables = list_tables(ctx)?;
-            if !tables.contains(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string())) {
+            if !netwarden_objects(&list_ruleset(ctx)?).table {
                 return Ok(None);
             }
             Ok(Some(ctx.run(
@@ -542,6 +542,10 @@ impl Dataplane for NftDataplane {
     fn changed_netns(&mut self) -> Vec<PathBuf> {
         self.sweep_changed();
         std::mem::take(&mut self.changed)
+    }
+
+    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = stop;
     }
 }
 

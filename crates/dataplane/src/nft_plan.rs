@@ -358,6 +358,42 @@ pub fn parse_counters(
     Ok(out)
 }
 
+/// Every table a listing names, by (family, name), with the names of its sets and chains.
+pub type KernelTables = std::collections::BTreeMap<(String, String), NftObjects>;
+
+/// The tables, sets and chains a `list ruleset` JSON output names (terse: without set
+/// elements, which is what makes it cheap, see `nft_apply`).
+pub fn parse_ruleset(json: &str) -> Result<KernelTables, serde_json::Error> {
+    let listing: Listing = serde_json::from_str(json)?;
+    let mut out = KernelTables::new();
+    fn table(out: &mut KernelTables, family: Option<String>, name: String) -> &mut NftObjects {
+        out.entry((family.unwrap_or_default(), name))
+            .or_insert_with(|| NftObjects {
+                table: true,
+                ..NftObjects::default()
+            })
+    }
+    for item in listing.nftables {
+        if let Some(t) = item.get("table") {
+            let t: Named = serde_json::from_value(t.clone())?;
+            table(&mut out, t.family, t.name);
+        }
+        if let Some(v) = item.get("set") {
+            let named: Named = serde_json::from_value(v.clone())?;
+            if let Some(t) = named.table {
+                table(&mut out, named.family, t).sets.insert(named.name);
+            }
+        }
+        if let Some(v) = item.get("chain") {
+            let named: Named = serde_json::from_value(v.clone())?;
+            if let Some(t) = named.table {
+                table(&mut out, named.family, t).chains.insert(named.name);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The sets and chains a `list table` JSON output (terse or not) names for table `table`.
 pub fn parse_objects(json: &str, table: &str) -> Result<NftObjects, serde_json::Error> {
     let listing: Listing = serde_json::from_str(json)?;
@@ -664,5 +700,16 @@ mod tests {
         assert_eq!(o.sets, names(&["p4_a"]));
         assert_eq!(o.chains, names(&["input", "in_0"]));
         assert!(parse_objects("{", "netwarden").is_err());
+        // A terse ruleset listing: every table, each with its sets and chains.
+        let ruleset = r#"{"nftables":[{"metainfo":{}},{"table":{"family":"inet","name":"netwarden","handle":1}},{"set":{"family":"inet","name":"p4_a","table":"netwarden","type":"ipv4_addr","flags":["interval"]}},{"chain":{"family":"inet","table":"netwarden","name":"input","hook":"input"}},{"table":{"family":"ip","name":"filter"}},{"chain":{"family":"ip","table":"filter","name":"DANM_IN"}},{"rule":{"family":"inet","table":"netwarden","chain":"input","expr":[]}}]}"#;
+        let r = parse_ruleset(ruleset).unwrap();
+        let nw = &r[&("inet".to_string(), "netwarden".to_string())];
+        assert_eq!((nw.table, &nw.sets), (true, &names(&["p4_a"])));
+        assert_eq!(nw.chains, names(&["input"]));
+        assert_eq!(
+            r[&("ip".to_string(), "filter".to_string())].chains,
+            names(&["DANM_IN"])
+        );
+        assert_eq!(r.len(), 2);
     }
 }

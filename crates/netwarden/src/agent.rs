@@ -68,6 +68,9 @@ pub struct AgentConfig {
     /// How often a `status` record per monitored policy is written to the events (and once
     /// at shutdown).
     pub status_interval: Duration,
+    /// How long after SIGTERM/SIGINT the process may run at most (see [`crate::shutdown`]):
+    /// below the pod's termination grace period.
+    pub shutdown_timeout: Duration,
 }
 
 /// Log records queued between the NFLOG listeners and the event consumer. The queue is
@@ -346,12 +349,13 @@ pub fn run(config: AgentConfig, once: bool) -> Result<ExitCode> {
     let mut source = ObjectSource::start(&config.source, &config.load)?;
     let locality = Locality::of(&config.source);
     let mut netns_source = netns_source(&config.source)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    if !once {
-        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-            signal_hook::flag::register(signal, stop.clone())?;
-        }
-    }
+    let stop = if once {
+        Arc::new(AtomicBool::new(false))
+    } else {
+        crate::shutdown::install(config.shutdown_timeout, source.waker())?
+    };
+    // A long sync (many netns, large rulesets) stops between two netns applies.
+    syncer.set_stop(stop.clone());
     // Whether the engine was fed once (the first take of the source is everything).
     let mut fed_once = false;
     // The local pods as the objects describe them (netns and interfaces are joined at each

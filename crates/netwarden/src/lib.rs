@@ -23,6 +23,7 @@ pub mod placement;
 pub mod policy_events;
 pub mod promote;
 pub mod reach;
+pub mod shutdown;
 pub mod source;
 pub mod status_tracker;
 pub mod suggest;

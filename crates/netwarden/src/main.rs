@@ -354,6 +354,11 @@ struct RunArgs {
     /// for a while; meanwhile the last objects stay enforced and /readyz says why.
     #[arg(long, default_value = "60s", value_parser = parse_crd_grace)]
     crd_grace: std::time::Duration,
+    /// After SIGTERM or SIGINT, the longest the agent runs on: a sync under way stops between
+    /// two pod netns, and past this the process exits whatever it is doing (the rules in place
+    /// stay). Keep it below the pod's termination grace period (30 s in deploy/).
+    #[arg(long, default_value = "10s", value_parser = parse_interval)]
+    shutdown_timeout: std::time::Duration,
     /// Accept a pod netns that is netwarden's own network namespace (refused by default:
     /// programming it would firewall the node itself). For test beds only.
     #[arg(long)]
@@ -807,6 +812,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentCon
         events_file: args.events_file.clone(),
         metrics_addr: args.metrics_addr,
         status_interval: args.status_interval,
+        shutdown_timeout: args.shutdown_timeout,
     })
 }
 

@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use netwarden_dataplane::{
@@ -75,6 +77,9 @@ pub trait Reconciler: Send {
     /// The programmed pods whose netns path now names another namespace (a sandbox restart)
     /// or none: their next sync applies everything again.
     fn netns_changed(&mut self) -> BTreeSet<PodKey>;
+
+    /// The agent's stop flag: a sync under way applies to no further netns once it is set.
+    fn set_stop(&mut self, stop: Arc<AtomicBool>);
 
     /// Removes netwarden's rules from every netns it programmed (used by the lab and tests).
     fn remove_all(&mut self) -> Vec<String>;
@@ -213,6 +218,9 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             .iter()
             .map(|(_, netns, _, r)| (netns.clone(), r.clone()))
             .collect();
+        if !items.is_empty() {
+            tracing::debug!("applying {} pod netns", items.len());
+        }
         let results = self.dataplane.apply_many(&items);
         for ((key, netns, rules, _), result) in batch.into_iter().zip(results) {
             match result {
@@ -246,6 +254,10 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
 
     fn set_converge_removals(&mut self, on: bool) {
         self.converge_removals = on;
+    }
+
+    fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        self.dataplane.set_stop(stop);
     }
 
     fn netns_changed(&mut self) -> BTreeSet<PodKey> {
