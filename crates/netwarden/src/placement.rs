@@ -317,6 +317,15 @@ pub fn merge_discovered(pod: &mut Pod, discovered: &[DiscoveredInterface]) -> Me
                 .find(|(i, d)| !taken[*i] && d.name == iface.name)
         };
         let Some((i, found)) = by_addr.or_else(by_name) else {
+            if iface.is_primary() {
+                // The primary interface the API describes but the netns does not show (yet, or
+                // any more): kept as described, so a selected pod keeps its table (its rules
+                // name the interface; the base chains reject the unknown ones meanwhile).
+                // Dropping it left a pod whose interfaces are all unknown with no table at
+                // all: open.
+                kept.push(iface);
+                continue;
+            }
             if !iface.ips.is_empty() {
                 notes
                     .unmatched
@@ -681,6 +690,19 @@ mod tests {
 
     /// Issue 20, defect 2: an address the objects give a local pod that no interface of its
     /// netns holds is not used (a DanmEp lending it another pod's address, say).
+    #[test]
+    fn a_primary_interface_the_netns_lacks_is_kept() {
+        // The netns has no eth0 yet (or only a loopback): the pod keeps the primary interface
+        // the API describes, so a selected pod still gets its table.
+        let mut p = pod("x", "web", &[], &["10.0.0.2"]);
+        let notes = merge_discovered(&mut p, &[found("net9", &["192.168.9.1/24"])]);
+        assert_eq!(p.interfaces[0].name, "eth0");
+        assert_eq!(p.interfaces[0].network, NetworkId::Primary);
+        assert_eq!(p.interfaces[0].ips, ["10.0.0.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(p.interfaces[1].network.to_string(), "interface:net9");
+        assert!(notes.unmatched.is_empty());
+    }
+
     #[test]
     fn addresses_the_kernel_does_not_show_are_not_the_pods() {
         let mut p = pod("x", "cli", &[], &["10.0.0.2"]);

@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
-    connect, free_port, heavy_lock, http_get, listen, metric, netwarden_bin,
-    netwarden_leftovers, ready, rules_snapshot, wait_until, AgentProcess, Containerd, SandboxSpec,
-    TempDir,
+    connect, free_port, heavy_lock, http_get, listen, metric, netwarden_bin, netwarden_leftovers,
+    ready, rules_snapshot, wait_until, AgentProcess, Containerd, SandboxSpec, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -125,7 +124,10 @@ fn holds(agent: &mut AgentProcess, web: &Path, step: &str, expect: &[(&Probe<'_>
 }
 
 fn local_pods(metrics: SocketAddr, state: &str) -> Option<f64> {
-    metric(metrics, &format!("netwarden_local_pods{{state=\"{state}\"}}"))
+    metric(
+        metrics,
+        &format!("netwarden_local_pods{{state=\"{state}\"}}"),
+    )
 }
 
 fn agent_args(kubeconfig: &Path, endpoint: &str, metrics: SocketAddr) -> Vec<String> {
@@ -202,7 +204,11 @@ fn hostile_objects_never_open_a_selected_pod() {
         &mut agent,
         &web,
         "web without status.podIP",
-        &[(&cli_web, true), (&other_web, false), (&cli_web_8081, false)],
+        &[
+            (&cli_web, true),
+            (&other_web, false),
+            (&cli_web_8081, false),
+        ],
     );
     api.update(pod("web", "web", Some(&web_ip))).unwrap();
 
@@ -234,8 +240,13 @@ fn hostile_objects_never_open_a_selected_pod() {
     assert!(!netwarden_leftovers("nft", &web).is_empty());
 
     // Defect 2: a DanmEp lends cli the address of `other`.
-    api.create(danm_ep("cli-net5", "cli", "net5", &format!("{other_ip}/32")))
-        .unwrap();
+    api.create(danm_ep(
+        "cli-net5",
+        "cli",
+        "net5",
+        &format!("{other_ip}/32"),
+    ))
+    .unwrap();
     holds(
         &mut agent,
         &web,

@@ -591,5 +591,7 @@ fn two_pods_naming_one_netns_are_refused() {
         "{stderr}"
     );
     assert_refused(&client, "10.231.97.1:8081", "still enforced");
-    assert_connects(&client, "10.231.97.1:8080", "still allowed");
+    // Two declared claims nobody can attribute: the netns is locked down (issue 20, defect 8),
+    // nothing allowed until one claim goes, so neither claimant can open it.
+    assert_refused(&client, "10.231.97.1:8080", "locked down");
 }
