@@ -880,7 +880,9 @@ fn rapid_replacements(tag: &str, mut dp: NftDataplane) {
     let a = table(&dp, &tcp_udp_rules(8080, &[CLIENT_IP]));
     let b = table(&dp, &tcp_udp_rules(8080, &[CLIENT_IP, "10.231.77.50"]));
     dp.apply(&pod, &a).unwrap();
-    let stop = AtomicBool::new(false);
+    // Servers stop only after the prober has: a probe in flight when the servers stopped would
+    // time out and read as an allowed connection refused.
+    let (stop_probing, stop) = (AtomicBool::new(false), AtomicBool::new(false));
     let applying = AtomicBool::new(false);
     let (mut slow, mut wrong, mut during) = (Vec::new(), Vec::new(), 0usize);
     std::thread::scope(|scope| {
@@ -905,7 +907,7 @@ fn rapid_replacements(tag: &str, mut dp: NftDataplane) {
         });
         let prober = scope.spawn(|| {
             let mut log = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
+            while !stop_probing.load(Ordering::SeqCst) {
                 let during = applying.load(Ordering::SeqCst);
                 let (ok, t1) = connect(&client, 8080);
                 let (no, t2) = connect(&client, 8081);
@@ -932,8 +934,10 @@ fn rapid_replacements(tag: &str, mut dp: NftDataplane) {
         eprintln!("{tag}: {i} applies in {:?}", start.elapsed());
         applying.store(false, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(50));
+        stop_probing.store(true, Ordering::SeqCst);
+        let log = prober.join().unwrap();
         stop.store(true, Ordering::SeqCst);
-        for (d, ok, t1, no, t2) in prober.join().unwrap() {
+        for (d, ok, t1, no, t2) in log {
             during += usize::from(d);
             if !ok || !no {
                 wrong.push((ok, no));

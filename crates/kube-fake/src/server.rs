@@ -52,6 +52,15 @@ impl Default for ServerOptions {
 }
 
 /// What the request handlers share with the control surface.
+/// How [`FakeApiServer::drop_watches`] / [`FakeApiServer::fail_watches`] end the open watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The connection is cut mid-body.
+    Abort,
+    /// An ERROR event with a 500 Status, then a clean end.
+    InternalError,
+}
+
 pub struct Shared {
     pub store: Mutex<Store>,
     /// Locked before `store` when both are needed, never after.
@@ -65,8 +74,9 @@ pub struct Shared {
     pub hidden_groups: Mutex<std::collections::BTreeSet<String>>,
     /// Items added to every LIST of a kind, by kind name ([`FakeApiServer::inject_in_lists`]).
     pub injected: Mutex<std::collections::BTreeMap<String, Vec<Value>>>,
-    /// Bumped by `drop_watches`: every open watch aborts its response.
-    pub cut: tokio::sync::watch::Sender<u64>,
+    /// Bumped by `drop_watches` and `fail_watches`: every open watch ends its response, as
+    /// the last [`WatchEnd`] says.
+    pub cut: tokio::sync::watch::Sender<(u64, WatchEnd)>,
     pub options: ServerOptions,
 }
 
@@ -130,7 +140,7 @@ impl FakeApiServer {
             unavailable_kinds: Mutex::default(),
             hidden_groups: Mutex::default(),
             injected: Mutex::default(),
-            cut: tokio::sync::watch::channel(0).0,
+            cut: tokio::sync::watch::channel((0, WatchEnd::Abort)).0,
             options,
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -299,7 +309,18 @@ impl FakeApiServer {
     /// Cuts every open watch connection mid-stream (no final chunk): the client sees a broken
     /// connection, not a clean end.
     pub fn drop_watches(&self) {
-        self.shared.cut.send_modify(|n| *n += 1);
+        self.shared
+            .cut
+            .send_modify(|(n, end)| (*n, *end) = (*n + 1, WatchEnd::Abort));
+    }
+
+    /// Ends every open watch with an ERROR event carrying a 500 `InternalError` Status, then a
+    /// clean end of the response — what kube-apiserver sends when the storage under a watch
+    /// fails. The client must watch again; nothing about the objects changed.
+    pub fn fail_watches(&self) {
+        self.shared
+            .cut
+            .send_modify(|(n, end)| (*n, *end) = (*n + 1, WatchEnd::InternalError));
     }
 
     /// Stops listening and drops every connection: new connections are refused until

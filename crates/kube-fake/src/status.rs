@@ -138,6 +138,16 @@ impl ApiError {
         )
     }
 
+    /// What a watch ends with when etcd or the watch cache fails under it (kube-apiserver's
+    /// `InternalError`, sent as an ERROR event).
+    pub fn internal_error(message: &str) -> Self {
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        )
+    }
+
     pub fn unavailable() -> Self {
         Self::new(
             503,

@@ -5,7 +5,8 @@
 //! ([`run`]) starts the watch under the store's lock (so no change is missed or repeated), then
 //! forwards changes, sends periodic BOOKMARKs, and ends the response: cleanly when
 //! `timeoutSeconds` expires or the resource is uninstalled, abruptly (the connection is cut
-//! mid-body) when the test calls `drop_watches`.
+//! mid-body) when the test calls `drop_watches`, with an ERROR event when it calls
+//! `fail_watches`.
 
 use std::borrow::Cow;
 use std::io;
@@ -18,7 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::resources::ResourceType;
 use crate::selector::Selectors;
-use crate::server::Shared;
+use crate::server::{Shared, WatchEnd};
 use crate::status::ApiError;
 use crate::store::{Change, ChangeType};
 
@@ -213,7 +214,11 @@ pub async fn run(shared: Arc<Shared>, req: WatchRequest, tx: Sink) {
             _ = &mut deadline => return,
             _ = tx.closed() => return,
             _ = cut.changed() => {
-                let _ = tx.send(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "watch cut by drop_watches"))).await;
+                let end = cut.borrow_and_update().1;
+                let _ = match end {
+                    WatchEnd::Abort => tx.send(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "watch cut by drop_watches"))).await,
+                    WatchEnd::InternalError => tx.send(Ok(error_line(&ApiError::internal_error("etcdserver: request timed out")))).await,
+                };
                 return;
             }
             change = rx.recv() => match change {

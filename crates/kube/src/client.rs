@@ -178,6 +178,35 @@ pub(crate) async fn client(
     Ok((client, server))
 }
 
+/// The server a user command talks to and how long it waits for each answer: turns the
+/// client's timeouts into [`KubeError::Timeout`] naming the server and what was asked.
+#[derive(Debug, Clone)]
+pub(crate) struct Asked {
+    pub server: Server,
+    pub timeout: std::time::Duration,
+}
+
+impl Asked {
+    /// `source` as a timeout of `what` when it is one of ours, else as `otherwise` says.
+    pub fn error(
+        &self,
+        what: impl FnOnce() -> String,
+        source: kube::Error,
+        otherwise: impl FnOnce(kube::Error) -> KubeError,
+    ) -> KubeError {
+        if is_timeout(&source) {
+            KubeError::Timeout {
+                server: self.server.clone(),
+                timeout: self.timeout,
+                what: what(),
+                source: Box::new(source),
+            }
+        } else {
+            otherwise(source)
+        }
+    }
+}
+
 /// Whether a client error is one of our timeouts (connect or read).
 pub(crate) fn is_timeout(error: &kube::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);

@@ -17,7 +17,7 @@ use kube::api::{ApiResource, ListParams};
 use kube::{Api, Client};
 use netwarden_manifest::{ClusterKey, ClusterSet, LoadOptions, Problem, Severity, CLUSTER_SOURCE};
 
-use crate::client::{client, is_timeout, ClientTimeouts};
+use crate::client::{client, Asked, ClientTimeouts};
 use crate::{api_resource, served_version, watched, KubeError, RawObject, WatchedKind};
 
 /// Objects per LIST page (the API server's own default page size for kubectl is 500).
@@ -85,11 +85,9 @@ pub fn list_once(options: &ListOptions) -> Result<Listed, KubeError> {
 async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
     let timeouts = ClientTimeouts::one_shot(options.request_timeout);
     let (client, server) = client(options.kubeconfig.as_deref(), timeouts, None).await?;
-    let timed_out = |what: String, source: kube::Error| KubeError::Timeout {
-        server: server.clone(),
+    let asked = Asked {
+        server,
         timeout: timeouts.read,
-        what,
-        source: Box::new(source),
     };
     let mut found = Listed {
         cluster: ClusterSet::new(options.load.clone()),
@@ -99,14 +97,14 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
     for kind in watched(options.load.network_policy_enabled) {
         let version = if kind.optional {
             match served_version(&client, kind).await.map_err(|source| {
-                if is_timeout(&source) {
-                    timed_out(format!("discovery of {}", kind.kind), source)
-                } else {
-                    KubeError::Discovery {
+                asked.error(
+                    || format!("discovery of {}", kind.kind),
+                    source,
+                    |source| KubeError::Discovery {
                         kind: kind.kind,
                         source,
-                    }
-                }
+                    },
+                )
             })? {
                 Some(version) => version,
                 None => {
@@ -130,9 +128,15 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
                 kind,
                 api_version,
                 source,
-            } if is_timeout(&source) => {
-                timed_out(format!("list of {kind} ({api_version})"), source)
-            }
+            } => asked.error(
+                || format!("list of {kind} ({api_version})"),
+                source,
+                |source| KubeError::List {
+                    kind,
+                    api_version: api_version.clone(),
+                    source,
+                },
+            ),
             e => e,
         })?;
         found.listed.push((kind, version));

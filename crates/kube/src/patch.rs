@@ -8,13 +8,13 @@
 //! on a stale reading.
 
 use std::path::Path;
+use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::client::{client, ClientTimeouts};
-use crate::list::DEFAULT_REQUEST_TIMEOUT;
+use crate::client::{client, Asked, ClientTimeouts};
 use crate::{api_resource, served_version, KubeError, RawObject, WatchedKind};
 
 /// Blocking: one current-thread runtime per call (a user command does one or two calls).
@@ -28,68 +28,103 @@ fn block_on<T>(
         .block_on(future)
 }
 
+/// The API of `kind` in `namespace` at its served version, and who answers.
 async fn api(
     kubeconfig: Option<&Path>,
+    request_timeout: Duration,
     kind: &'static WatchedKind,
     namespace: &str,
-) -> Result<(Api<RawObject>, kube::api::ApiResource), KubeError> {
-    let (client, _): (Client, _) = client(
-        kubeconfig,
-        ClientTimeouts::one_shot(DEFAULT_REQUEST_TIMEOUT),
-        None,
-    )
-    .await?;
+) -> Result<(Api<RawObject>, kube::api::ApiResource, Asked), KubeError> {
+    let timeouts = ClientTimeouts::one_shot(request_timeout);
+    let (client, server): (Client, _) = client(kubeconfig, timeouts, None).await?;
+    let asked = Asked {
+        server,
+        timeout: timeouts.read,
+    };
     let version = served_version(&client, kind)
         .await
-        .map_err(|source| KubeError::Discovery {
-            kind: kind.kind,
-            source,
+        .map_err(|source| {
+            asked.error(
+                || format!("discovery of {}", kind.kind),
+                source,
+                |source| KubeError::Discovery {
+                    kind: kind.kind,
+                    source,
+                },
+            )
         })?
         .ok_or(KubeError::NotServed { kind: kind.kind })?;
     let resource = api_resource(kind, version);
-    Ok((Api::namespaced_with(client, namespace, &resource), resource))
+    Ok((
+        Api::namespaced_with(client, namespace, &resource),
+        resource,
+        asked,
+    ))
+}
+
+/// The error of a request about `namespace/name` of `kind`.
+fn object_error(
+    asked: &Asked,
+    verb: &str,
+    kind: &'static WatchedKind,
+    namespace: &str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> KubeError {
+    let (asked, verb, name) = (
+        asked.clone(),
+        verb.to_string(),
+        format!("{namespace}/{name}"),
+    );
+    move |source| {
+        let what = format!("{verb} of {} {name}", kind.kind);
+        asked.error(
+            || what,
+            source,
+            |source| KubeError::Object {
+                kind: kind.kind,
+                name,
+                source,
+            },
+        )
+    }
 }
 
 /// The object `namespace/name` of `kind` as JSON (with apiVersion and kind), or `None` when
-/// the cluster has no such object.
+/// the cluster has no such object. Each answer of the API server is awaited at most
+/// `request_timeout`.
 pub fn get_object(
     kubeconfig: Option<&Path>,
+    request_timeout: Duration,
     kind: &'static WatchedKind,
     namespace: &str,
     name: &str,
 ) -> Result<Option<Value>, KubeError> {
     block_on(async {
-        let (api, resource) = api(kubeconfig, kind, namespace).await?;
+        let (api, resource, asked) = api(kubeconfig, request_timeout, kind, namespace).await?;
         let object = api
             .get_opt(name)
             .await
-            .map_err(|source| KubeError::Object {
-                kind: kind.kind,
-                name: format!("{namespace}/{name}"),
-                source,
-            })?;
+            .map_err(object_error(&asked, "get", kind, namespace, name))?;
         Ok(object.map(|o| o.into_typed_value(&resource)))
     })
 }
 
 /// Sends `patch` (a JSON merge patch) to `namespace/name` of `kind`; returns the object after.
+/// Each answer of the API server is awaited at most `request_timeout`.
 pub fn merge_patch(
     kubeconfig: Option<&Path>,
+    request_timeout: Duration,
     kind: &'static WatchedKind,
     namespace: &str,
     name: &str,
     patch: &Value,
 ) -> Result<Value, KubeError> {
     block_on(async {
-        let (api, resource) = api(kubeconfig, kind, namespace).await?;
+        let (api, resource, asked) = api(kubeconfig, request_timeout, kind, namespace).await?;
         let object = api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map_err(|source| KubeError::Object {
-                kind: kind.kind,
-                name: format!("{namespace}/{name}"),
-                source,
-            })?;
+            .map_err(object_error(&asked, "patch", kind, namespace, name))?;
         Ok(object.into_typed_value(&resource))
     })
 }

@@ -287,6 +287,43 @@ fn quiet_kinds_are_ready_again_once_their_watches_are_accepted() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Issue 20, defect 12, the other half: a watch that ends with an ERROR event (a 500
+/// `InternalError` Status, as kube-apiserver sends when the storage under it fails) marks its
+/// kind failing, and the resumed watch — accepted, with no object changed — clears it.
+#[test]
+fn a_watch_error_event_is_cleared_by_the_resumed_watch() {
+    let (_runtime, api, dir, kubeconfig) = api_with_namespace("werr");
+    api.install_crd("danm.k8s.io", "v1", "DanmEp");
+    api.install_crd("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
+    let source = KubeSource::start(KubeOptions {
+        kubeconfig: Some(kubeconfig),
+        load: LoadOptions::default(),
+        discovery_interval: Duration::from_millis(200),
+        crd_grace: Duration::from_secs(60),
+        events_as: None,
+    })
+    .unwrap();
+    until("the first full sync", &source, |s| {
+        s.status().synced_once() && s.status().not_ready_reason().is_none()
+    });
+    let watches_before = api.requests().watches("DanmEp");
+    api.fail_watches();
+    until("DanmEp failing with the server's error", &source, |s| {
+        s.status().kinds["DanmEp"]
+            .failing
+            .as_deref()
+            .is_some_and(|f| f.contains("InternalError") || f.contains("500"))
+    });
+    until("ready again without an event", &source, |s| {
+        s.status().not_ready_reason().is_none()
+    });
+    assert!(
+        api.requests().watches("DanmEp") > watches_before,
+        "the kind was watched again"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Issue 20, defect 14: a second object of the same name in one list (another uid) does not
 /// replace the first, an item of another kind is not read as the listed kind; both are
 /// reported (Error), and the report goes with the next clean list.

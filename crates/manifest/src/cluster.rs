@@ -970,11 +970,22 @@ mod tests {
         assert!(alone.problems.contains(error), "{:?}", alone.problems);
         assert!(inv.problems.iter().any(|p| p.severity == Severity::Warning
             && p.reason.contains("keeping its last good version")));
-        // A policy never seen good is not loaded.
+        // A policy never seen good is loaded in its fail-closed form (SPEC 7): its selector
+        // cannot be read, so it isolates its whole namespace in the direction it names.
         let mut fresh = bad.clone();
         fresh["metadata"]["name"] = json!("q");
         set.upsert(&fresh);
-        assert_eq!(set.inventory().policies.len(), 1);
+        let inv = set.inventory();
+        assert_eq!(inv.policies.len(), 2);
+        let q = inv.policies.iter().find(|p| p.key.name == "q").unwrap();
+        assert_eq!(
+            q.pod_selector,
+            netwarden_engine::LabelSelector::everything()
+        );
+        assert_eq!(
+            (q.ingress.as_deref(), q.egress.as_deref()),
+            (Some(&[][..]), None)
+        );
     }
 
     #[test]

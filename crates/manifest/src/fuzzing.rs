@@ -243,8 +243,14 @@ fn not_wider(policy: &Policy, written: &Value) -> Result<(), String> {
     {
         return Err("egress isolation lost".into());
     }
+    // A selector that cannot be read widens to the whole namespace only in the fail-closed
+    // form (SPEC 7): isolating more pods while allowing nothing opens nothing.
+    let allows_nothing = [&policy.ingress, &policy.egress]
+        .into_iter()
+        .all(|rules| rules.as_ref().is_none_or(Vec::is_empty));
     if field(&spec, "podSelector").is_some_and(selector_written_non_empty)
         && policy.pod_selector == LabelSelector::everything()
+        && !allows_nothing
     {
         return Err("podSelector widened to all pods".into());
     }

@@ -133,11 +133,12 @@ pub(crate) fn fail_closed(
         PolicyKind::MultiNetworkPolicy => "MultiNetworkPolicy",
     };
     let mut cx = Ctx::new("", kind_name, String::new(), &mut scratch);
-    let spec = match get(doc, "spec") {
-        Some(s @ Value::Object(_)) => s,
-        // Not even a spec: nothing can be read but that it meant to protect something here.
-        Some(_) => &Value::Null,
-        None => &Value::Null,
+    // A spec that is not an object says nothing of selector or directions: the whole
+    // namespace, both ways.
+    let (spec, unknown_directions) = match get(doc, "spec") {
+        Some(s @ Value::Object(_)) => (s, false),
+        Some(_) => (&Value::Null, true),
+        None => (&Value::Null, false),
     };
     let pod_selector = match get(spec, "podSelector") {
         None => LabelSelector::everything(),
@@ -146,7 +147,11 @@ pub(crate) fn fail_closed(
             _ => LabelSelector::everything(),
         },
     };
-    let (ingress, egress) = fail_closed_directions(spec);
+    let (ingress, egress) = if unknown_directions {
+        (true, true)
+    } else {
+        fail_closed_directions(spec)
+    };
     let annotations: netwarden_engine::Labels = get(doc, "metadata")
         .and_then(|m| get(m, "annotations"))
         .and_then(Value::as_object)

@@ -710,6 +710,29 @@ fn policy_types_defaulting() {
         assert!(says_fail_closed(&inv), "{spec}");
         assert_eq!(inv.pods.len(), 1, "{spec}");
     }
+    // A spec that is not an object: which pods and directions it meant are unknown, so it
+    // isolates its whole namespace both ways.
+    for spec in ["5", "[a]", "text"] {
+        let inv = load(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p}}\nspec: {spec}\n{GOOD_POD}"
+        ));
+        assert_eq!(
+            fail_closed_directions(&inv, "p"),
+            Some((true, true)),
+            "{spec}"
+        );
+        assert_eq!(
+            policy(&inv, "p").pod_selector,
+            LabelSelector::everything(),
+            "{spec}"
+        );
+        assert!(says_fail_closed(&inv), "{spec}: {:#?}", inv.problems);
+        assert!(
+            errors(&inv).contains(&e("NetworkPolicy", "default/p", "spec")),
+            "{spec}: {:#?}",
+            inv.problems
+        );
+    }
     // Rules of a direction that is not isolated are ignored; an isolated one without rules
     // denies everything.
     let inv = load(
@@ -980,13 +1003,30 @@ fn selector_checks() {
             "{sel}"
         );
 
-        // As the policy's podSelector: the whole policy is dropped.
+        // As the policy's podSelector: which pods it meant is unknown, so it fails closed for
+        // its whole namespace (ingress, as it names no policyTypes), allowing nothing.
         let inv = load(&format!(
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: p}}\nspec:\n  podSelector: {sel}\n{GOOD_POD}"
         ));
-        assert!(inv.policies.is_empty(), "{sel}");
-        assert_eq!(inv.errors().count(), fields.len(), "{sel}");
-        assert!(warnings(&inv).contains(&e("NetworkPolicy", "default/p", "spec.podSelector")));
+        assert_eq!(
+            fail_closed_directions(&inv, "p"),
+            Some((true, false)),
+            "{sel}"
+        );
+        assert_eq!(
+            policy(&inv, "p").pod_selector,
+            netwarden_engine::LabelSelector::everything(),
+            "{sel}"
+        );
+        assert!(says_fail_closed(&inv), "{sel}: {:#?}", inv.problems);
+        for f in &fields {
+            let field = format!("spec.podSelector.{f}");
+            assert!(
+                errors(&inv).contains(&e("NetworkPolicy", "default/p", &field)),
+                "{sel}: {:#?}",
+                inv.problems
+            );
+        }
         assert_eq!(inv.pods.len(), 1);
     }
 }

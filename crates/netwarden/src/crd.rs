@@ -307,9 +307,18 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 pub const POLICY_TYPES: [&str; 2] = ["Ingress", "Egress"];
 pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 pub const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+/// The network types a DanmNetworkPolicy's `networkSelector` entry names (absent: DanmNet).
+pub const NETWORK_TYPES: [&str; 5] = [
+    "DanmNet",
+    "TenantNetwork",
+    "ClusterNetwork",
+    "NetworkAttachmentDefinition",
+    "NAD",
+];
 
-/// Adds the enums of [`POLICY_TYPES`], [`SELECTOR_OPERATORS`] and [`PROTOCOLS`] wherever the
-/// schema has those fields (every selector, every rule's ports). A patch of the derived schema
+/// Adds the enums of [`POLICY_TYPES`], [`SELECTOR_OPERATORS`], [`PROTOCOLS`] and
+/// [`NETWORK_TYPES`] wherever the schema has those fields (every selector, every rule's ports,
+/// every `networkSelector` entry). A patch of the derived schema
 /// rather than attributes: the selectors are k8s-openapi's `LabelSelector`, whose schema is not
 /// ours to annotate. An enum'd field is not nullable: a `null` is pruned (the field is absent,
 /// as the loader reads it) instead of failing the enum.
@@ -337,6 +346,16 @@ pub fn restrict_values(schema: &mut JSONSchemaProps) {
                 "operator" => {
                     field.enum_ = one_of(&SELECTOR_OPERATORS);
                     field.nullable = None;
+                }
+                "networkSelector" => {
+                    if let Some(JSONSchemaPropsOrArray::Schema(items)) = field.items.as_mut() {
+                        if let Some(kind) =
+                            items.properties.as_mut().and_then(|p| p.get_mut("type"))
+                        {
+                            kind.enum_ = one_of(&NETWORK_TYPES);
+                            kind.nullable = None;
+                        }
+                    }
                 }
                 _ => {}
             }

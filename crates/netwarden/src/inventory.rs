@@ -75,7 +75,11 @@ pub enum DiffBase {
     /// `-f BASE...`.
     Files(Vec<PathBuf>),
     /// `--kube`: the live cluster, listed once.
-    Cluster { kubeconfig: Option<PathBuf> },
+    Cluster {
+        kubeconfig: Option<PathBuf>,
+        /// How long to wait for each answer of the API server.
+        request_timeout: std::time::Duration,
+    },
 }
 
 /// Reads the two views of `netwarden diff`: the base as it is, and with `changes` laid over
@@ -88,12 +92,15 @@ pub fn load_layered(
 ) -> Result<(Layered, Vec<String>), netwarden_kube::KubeError> {
     match base {
         DiffBase::Files(paths) => Ok((layer_paths(paths, changes, load), Vec::new())),
-        DiffBase::Cluster { kubeconfig } => {
+        DiffBase::Cluster {
+            kubeconfig,
+            request_timeout,
+        } => {
             let listed = netwarden_kube::list_once(&netwarden_kube::ListOptions {
                 kubeconfig: kubeconfig.clone(),
                 load: load.clone(),
                 page_size: netwarden_kube::list::DEFAULT_PAGE_SIZE,
-                request_timeout: netwarden_kube::list::DEFAULT_REQUEST_TIMEOUT,
+                request_timeout: *request_timeout,
             })?;
             Ok((listed.cluster.layer(changes), listed.notes()))
         }

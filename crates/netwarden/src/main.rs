@@ -117,8 +117,8 @@ struct PromoteArgs {
     /// user's kubeconfig as kubectl finds it (the agent's own permissions are read-only).
     #[arg(long)]
     kube: bool,
-    #[arg(long, requires = "kube")]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Print what would change; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -465,16 +465,23 @@ struct AnalysisArgs {
     /// objects name the source `cluster`.
     #[arg(long)]
     kube: bool,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    #[command(flatten)]
+    options: InputOptions,
+}
+
+/// How a user command reaches the cluster with --kube (every command that has --kube).
+#[derive(Args, Clone)]
+struct ClusterArgs {
     /// The kubeconfig to use with --kube (default: KUBECONFIG, ~/.kube/config, then the
-    /// in-cluster service account, as kubectl).
+    /// in-cluster service account, as kubectl). Its `exec:` credential plugin, if any, runs.
     #[arg(long, requires = "kube")]
     kubeconfig: Option<PathBuf>,
     /// With --kube: how long to wait for each answer of the API server (at most 10s to
     /// connect) before failing, as kubectl's --request-timeout.
     #[arg(long, default_value = "30s", value_parser = parse_interval, requires = "kube")]
     request_timeout: std::time::Duration,
-    #[command(flatten)]
-    options: InputOptions,
 }
 
 /// The switches every reader of objects takes.
@@ -498,9 +505,9 @@ impl AnalysisArgs {
     fn inventory(&self) -> Result<netwarden_manifest::Inventory> {
         let input = if self.kube {
             AnalysisInput::Cluster {
-                kubeconfig: self.kubeconfig.clone(),
+                kubeconfig: self.cluster.kubeconfig.clone(),
                 overlay: self.paths.clone(),
-                request_timeout: self.request_timeout,
+                request_timeout: self.cluster.request_timeout,
             }
         } else {
             AnalysisInput::Files(self.paths.clone())
@@ -662,10 +669,8 @@ struct DiffArgs {
     /// The base is the live cluster's objects: one LIST of every kind `run --kube` watches.
     #[arg(long)]
     kube: bool,
-    /// The kubeconfig to use with --kube (default: KUBECONFIG, ~/.kube/config, then the
-    /// in-cluster service account, as kubectl).
-    #[arg(long, requires = "kube")]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// The changes: files or directories laid over the base.
     #[arg(long = "with", required = true, num_args = 1..)]
     with: Vec<PathBuf>,
@@ -852,7 +857,8 @@ fn reach_command(args: ReachArgs) -> Result<ExitCode> {
 fn diff_command(args: DiffArgs) -> Result<ExitCode> {
     let base = if args.kube {
         DiffBase::Cluster {
-            kubeconfig: args.kubeconfig.clone(),
+            kubeconfig: args.cluster.kubeconfig.clone(),
+            request_timeout: args.cluster.request_timeout,
         }
     } else {
         DiffBase::Files(args.paths.clone())
@@ -1185,7 +1191,8 @@ fn promote_in_cluster(
     opts: &LoadOptions,
 ) -> Result<ExitCode> {
     use netwarden::promote;
-    let kubeconfig = args.kubeconfig.as_deref();
+    let kubeconfig = args.cluster.kubeconfig.as_deref();
+    let timeout = args.cluster.request_timeout;
     let kinds: Vec<&'static netwarden_kube::WatchedKind> = netwarden_kube::WATCHED_KINDS
         .iter()
         .filter(|k| parse_policy_kind(k.kind).is_ok())
@@ -1193,8 +1200,13 @@ fn promote_in_cluster(
         .collect();
     let mut found = Vec::new();
     for kind in kinds {
-        match netwarden_kube::get_object(kubeconfig, kind, &target.key.namespace, &target.key.name)
-        {
+        match netwarden_kube::get_object(
+            kubeconfig,
+            timeout,
+            kind,
+            &target.key.namespace,
+            &target.key.name,
+        ) {
             Ok(Some(object)) => found.push((kind, object)),
             Ok(None) => {}
             // A kind the cluster does not serve holds no such policy.
@@ -1236,6 +1248,7 @@ fn promote_in_cluster(
     }
     let after = netwarden_kube::merge_patch(
         kubeconfig,
+        timeout,
         kind,
         &target.key.namespace,
         &target.key.name,

@@ -430,7 +430,9 @@ fn crd_schemas_reject_wrong_types_and_unknown_fields() {
     };
     let accepted = danm(serde_json::json!({
         "podSelector": {"matchLabels": {"app": "db"}},
-        "ingress": [{"from": [{"networkSelector": [{"name": "storage"}]}],
+        "ingress": [{"from": [{"networkSelector": [{"name": "storage"},
+                                                    {"name": "n/att", "type": "NAD"},
+                                                    {"name": "cn", "type": "ClusterNetwork"}]}],
                      "ports": [{"port": "http"}, {"port": 80, "endPort": 90, "protocol": "TCP"}]}],
     }));
     assert_eq!(
@@ -496,6 +498,11 @@ fn crd_schemas_reject_wrong_types_and_unknown_fields() {
         (
             danm(serde_json::json!({"ingress": [{"ports": [{"protocol": "ICMP", "port": 1}]}]})),
             "spec.ingress[0].ports[0].protocol: \"ICMP\" is not one of the allowed values",
+        ),
+        (
+            danm(serde_json::json!({"ingress": [{"from": [{"networkSelector": [
+                {"name": "storage", "type": "Bridge"}]}]}]})),
+            "spec.ingress[0].from[0].networkSelector[0].type: \"Bridge\" is not one of the allowed values",
         ),
     ];
     for (object, problem) in refused {

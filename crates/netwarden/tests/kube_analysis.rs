@@ -260,7 +260,8 @@ fn kube_options_are_checked() {
 }
 
 /// Issue 20, defect 15: an API server that accepts TCP and never answers made every `--kube`
-/// command hang. Now `validate --kube` fails within `--request-timeout`, naming the server.
+/// command hang. Now each one (`validate`, `reach`, `diff`, `promote`) fails within
+/// `--request-timeout`, naming the server.
 #[test]
 fn a_server_that_never_answers_fails_the_command_within_its_timeout() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -273,22 +274,42 @@ fn a_server_that_never_answers_fails_the_command_within_its_timeout() {
     let dir = TempDir::new("kube-mute");
     let kubeconfig = dir.path.join("kubeconfig");
     std::fs::write(&kubeconfig, netwarden_kube_fake::kubeconfig_for(&url)).unwrap();
-    let start = std::time::Instant::now();
-    let out = netwarden(&[
-        "validate",
-        "--kube",
-        "--kubeconfig",
-        &kubeconfig.display().to_string(),
-        "--request-timeout",
-        "2s",
-    ]);
-    let took = start.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        took < std::time::Duration::from_secs(8),
-        "failed after {took:?}"
-    );
-    assert!(stderr.contains(&url), "{stderr}");
-    assert!(stderr.contains("did not answer within 2s"), "{stderr}");
+    let changes = dir.path.join("changes.yaml");
+    std::fs::write(
+        &changes,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: ns}\nspec: {podSelector: {}}\n",
+    )
+    .unwrap();
+    let kubeconfig = kubeconfig.display().to_string();
+    let changes = changes.display().to_string();
+    let commands: [&[&str]; 4] = [
+        &["validate"],
+        &["reach", "--port", "80/TCP"],
+        &["diff", "--with", &changes],
+        &["promote", "ns/p", "--dry-run"],
+    ];
+    for command in commands {
+        let mut argv = command.to_vec();
+        argv.extend([
+            "--kube",
+            "--kubeconfig",
+            &kubeconfig,
+            "--request-timeout",
+            "2s",
+        ]);
+        let start = std::time::Instant::now();
+        let out = netwarden(&argv);
+        let took = start.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(
+            took < std::time::Duration::from_secs(8),
+            "{command:?} failed after {took:?}"
+        );
+        assert!(stderr.contains(&url), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("did not answer within 2s"),
+            "{command:?}: {stderr}"
+        );
+    }
 }
