@@ -16,8 +16,15 @@ use std::sync::Arc;
 use netwarden_engine::PodRules;
 use netwarden_render::{CounterKind, LogKey, RenderError};
 
+use crate::iptables_error::IptablesError;
 use crate::libnft::LibnftError;
-use crate::netns::{Netns, NetnsError, NetnsId};
+use crate::netns::{netns_gone, Netns, NetnsError, NetnsId};
+
+/// What a backend runs when it first meets a netns that may still hold the other backend's
+/// rules (after a switch of backends), to remove them. A plain function so that neither
+/// backend names the other: the [`switch`](crate::switch) module, which knows both, hands each
+/// backend the cleanup of the other.
+pub type SwitchCleanup = fn(&Path) -> Result<(), ApplyError>;
 
 /// Which tool programs the netns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,7 +79,7 @@ pub enum ApplyError {
     Iptables {
         netns: PathBuf,
         // Boxed: the largest source, and errors are the rare path.
-        source: Box<crate::iptables_apply::IptablesError>,
+        source: Box<IptablesError>,
     },
     /// A failure injected into a [`FakeDataplane`](crate::fake::FakeDataplane).
     #[error("injected failure in {}", netns.display())]
@@ -84,7 +91,7 @@ pub enum ApplyError {
 
 impl ApplyError {
     /// A failed stage of the iptables backend in `netns`.
-    pub fn iptables(netns: &Path, source: crate::iptables_apply::IptablesError) -> ApplyError {
+    pub fn iptables(netns: &Path, source: IptablesError) -> ApplyError {
         ApplyError::Iptables {
             netns: netns.to_owned(),
             source: Box::new(source),
@@ -99,10 +106,6 @@ impl ApplyError {
             _ => false,
         }
     }
-}
-
-pub(crate) fn netns_gone(e: &NetnsError) -> bool {
-    matches!(e, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// The identity of the network namespace a path names now ([`NetnsId`]: the same for a

@@ -34,46 +34,12 @@ use netwarden_render::iptables::{
 use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
-    netns_gone, run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane,
-    EvidenceCounters, APPLY_WORKERS,
+    run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters,
+    SwitchCleanup, APPLY_WORKERS,
 };
-use crate::netns::{self, exec_in, Netns, NetnsError};
-
-#[derive(Debug, thiserror::Error)]
-pub enum IptablesError {
-    #[error("ipset restore failed: {0}")]
-    Ipset(#[source] NetnsError),
-    #[error("iptables-restore (IPv4) failed: {0}")]
-    RestoreV4(#[source] NetnsError),
-    #[error("ip6tables-restore (IPv6) failed: {0}")]
-    RestoreV6(#[source] NetnsError),
-    #[error("reading back the rules failed: {0}")]
-    ReadBack(#[source] NetnsError),
-    #[error("cannot destroy stale ipset {name}: {source}")]
-    Destroy { name: String, source: NetnsError },
-    #[error("cannot determine the iptables variant: {0}")]
-    Version(String),
-    #[error("removing the nft backend's table: {0}")]
-    NftLeftover(String),
-    #[error("the evidence counters were lost when the rules were replaced: {0}")]
-    CountersLost(String),
-}
-
-impl IptablesError {
-    /// Whether the failure is the netns being gone (the pod is gone, and its rules with it).
-    pub fn netns_gone(&self) -> bool {
-        match self {
-            IptablesError::Ipset(e)
-            | IptablesError::RestoreV4(e)
-            | IptablesError::RestoreV6(e)
-            | IptablesError::ReadBack(e)
-            | IptablesError::Destroy { source: e, .. } => netns_gone(e),
-            IptablesError::Version(_)
-            | IptablesError::NftLeftover(_)
-            | IptablesError::CountersLost(_) => false,
-        }
-    }
-}
+// Defined below `apply`, whose `ApplyError` carries it; re-exported where it has always been.
+pub use crate::iptables_error::IptablesError;
+use crate::netns::{self, exec_in, netns_gone, Netns, NetnsError};
 
 /// Which kernel interface the `iptables` binaries drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,15 +124,25 @@ pub struct IptablesDataplane {
     /// Per netns whose applied rules hold evidence counters: what earlier rule generations
     /// counted (a restore starts every rule counter at zero), or why that is unknown.
     carried: HashMap<PathBuf, Result<EvidenceCounters, String>>,
+    /// Removes what the nft backend left in a netns (moving from nft to iptables): run on the
+    /// first contact with a netns in this process, after the iptables rules are in place, and
+    /// by `remove`. Given by [`switch`](crate::switch), where `new` is.
+    switch_cleanup: SwitchCleanup,
 }
 
 impl IptablesDataplane {
-    pub fn new(options: RenderOptions) -> Self {
+    /// A dataplane that runs `switch_cleanup` to remove the other backend's rules (see the
+    /// field). [`IptablesDataplane::new`] gives it the nft backend's.
+    pub(crate) fn with_switch_cleanup(
+        options: RenderOptions,
+        switch_cleanup: SwitchCleanup,
+    ) -> Self {
         IptablesDataplane {
             options,
             applied: AppliedLog::default(),
             changed: Vec::new(),
             carried: HashMap::new(),
+            switch_cleanup,
         }
     }
 
@@ -189,20 +165,6 @@ impl IptablesDataplane {
         read_state(netns)
     }
 
-    /// Removes the nft backend's table (moving from nft to iptables): on the first contact
-    /// with `netns` in this process, after the iptables rules are in place.
-    fn remove_nft_leftovers(netns: &Path) -> Result<(), IptablesError> {
-        if !crate::libnft::available() {
-            // Without libnftables the nft backend never ran on this machine.
-            return Ok(());
-        }
-        match crate::nft_apply::NftDataplane::remove_table(netns) {
-            Ok(_) => Ok(()),
-            Err(e) if e.netns_gone() => Ok(()),
-            Err(e) => Err(IptablesError::NftLeftover(e.to_string())),
-        }
-    }
-
     /// Books the outcome of an apply to `handle` (the netns opened for it; `first`: the first
     /// contact with it in this process).
     fn finish(
@@ -213,14 +175,13 @@ impl IptablesDataplane {
         ruleset: &IptablesRulesetRef,
         result: Result<(), IptablesError>,
     ) -> Result<ApplyOutcome, ApplyError> {
-        let err = |source| ApplyError::iptables(netns, source);
         match (result, ruleset) {
             (Err(e), None) if e.netns_gone() => return Ok(ApplyOutcome::Removed),
-            (Err(e), _) => return Err(err(e)),
+            (Err(e), _) => return Err(ApplyError::iptables(netns, e)),
             (Ok(()), _) => {}
         }
         if first {
-            Self::remove_nft_leftovers(netns).map_err(err)?;
+            (self.switch_cleanup)(netns)?;
         }
         if ruleset.as_ref().is_some_and(|r| r.counted) {
             self.carried
@@ -343,11 +304,13 @@ impl Dataplane for IptablesDataplane {
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
         self.applied.forget(netns);
         self.carried.remove(netns);
-        match remove_from(netns).and_then(|()| Self::remove_nft_leftovers(netns)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.netns_gone() => Ok(()),
-            Err(source) => Err(ApplyError::iptables(netns, source)),
+        match remove_from(netns) {
+            Ok(()) => {}
+            Err(e) if e.netns_gone() => return Ok(()),
+            Err(source) => return Err(ApplyError::iptables(netns, source)),
         }
+        // The nft backend's table too, if a switch left one (a netns gone by now is clean).
+        (self.switch_cleanup)(netns)
     }
 
     /// Both filter tables and our sets, as `### ipset` / `### v4` / `### v6` sections; `None`
@@ -396,8 +359,9 @@ impl Dataplane for IptablesDataplane {
 
 /// Removes everything of the iptables backend from `netns` — empty filter tables for both
 /// families and no set of ours — when something of it is there (a netns holding nothing of
-/// ours is not touched: its filter table may be another tool's). Also used by the nft backend
-/// to clean up after a switch of backends. A netns that no longer exists has nothing to clean.
+/// ours is not touched: its filter table may be another tool's). Also what a switch to the nft
+/// backend runs to clean up ([`switch`](crate::switch)). A netns that no longer exists has
+/// nothing to clean.
 pub fn remove_from(netns: &Path) -> Result<(), IptablesError> {
     if !netns.exists() {
         return Ok(());

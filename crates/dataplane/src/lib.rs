@@ -7,7 +7,10 @@
 //!   rules), one implementation per backend, each with its own ruleset type.
 //! - [`nft_apply`]: the nftables implementation; [`nft_plan`] plans its transactions (pure),
 //!   [`libnft`] commits them in process, [`nft_contexts`] keeps a context per netns.
-//! - [`iptables_apply`]: the iptables compatibility implementation (seed 004).
+//! - [`iptables_apply`]: the iptables compatibility implementation (seed 004), failing with an
+//!   [`iptables_error::IptablesError`].
+//! - [`switch`]: moving between backends; the one module that knows both, it gives each the
+//!   removal of the other's rules (and holds their `new`).
 //! - [`fake`]: an in-memory nft implementation for tests of the reconcile loop.
 //! - [`watch`]: the kernel's notifications of interface and address changes, per netns.
 
@@ -19,11 +22,13 @@ pub mod apply;
 pub mod discover;
 pub mod fake;
 pub mod iptables_apply;
+pub mod iptables_error;
 pub mod libnft;
 pub mod netns;
 pub mod nft_apply;
 pub mod nft_contexts;
 pub mod nft_plan;
+pub mod switch;
 pub mod watch;
 
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters};

@@ -30,6 +30,11 @@ use nix::sched::{setns, CloneFlags};
 
 pub use check::{own_netns_id, process_access, set_process_access, NetnsAccess, NetnsId, NotNetns};
 
+/// Whether `e` says the netns no longer exists (the pod is gone, and its rules with it).
+pub(crate) fn netns_gone(e: &NetnsError) -> bool {
+    matches!(e, NetnsError::Open { source, .. } if source.kind() == io::ErrorKind::NotFound)
+}
+
 /// Where `ip netns add` puts its namespaces.
 pub const NAMED_NETNS_DIR: &str = "/run/netns";
 

@@ -8,9 +8,10 @@
 //! interface name, exactly). Contexts stay open per netns
 //! ([`nft_contexts`](crate::nft_contexts)); batches apply to several netns at once.
 //!
-//! Moving from the iptables backend: the first time this process touches a netns, after the
-//! nft table is in place (so no window opens), it looks for the iptables backend's chains
-//! (`DANM_*` in a filter table, nf_tables or legacy) and removes them with its sets.
+//! Moving from the iptables backend: the first time this process touches a netns, it looks for
+//! the iptables backend's chains (`DANM_*` in a filter table, nf_tables or legacy) and, after
+//! the nft table is in place (so no window opens), removes them with their sets through the
+//! cleanup [`switch`](crate::switch) gave it (this module does not know the iptables backend).
 //!
 //! Nothing here touches another table: removal deletes `inet netwarden` only, and only when it
 //! exists (the pod is open then, so no packet depends on what goes).
@@ -27,10 +28,10 @@ use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
     run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters,
-    APPLY_WORKERS,
+    SwitchCleanup, APPLY_WORKERS,
 };
 use crate::libnft::{NftContext, Output};
-use crate::netns::Netns;
+use crate::netns::{netns_gone, Netns};
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
 use crate::nft_plan::{
     parse_counters, parse_ruleset, plan, KernelTables, NftNetnsState, NftObjects,
@@ -189,6 +190,9 @@ pub struct NftDataplane {
     stop: Arc<AtomicBool>,
     /// Added to every netns apply of a batch (see [`SLOW_APPLY_ENV`]).
     slow_apply: std::time::Duration,
+    /// Removes the iptables backend's chains and sets from a netns where a job found them
+    /// (moving from iptables to nft). Given by [`switch`](crate::switch), where `new` is.
+    switch_cleanup: SwitchCleanup,
 }
 
 /// Test hook: milliseconds each netns apply of a batch is held up before it starts, so that
@@ -197,7 +201,12 @@ pub struct NftDataplane {
 pub const SLOW_APPLY_ENV: &str = "NETWARDEN_TEST_SLOW_APPLY_MS";
 
 impl NftDataplane {
-    pub fn new(options: RenderOptions) -> Self {
+    /// A dataplane that runs `switch_cleanup` to remove the other backend's rules (see the
+    /// field). [`NftDataplane::new`] gives it the iptables backend's.
+    pub(crate) fn with_switch_cleanup(
+        options: RenderOptions,
+        switch_cleanup: SwitchCleanup,
+    ) -> Self {
         NftDataplane {
             options,
             applied: AppliedLog::default(),
@@ -209,6 +218,7 @@ impl NftDataplane {
                 .ok()
                 .and_then(|ms| ms.parse().ok())
                 .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis),
+            switch_cleanup,
         }
     }
 
@@ -276,8 +286,8 @@ impl NftDataplane {
     }
 
     /// Deletes table `inet netwarden` from `netns` if it is there, and nothing else (no
-    /// bookkeeping, no look at other tables): how the iptables backend removes what the nft
-    /// backend left. Whether a table was deleted.
+    /// bookkeeping, no look at other tables): how a switch to the iptables backend removes what
+    /// the nft backend left ([`switch`](crate::switch)). Whether a table was deleted.
     pub fn remove_table(netns: &Path) -> Result<bool, ApplyError> {
         Self::with_context(netns, |ctx| {
             if !netwarden_objects(&list_ruleset(ctx)?).table {
@@ -333,8 +343,7 @@ impl NftDataplane {
         }
         if committed.iptables_leftovers {
             // After the nft table is in place: the pod is enforced throughout.
-            crate::iptables_apply::remove_from(netns)
-                .map_err(|source| ApplyError::iptables(netns, source))?;
+            (self.switch_cleanup)(netns)?;
         }
         self.state.insert(netns.to_owned(), committed.after);
         self.applied
@@ -429,7 +438,7 @@ impl Dataplane for NftDataplane {
                     todo.push((i, handle, Mutex::new(Some(job))));
                     results.push(None);
                 }
-                Err(e) if ruleset.is_none() && crate::apply::netns_gone(&e) => {
+                Err(e) if ruleset.is_none() && netns_gone(&e) => {
                     self.contexts.close(netns);
                     results.push(Some(Ok(ApplyOutcome::Removed)));
                 }
