@@ -1313,25 +1313,12 @@ impl Engine {
         };
         // (protocol, number) → destination addresses that give the name that number.
         let mut named: BTreeMap<PortRange, Vec<IpAddr>> = BTreeMap::new();
-        let destinations = self.pods_within(peers);
-        for port in &rule.ports {
-            let Some(PortRef::Named(name)) = &port.port else {
-                continue;
-            };
-            for pod in destinations.iter().filter(|p| !p.host_network) {
-                let Some(number) = pod.named_port(name, port.protocol) else {
-                    continue;
-                };
-                let range = PortRange {
-                    protocol: port.protocol,
-                    ports: Some((number, number)),
-                };
-                let addrs = pod.interfaces.iter().flat_map(|i| i.ips.iter().copied());
-                named
-                    .entry(range)
-                    .or_default()
-                    .extend(addrs.filter(|a| any_contains(peers, *a)));
-            }
+        // Per pod, then per port: each range's addresses are normalised into a set below, so
+        // the order they come in does not matter.
+        for pod in self.pods_within(peers) {
+            named_port_addrs(rule, peers, pod, |range, addr| {
+                named.entry(range).or_default().push(addr)
+            });
         }
         for (range, addrs) in named {
             if !addrs.is_empty() {
@@ -1779,9 +1766,27 @@ fn named_port_contribution(
     pod: Option<&Pod>,
 ) -> BTreeSet<(PortRange, IpAddr)> {
     let mut out = BTreeSet::new();
-    let Some(pod) = pod.filter(|p| !p.host_network) else {
-        return out;
-    };
+    if let Some(pod) = pod {
+        named_port_addrs(rule, peers, pod, |range, addr| {
+            out.insert((range, addr));
+        });
+    }
+    out
+}
+
+/// Calls `add` with each (port, address) that `pod` gives an egress `rule`'s named ports: the
+/// number the pod declares for the name, on each of its addresses the peers allow (none for a
+/// hostNetwork pod). The one place egress clauses and their cache invalidation
+/// ([`named_port_contribution`]) read a pod's named ports, so the two cannot disagree.
+fn named_port_addrs(
+    rule: &PolicyRule,
+    peers: &[PeerMatch],
+    pod: &Pod,
+    mut add: impl FnMut(PortRange, IpAddr),
+) {
+    if pod.host_network {
+        return;
+    }
     for port in &rule.ports {
         let Some(PortRef::Named(name)) = &port.port else {
             continue;
@@ -1794,13 +1799,10 @@ fn named_port_contribution(
             ports: Some((number, number)),
         };
         let addrs = pod.interfaces.iter().flat_map(|i| i.ips.iter().copied());
-        out.extend(
-            addrs
-                .filter(|a| any_contains(peers, *a))
-                .map(|a| (range, a)),
-        );
+        for addr in addrs.filter(|a| any_contains(peers, *a)) {
+            add(range, addr);
+        }
     }
-    out
 }
 
 /// Whether a Service's endpoints, or the ports they resolve named targets on, can change with

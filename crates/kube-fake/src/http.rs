@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use crate::log::{RequestRecord, Verb};
 use crate::resources::{has_status_subresource, resolve, ResourceType, Target};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::ApiError;
 use crate::store::{ObjectKey, Stamp, StatusRule};
 use crate::watch::{self, as_version, Start, WatchRequest};

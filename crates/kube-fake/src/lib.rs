@@ -77,6 +77,7 @@ pub mod manifests;
 pub mod resources;
 pub mod selector;
 pub mod server;
+pub mod shared;
 pub mod status;
 pub mod store;
 pub mod watch;

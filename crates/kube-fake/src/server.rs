@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -20,65 +19,12 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::log::RequestLog;
+// Re-exported: the server's options are part of its control surface.
 use crate::resources::{known_crds, Catalogue, ResourceType};
+pub use crate::shared::ServerOptions;
+use crate::shared::{Shared, WatchEnd};
 use crate::status::ApiError;
 use crate::store::{Stamp, StatusRule, Store};
-
-/// How the server behaves; `Default` suits tests.
-#[derive(Debug, Clone)]
-pub struct ServerOptions {
-    /// Where to listen; port 0 takes an ephemeral port (kept across `stop`/`restart`).
-    pub listen: SocketAddr,
-    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK (the real server sends
-    /// one about every minute; tests want it sooner).
-    pub bookmark_interval: Duration,
-    /// How many changes the history retains (the real server's watch cache window): a watch or
-    /// consistent page from before the oldest retained change is 410 Expired.
-    pub history_limit: usize,
-    /// The duration of a watch that sends no `timeoutSeconds` (the real server picks 30 to 60
-    /// minutes at random; kube-rs always sends one).
-    pub default_watch_timeout: Duration,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            bookmark_interval: Duration::from_secs(1),
-            history_limit: 200_000,
-            default_watch_timeout: Duration::from_secs(1800),
-        }
-    }
-}
-
-/// What the request handlers share with the control surface.
-/// How [`FakeApiServer::drop_watches`] / [`FakeApiServer::fail_watches`] end the open watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchEnd {
-    /// The connection is cut mid-body.
-    Abort,
-    /// An ERROR event with a 500 Status, then a clean end.
-    InternalError,
-}
-
-pub struct Shared {
-    pub store: Mutex<Store>,
-    /// Locked before `store` when both are needed, never after.
-    pub catalogue: Mutex<Catalogue>,
-    pub log: Mutex<Vec<crate::log::RequestRecord>>,
-    pub unavailable: AtomicBool,
-    /// Kinds every request about is answered 503 ([`FakeApiServer::set_kind_unavailable`]).
-    pub unavailable_kinds: Mutex<std::collections::BTreeSet<String>>,
-    /// API groups hidden ([`FakeApiServer::hide_group`]): absent from discovery, their paths
-    /// 404, their objects kept.
-    pub hidden_groups: Mutex<std::collections::BTreeSet<String>>,
-    /// Items added to every LIST of a kind, by kind name ([`FakeApiServer::inject_in_lists`]).
-    pub injected: Mutex<std::collections::BTreeMap<String, Vec<Value>>>,
-    /// Bumped by `drop_watches` and `fail_watches`: every open watch ends its response, as
-    /// the last [`WatchEnd`] says.
-    pub cut: tokio::sync::watch::Sender<(u64, WatchEnd)>,
-    pub options: ServerOptions,
-}
 
 /// A fake kube-apiserver on 127.0.0.1. See the crate documentation for what is faithful.
 pub struct FakeApiServer {

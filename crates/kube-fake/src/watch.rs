@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::resources::ResourceType;
 use crate::selector::Selectors;
-use crate::server::{Shared, WatchEnd};
+use crate::shared::{Shared, WatchEnd};
 use crate::status::ApiError;
 use crate::store::{Change, ChangeType};
 

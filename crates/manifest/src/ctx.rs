@@ -14,9 +14,18 @@ use ipnet::IpNet;
 use netwarden_engine::Protocol;
 use serde_json::{Map, Value};
 
-use crate::read::ObjectId;
 use crate::validate;
 use crate::{Problem, Severity};
+
+/// What identifies an object: two objects with the same id are duplicates. Here, below every
+/// reader, because [`Ctx::id`] holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ObjectId {
+    pub kind: &'static str,
+    /// `""` for Namespaces.
+    pub namespace: String,
+    pub name: String,
+}
 
 /// Where problems found in one object go, how they are labelled, and what is known about the
 /// object so far.
@@ -74,6 +83,15 @@ pub(crate) fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
+    }
+}
+
+/// A short rendering of a value for a reason.
+pub(crate) fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("\"{}\"", validate::shorten(s)),
+        Value::Array(_) | Value::Object(_) | Value::Null => type_name(v).to_string(),
+        other => validate::shorten(&other.to_string()),
     }
 }
 

@@ -7,8 +7,8 @@
 //!
 //! The invariants:
 //! - nothing panics, however broken or hostile the input;
-//! - reading a text while it is parsed (`FileRead::from_text`, see `crate::stream`) gives
-//!   exactly what parsing it whole and reducing after gives (`FileRead::from_text_whole`);
+//! - reading a text while it is parsed (`stream::read_text`, see `crate::stream`) gives
+//!   exactly what parsing it whole and reducing after gives (`stream::read_text_whole`);
 //! - every loaded object has valid names (they reach rule comments and log prefixes);
 //! - every interface name passes [`validate::ifname`], and addresses and prefix lengths pair up;
 //! - no loaded policy is wider than written: a direction written as isolated stays isolated, a
@@ -32,8 +32,7 @@ use netwarden_engine::{
 use serde_json::Value;
 
 use crate::assemble::{assemble, Part};
-use crate::read::FileRead;
-use crate::{files, validate, Inventory, LoadOptions, Loader, Problem};
+use crate::{documents, files, stream, validate, Inventory, LoadOptions, Loader, Problem};
 
 pub use cluster::check_cluster;
 
@@ -61,11 +60,11 @@ pub fn check_load(data: &[u8]) {
     for &label in labels {
         // What `parse_str` does, keeping the parsed documents to compare with.
         let mut problems = Vec::new();
-        let docs = files::parse_documents(label, text, &mut problems);
-        let read = FileRead::from_documents(label, problems, &docs);
+        let docs = documents::parse_documents(label, text, &mut problems);
+        let read = stream::read_documents(label, problems, &docs);
         // Reading while parsing gives what reading the whole tree first gives.
         assert_eq!(
-            FileRead::from_text(label, text),
+            stream::read_text(label, text),
             read,
             "streamed read of {label}"
         );

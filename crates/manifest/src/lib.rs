@@ -57,7 +57,8 @@
 //! # Structure
 //!
 //! Loading happens in two passes. The first (`read`) reduces each document of a file on its
-//! own (the readers in `pod`, `policy`, `service`, over the field accessors of `ctx`); the
+//! own (the readers in `pod`, `policy`, `service`, over the field accessors of `ctx` and the
+//! metadata of `meta`, below `read`, which dispatches to them); the
 //! second (`assemble`) refuses duplicates, pairs DanmEps with pods and EndpointSlices with
 //! Services, adds the namespaces that objects refer to but the input does not declare, and
 //! reports shared addresses. [`load_paths`] and [`parse_str`] do both at once; [`ManifestSet`]
@@ -71,10 +72,12 @@ mod assemble;
 pub mod cluster;
 mod ctx;
 pub mod delta;
+mod documents;
 mod files;
 pub mod fuzzing;
 mod json;
 mod kinds;
+mod meta;
 pub mod overlay;
 mod pod;
 mod policy;
@@ -340,7 +343,8 @@ impl Loader {
 
     /// Reads one file's text.
     pub fn add_str(&mut self, file: &str, text: &str) {
-        self.steps.push(Step::File(FileRead::from_text(file, text)));
+        self.steps
+            .push(Step::File(crate::stream::read_text(file, text)));
     }
 
     /// Reads one already parsed document (an object or a List); `label` names it while it has

@@ -12,7 +12,7 @@ use netwarden_engine::{ContainerPort, NetworkId, NetworkType, Pod, PodInterface,
 use serde_json::Value;
 
 use crate::ctx::{get, index, join, keyed, parse_addr, type_name, Ctx};
-use crate::read::read_meta;
+use crate::meta::{read_learn, read_meta};
 use crate::{validate, PodRecord, Problem, Severity, Source};
 
 pub const NETWORK_STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
@@ -103,7 +103,7 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
             }
         });
 
-    let learn = crate::read::read_learn(cx, &meta.annotations);
+    let learn = read_learn(cx, &meta.annotations);
     let from_danmep = vec![false; interfaces.len()];
     // A node agent holds every pod of the cluster: no room kept beyond what was read.
     interfaces.shrink_to_fit();

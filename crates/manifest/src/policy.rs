@@ -17,9 +17,9 @@ use serde_json::Value;
 
 use std::collections::HashSet;
 
-use crate::ctx::{get, index, join, keyed, Ctx, LabelCheck};
+use crate::ctx::{get, index, join, keyed, show, Ctx, LabelCheck};
+use crate::meta::read_meta;
 use crate::pod::{section, split_network_name};
-use crate::read::{read_meta, show};
 use crate::validate;
 
 pub const MODE: &str = "netwarden.io/mode";

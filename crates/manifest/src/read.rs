@@ -5,28 +5,22 @@
 
 use std::sync::Arc;
 
-use netwarden_engine::{Labels, Namespace, Policy, Service};
+use netwarden_engine::{Namespace, Policy, Service};
 use serde_json::Value;
 
-use crate::ctx::{get, keyed, type_name, Ctx, LabelCheck};
+// Re-exported: the modules above read.rs name an object's id with its outcome.
+pub(crate) use crate::ctx::ObjectId;
+use crate::ctx::{get, show, type_name, Ctx};
 use crate::kinds::{self, ApiVersion, Resolved};
+use crate::meta::{read_learn, read_meta};
 use crate::pod::{self, DanmEpRecord};
 use crate::service::{self, SliceRecord};
-use crate::{files, policy, validate, PodRecord, Problem, Severity};
+use crate::{policy, validate, PodRecord, Problem, Severity};
 
 /// Lists nest at most this deep (a List of Lists of ...): bounds recursion on hostile input.
 /// A top-level document is always read ([`FileRead::add_list_item`] relies on it).
 const MAX_LIST_DEPTH: usize = 8;
 const _: () = assert!(MAX_LIST_DEPTH > 0);
-
-/// What identifies an object: two objects with the same id are duplicates.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct ObjectId {
-    pub kind: &'static str,
-    /// `""` for Namespaces.
-    pub namespace: String,
-    pub name: String,
-}
 
 /// One object read from a document, before the second pass.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,33 +117,6 @@ impl FileRead {
             Outcome::Loaded(o) => Some(o.as_ref()),
             _ => None,
         })
-    }
-
-    /// Reads one file's text (YAML, possibly multi-document, or JSON), reducing each document
-    /// (and each item of a List) while it is parsed ([`crate::stream`]).
-    pub fn from_text(file: &str, text: &str) -> Self {
-        crate::stream::read_text(file, text)
-    }
-
-    /// Reads one file's text by parsing all of it first, then reducing its documents: the
-    /// reference that [`crate::stream`] matches, and what it falls back on where it cannot
-    /// stream (a JSON syntax error, whose report depends on the whole text).
-    pub fn from_text_whole(file: &str, text: &str) -> Self {
-        let mut file_problems = Vec::new();
-        let docs = files::parse_documents(file, text, &mut file_problems);
-        Self::from_documents(file, file_problems, &docs)
-    }
-
-    /// Reads one file's parsed documents; `file_problems` are those of parsing it.
-    pub fn from_documents(file: &str, file_problems: Vec<Problem>, docs: &[files::Doc]) -> Self {
-        let mut read = FileRead {
-            file_problems,
-            ..FileRead::default()
-        };
-        for doc in docs {
-            read.add_document(file, doc.index, &doc.value, &doc.duplicate_keys);
-        }
-        read
     }
 
     /// Reads the non-empty document number `index` (1-based) of a file, whose duplicate keys
@@ -507,129 +474,6 @@ fn name_label(doc: &Value) -> Option<String> {
         Some(ns) => format!("{}/{}", validate::shorten(ns), validate::shorten(name)),
         None => validate::shorten(name),
     })
-}
-
-/// A short rendering of a value for a reason.
-pub(crate) fn show(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("\"{}\"", validate::shorten(s)),
-        Value::Array(_) | Value::Object(_) | Value::Null => type_name(v).to_string(),
-        other => validate::shorten(&other.to_string()),
-    }
-}
-
-/// The metadata every object has. `cx.object` is set to the object's name as soon as known,
-/// and `cx.id` once kind, namespace and name are read and valid.
-pub(crate) struct Meta {
-    pub namespace: String,
-    pub name: String,
-    pub labels: Labels,
-    pub annotations: Labels,
-}
-
-/// Reads `metadata`; `None` (with problems) when the name or namespace is missing, unreadable
-/// or invalid (such an object cannot be referred to safely), or when a label or annotation
-/// cannot be read (a pod missing a label would leave the policies that select it).
-pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Option<Meta> {
-    let empty = Value::Null;
-    let meta = match get(doc, "metadata") {
-        Some(m @ Value::Object(_)) => m,
-        Some(other) => {
-            cx.wrong_type("metadata", "an object", other);
-            return None;
-        }
-        None => &empty,
-    };
-    let name = cx
-        .required_str(meta, "metadata", "name", "name; object ignored")
-        .map(str::to_string);
-    if let Some(name) = &name {
-        cx.object = validate::shorten(name);
-    }
-    // An unreadable namespace is never replaced by `default`: that would move the object.
-    let namespace = match get(meta, "namespace") {
-        _ if !namespaced => Some(String::new()),
-        None => Some("default".to_string()),
-        Some(Value::String(s)) if s.is_empty() => Some("default".to_string()),
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => {
-            cx.wrong_type("metadata.namespace", "a string", other);
-            None
-        }
-    };
-    if let (true, Some(name), Some(ns)) = (namespaced, &name, &namespace) {
-        cx.object = format!("{}/{}", validate::shorten(ns), validate::shorten(name));
-    }
-    let mut valid_name = false;
-    if let Some(name) = &name {
-        let check = if namespaced {
-            validate::dns1123_subdomain(name)
-        } else {
-            validate::dns1123_label(name)
-        };
-        match check {
-            Ok(()) => valid_name = true,
-            Err(e) => cx.error(
-                "metadata.name",
-                format!("invalid name: {e}; object ignored"),
-            ),
-        }
-    }
-    let mut valid_namespace = !namespaced;
-    if let (true, Some(ns)) = (namespaced, &namespace) {
-        match validate::dns1123_label(ns) {
-            Ok(()) => valid_namespace = true,
-            Err(e) => cx.error(
-                "metadata.namespace",
-                format!("invalid namespace: {e}; object ignored"),
-            ),
-        }
-    }
-    if let (true, true, Some(name), Some(namespace)) =
-        (valid_name, valid_namespace, &name, &namespace)
-    {
-        cx.id = Some(ObjectId {
-            kind: cx.kind,
-            namespace: namespace.clone(),
-            name: name.clone(),
-        });
-    }
-    let check = LabelCheck {
-        consequence: "; object ignored",
-    };
-    let (labels, labels_ok) = cx.string_map(meta, "metadata", "labels", Some(check));
-    let (annotations, _) = cx.string_map(meta, "metadata", "annotations", None);
-    if cx.id.is_none() || !labels_ok || cx.rejected {
-        return None;
-    }
-    Some(Meta {
-        namespace: namespace.unwrap_or_default(),
-        name: name.unwrap_or_default(),
-        labels,
-        annotations,
-    })
-}
-
-/// Learn mode on a Pod or a Namespace (issue 9): its pods log each distinct new flow.
-pub const LEARN: &str = "netwarden.io/learn";
-
-/// The `netwarden.io/learn` annotation: `"true"` or `"false"`; anything else is reported and
-/// read as `false` (learn mode only adds logging, so leaving it off changes no verdict).
-pub(crate) fn read_learn(cx: &mut Ctx<'_>, annotations: &Labels) -> bool {
-    match annotations.get(LEARN).map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            cx.error(
-                &keyed("metadata.annotations", LEARN),
-                format!(
-                    "expected \"true\" or \"false\", found \"{}\"; not learning",
-                    validate::shorten(other)
-                ),
-            );
-            false
-        }
-    }
 }
 
 fn read_namespace(cx: &mut Ctx<'_>, doc: &Value) -> Option<Namespace> {

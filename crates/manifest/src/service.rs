@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use netwarden_engine::{ObjectKey, PortRef, Service, ServicePort};
 use serde_json::Value;
 
-use crate::ctx::{get, index, join, Ctx, LabelCheck};
+use crate::ctx::{get, index, join, show, Ctx, LabelCheck};
+use crate::meta::read_meta;
 use crate::pod::section;
-use crate::read::{read_meta, show};
 use crate::{validate, Problem, Severity};
 
 /// The label linking an EndpointSlice to its Service.

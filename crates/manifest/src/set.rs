@@ -460,7 +460,7 @@ mod tests {
     const FILE: &str = "f.yaml";
 
     fn read(text: &str) -> FileRead {
-        FileRead::from_text(FILE, text)
+        crate::stream::read_text(FILE, text)
     }
 
     /// `Kind ns/name` of the objects in effect.

@@ -4,7 +4,7 @@
 //! whole list's (hundreds of MiB).
 //!
 //! The result is always the one of reading the whole text first and reducing it after
-//! ([`FileRead::from_text_whole`], the reference): same entries, problems and labels, in the
+//! ([`read_text_whole`], the reference): same entries, problems and labels, in the
 //! same order. Where streaming cannot know it gives that result, the text is read the
 //! reference way:
 //!
@@ -27,19 +27,60 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::files;
+use crate::documents::{self, parse_yaml_chunk, problem};
 use crate::json::{self, KeySeed, Segment, ValueSeed, Walk};
 use crate::kinds::ApiVersion;
 use crate::read::{self, FileRead};
+use crate::Problem;
 
 /// Reads one file's text: JSON (a stream of values) when it starts like JSON, else YAML
 /// document by document.
 pub(crate) fn read_text(file: &str, text: &str) -> FileRead {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if matches!(text.trim_start().chars().next(), Some('{' | '[')) {
-        return read_json(file, text).unwrap_or_else(|| FileRead::from_text_whole(file, text));
+        return read_json(file, text).unwrap_or_else(|| read_text_whole(file, text));
     }
     read_yaml(file, text)
+}
+
+/// Reads one file's text by parsing all of it first, then reducing its documents: the
+/// reference that streaming matches, and what it falls back on where it cannot stream (a JSON
+/// syntax error, whose report depends on the whole text).
+pub(crate) fn read_text_whole(file: &str, text: &str) -> FileRead {
+    let mut file_problems = Vec::new();
+    let docs = documents::parse_documents(file, text, &mut file_problems);
+    read_documents(file, file_problems, &docs)
+}
+
+/// Reads one file's parsed documents; `file_problems` are those of parsing it.
+pub(crate) fn read_documents(
+    file: &str,
+    file_problems: Vec<Problem>,
+    docs: &[documents::Doc],
+) -> FileRead {
+    let mut read = FileRead {
+        file_problems,
+        ..FileRead::default()
+    };
+    for doc in docs {
+        read.add_document(file, doc.index, &doc.value, &doc.duplicate_keys);
+    }
+    read
+}
+
+/// Reads chunk `index` (1-based) of [`documents::split_documents`] the reference way: parsed whole, then
+/// reduced; a parse error is a problem of the file.
+pub(crate) fn read_yaml_chunk(file: &str, index: usize, chunk: &str, read: &mut FileRead) {
+    match parse_yaml_chunk(chunk) {
+        Ok(docs) => {
+            for doc in docs {
+                read.add_document(file, index, &doc, &[]);
+            }
+        }
+        Err(e) => read
+            .file_problems
+            .push(problem(file, format!("#{index}"), e)),
+    }
 }
 
 /// A JSON stream, each value reduced as it is parsed; `None` where only the reference knows
@@ -68,12 +109,12 @@ fn read_json(file: &str, text: &str) -> Option<FileRead> {
 /// not lose the others.
 fn read_yaml(file: &str, text: &str) -> FileRead {
     let mut read = FileRead::default();
-    for (i, chunk) in files::split_documents(text).iter().enumerate() {
+    for (i, chunk) in documents::split_documents(text).iter().enumerate() {
         let index = i + 1;
         let (entries, documents) = (read.entries.len(), read.documents);
         let streamed = serde_saphyr::with_deserializer_from_str_with_options(
             chunk,
-            files::yaml_options(),
+            documents::yaml_options(),
             |de| {
                 let seed = DocSeed {
                     file,
@@ -90,7 +131,7 @@ fn read_yaml(file: &str, text: &str) -> FileRead {
             Ok(Doc::Again) | Err(_) => {
                 read.entries.truncate(entries);
                 read.documents = documents;
-                files::read_yaml_chunk(file, index, chunk, &mut read);
+                read_yaml_chunk(file, index, chunk, &mut read);
             }
         }
     }
@@ -439,12 +480,8 @@ mod tests {
     /// Reads `text` as file `label` while parsing it, checking the result against the
     /// reference.
     fn streamed(label: &str, text: &str) -> FileRead {
-        let read = FileRead::from_text(label, text);
-        assert_eq!(
-            read,
-            FileRead::from_text_whole(label, text),
-            "{label}: {text}"
-        );
+        let read = read_text(label, text);
+        assert_eq!(read, read_text_whole(label, text), "{label}: {text}");
         read
     }
 

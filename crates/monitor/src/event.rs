@@ -7,18 +7,13 @@
 //! counted as unknown and not emitted.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, Write};
 use std::net::IpAddr;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use netwarden_engine::{Direction, PodKey, PodRules, StagedCause};
 use netwarden_render::{log_keys, parse_log_prefix, LogAction, LogKeyInfo};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::nlmsg::NflogRecord;
-use crate::status::StatusRecord;
 use crate::time::Timestamp;
 
 /// What the collector knows about the pod whose netns a listener watches.
@@ -218,138 +213,6 @@ pub fn build_event(
     })
 }
 
-/// Where events go.
-pub trait EventSink: Send + Sync {
-    fn emit(&self, event: &Event) -> io::Result<()>;
-    /// A status record goes to the same stream as the events (see [`crate::status`]).
-    fn emit_status(&self, status: &StatusRecord) -> io::Result<()>;
-}
-
-/// Writes one JSON line per event to stdout and/or a file (appended).
-///
-/// Each line is written with a single `write_all` and flushed, so a reader tailing the file
-/// never sees half a line and nothing sits in a buffer when the agent is killed.
-pub struct JsonLinesSink {
-    stdout: bool,
-    file: Option<Mutex<File>>,
-}
-
-impl JsonLinesSink {
-    pub fn new(stdout: bool, file: Option<&Path>) -> io::Result<JsonLinesSink> {
-        let file = match file {
-            Some(path) => Some(Mutex::new(
-                OpenOptions::new().create(true).append(true).open(path)?,
-            )),
-            None => None,
-        };
-        Ok(JsonLinesSink { stdout, file })
-    }
-}
-
-impl JsonLinesSink {
-    fn write_line(&self, mut line: String) -> io::Result<()> {
-        line.push('\n');
-        if self.stdout {
-            let mut out = io::stdout().lock();
-            out.write_all(line.as_bytes())?;
-            out.flush()?;
-        }
-        if let Some(file) = &self.file {
-            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
-            f.write_all(line.as_bytes())?;
-        }
-        Ok(())
-    }
-}
-
-impl EventSink for JsonLinesSink {
-    fn emit(&self, event: &Event) -> io::Result<()> {
-        self.write_line(event.to_json_line())
-    }
-
-    fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
-        self.write_line(status.to_json_line())
-    }
-}
-
-/// Keeps events in memory (tests, `lab check`). Clones share the same list.
-#[derive(Debug, Clone, Default)]
-pub struct MemorySink {
-    events: Arc<Mutex<Vec<Event>>>,
-    statuses: Arc<Mutex<Vec<StatusRecord>>>,
-}
-
-impl MemorySink {
-    pub fn new() -> MemorySink {
-        MemorySink::default()
-    }
-
-    /// A copy of the events so far.
-    pub fn events(&self) -> Vec<Event> {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// A copy of the status records so far.
-    pub fn statuses(&self) -> Vec<StatusRecord> {
-        self.statuses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Takes the events so far, leaving the sink empty.
-    pub fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-impl EventSink for MemorySink {
-    fn emit(&self, event: &Event) -> io::Result<()> {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(event.clone());
-        Ok(())
-    }
-
-    fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
-        self.statuses
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(status.clone());
-        Ok(())
-    }
-}
-
-/// Sends every event to several sinks.
-pub struct FanoutSink(pub Vec<Box<dyn EventSink>>);
-
-impl FanoutSink {
-    /// Calls `emit` on every sink, even after one failed; returns the first error.
-    fn each(&self, emit: impl Fn(&dyn EventSink) -> io::Result<()>) -> io::Result<()> {
-        let mut first_err = None;
-        for sink in &self.0 {
-            if let Err(e) = emit(sink.as_ref()) {
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-}
-
-impl EventSink for FanoutSink {
-    fn emit(&self, event: &Event) -> io::Result<()> {
-        self.each(|sink| sink.emit(event))
-    }
-
-    fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
-        self.each(|sink| sink.emit_status(status))
-    }
-}
-
 /// A line of an events file that could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("line {line}: {reason}")]
@@ -358,23 +221,12 @@ pub struct BadLine {
     pub reason: String,
 }
 
-/// Reads the JSON-lines events of a file (see [`read_events`]).
-pub fn read_events_file(path: &Path) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
-    read_events(io::BufReader::new(File::open(path)?))
-}
-
-/// Reads JSON-lines events; blank lines are skipped, bad lines are returned beside the good
-/// ones so one corrupt line (a crash mid-write) does not hide the rest. Status records
-/// ([`crate::status`]) are valid lines and skipped here; [`crate::status::read_stream`] keeps them.
-pub fn read_events(reader: impl BufRead) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
-    let stream = crate::status::read_stream(reader)?;
-    Ok((stream.events, stream.bad))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::decode::{L4Protocol, PacketInfo};
+    use crate::sink::{EventSink, FanoutSink, JsonLinesSink, MemorySink};
+    use crate::status::{read_events, read_events_file};
     use netwarden_engine::{
         DirectionRules, InterfaceRules, Isolation, NetworkId, ObjectKey, PolicyKind, PolicyRef,
     };

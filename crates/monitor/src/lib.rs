@@ -5,10 +5,11 @@
 //! - [`nflog`]: opens one NFLOG socket per pod netns ([`Collector`]) feeding one bounded queue;
 //! - [`nlmsg`] / [`decode`]: parses the netlink messages and the packet headers (pure,
 //!   fuzz-safe; [`fuzzing`] holds the invariants the cargo-fuzz target `nflog` checks);
-//! - [`event`]: turns a record plus the pod's context into an [`Event`] JSON line (SPEC 6) and
-//!   writes it to sinks;
+//! - [`event`]: turns a record plus the pod's context into an [`Event`] JSON line (SPEC 6);
+//! - [`sink`]: where events and status records are written (JSON lines, memory, several);
 //! - [`pipeline`]: drains the queue into events, counters and sinks;
-//! - [`status`]: the agent's periodic `status` records and the stream's line type ([`Line`]);
+//! - [`status`]: the agent's periodic `status` records, the stream's line type ([`Line`]) and
+//!   reading a stream back;
 //! - [`evidence`]: status records and events over a window → a promotion [`Verdict`];
 //! - [`report`]: aggregates events into promotion evidence (`netwarden report`);
 //! - [`metrics`]: Prometheus counters, and what `/metrics`, `/healthz`, `/readyz` answer;
@@ -27,14 +28,12 @@ pub mod nflog;
 pub mod nlmsg;
 pub mod pipeline;
 pub mod report;
+pub mod sink;
 pub mod status;
 pub mod time;
 
 pub use decode::{decode_packet, Family, L4Protocol, PacketInfo};
-pub use event::{
-    build_event, read_events, read_events_file, BadLine, Cause, Event, EventAction, EventSink,
-    FanoutSink, JsonLinesSink, MemorySink, PodContext, Unrecognized,
-};
+pub use event::{build_event, BadLine, Cause, Event, EventAction, PodContext, Unrecognized};
 pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
 pub use http::{serve_metrics, serve_metrics_on};
 pub use metrics::Metrics;
@@ -47,5 +46,9 @@ pub use pipeline::EventProcessor;
 pub use report::{
     aggregate, aggregate_with, workload_name, workload_of, PolicyRow, PolicyStatus, Report,
 };
-pub use status::{read_stream, read_stream_file, Line, RecordType, StatusRecord, Stream};
+pub use sink::{EventSink, FanoutSink, JsonLinesSink, MemorySink};
+pub use status::{
+    read_events, read_events_file, read_stream, read_stream_file, Line, RecordType, StatusRecord,
+    Stream,
+};
 pub use time::Timestamp;

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use netwarden_engine::PodKey;
 
-use crate::event::{build_event, Event, EventSink};
+use crate::event::{build_event, Event};
 use crate::metrics::Metrics;
 use crate::nflog::RawRecord;
+use crate::sink::EventSink;
 
 /// Turns records into events, counts them and emits them.
 pub struct EventProcessor {
@@ -85,7 +86,8 @@ impl EventProcessor {
 mod tests {
     use super::*;
     use crate::event::tests::{record, rules};
-    use crate::event::{MemorySink, PodContext};
+    use crate::event::PodContext;
+    use crate::sink::MemorySink;
     use crate::time::Timestamp;
     use netwarden_engine::Direction;
     use netwarden_render::{log_key_for, log_prefix, LogAction};

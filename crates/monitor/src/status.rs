@@ -134,6 +134,19 @@ pub fn read_stream_file(path: &Path) -> io::Result<Stream> {
     read_stream(io::BufReader::new(File::open(path)?))
 }
 
+/// Reads the JSON-lines events of a file (see [`read_events`]).
+pub fn read_events_file(path: &Path) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
+    read_events(io::BufReader::new(File::open(path)?))
+}
+
+/// Reads JSON-lines events; blank lines are skipped, bad lines are returned beside the good
+/// ones so one corrupt line (a crash mid-write) does not hide the rest. Status records
+/// are valid lines and skipped here; [`read_stream`] keeps them.
+pub fn read_events(reader: impl BufRead) -> io::Result<(Vec<Event>, Vec<BadLine>)> {
+    let stream = read_stream(reader)?;
+    Ok((stream.events, stream.bad))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,7 +47,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::IpAddr;
-use std::process::ExitCode;
 
 use netwarden_engine::verdict::SideVerdicts;
 use netwarden_engine::{
@@ -122,15 +121,6 @@ pub struct Change {
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffReport {
     pub changes: Vec<Change>,
-}
-
-/// How `netwarden diff` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiffFormat {
-    Json,
-    Table,
-    /// One self-contained page of the changed cells ([`crate::html::matrix::diff_page`]).
-    Html,
 }
 
 /// Per enforced policy (`namespace`, `name`), the monitored policies that replace it
@@ -609,33 +599,4 @@ pub fn write_table(changes: &[Change], out: &mut impl Write) -> io::Result<()> {
             count(ChangeKind::StagedView),
         )
     }
-}
-
-/// `netwarden diff`: computes the changes, prints them, and with `fail_on_deny` exits 1 when
-/// a flow goes from allowed to denied.
-pub fn command(
-    base: &Inventory,
-    changed: &Inventory,
-    options: &EngineOptions,
-    query: &ReachQuery,
-    format: DiffFormat,
-    fail_on_deny: bool,
-    out: impl Write,
-) -> anyhow::Result<ExitCode> {
-    let changes = diff(base, changed, options, query);
-    let mut out = io::BufWriter::new(out);
-    match format {
-        DiffFormat::Json => write_json(&changes, &mut out)?,
-        DiffFormat::Table => write_table(&changes, &mut out)?,
-        DiffFormat::Html => {
-            let page = crate::html::matrix::diff_page(&changes, "netwarden diff");
-            out.write_all(crate::html::matrix::render(&page).as_bytes())?;
-        }
-    }
-    out.flush()?;
-    Ok(if fail_on_deny && denies_any(&changes) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
 }

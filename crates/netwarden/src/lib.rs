@@ -1,6 +1,6 @@
 //! The `netwarden` command's library part: the analyses behind `reach`, `explain`, `diff`,
 //! `suggest`, `promote` and `validate`, the CRDs behind `crd` and the kinds the agent watches,
-//! the HTML pages, kept out of `main.rs` so
+//! the HTML pages and the printing of `reach` and `diff` ([`output`]), kept out of `main.rs` so
 //! tests and benchmarks call them directly.
 // Unsafe code: only `memory` (one call into the C allocator), with its reasons.
 #![deny(unsafe_code)]
@@ -19,6 +19,7 @@ pub use netwarden_kube::kinds;
 pub mod lab;
 pub mod memory;
 pub mod node_paths;
+pub mod output;
 pub mod placement;
 pub mod policy_events;
 pub mod promote;

@@ -16,7 +16,7 @@ use netwarden::inventory::{
 };
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::source::SourceConfig;
-use netwarden::{diff, explain, reach};
+use netwarden::{diff, explain, output, reach};
 use netwarden_dataplane::Backend;
 use netwarden_engine::{DnsMode, EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
@@ -837,7 +837,7 @@ fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
 }
 
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {
-    reach::command(
+    output::reach_command(
         args.input.load()?,
         &ReachQuery {
             ports: args.ports,
@@ -846,9 +846,9 @@ fn reach_command(args: ReachArgs) -> Result<ExitCode> {
             to: args.to,
         },
         match args.output {
-            PageOutput::Json => reach::ReachFormat::Json,
-            PageOutput::Table => reach::ReachFormat::Table,
-            PageOutput::Html => reach::ReachFormat::Html,
+            PageOutput::Json => output::ReachFormat::Json,
+            PageOutput::Table => output::ReachFormat::Table,
+            PageOutput::Html => output::ReachFormat::Html,
         },
         std::io::stdout().lock(),
     )
@@ -892,7 +892,7 @@ fn diff_command(args: DiffArgs) -> Result<ExitCode> {
     } else {
         args.ports
     };
-    diff::command(
+    output::diff_command(
         &layered.base,
         &layered.changed,
         &args.options.engine_options(false),
@@ -902,9 +902,9 @@ fn diff_command(args: DiffArgs) -> Result<ExitCode> {
             ..ReachQuery::default()
         },
         match args.output {
-            PageOutput::Json => diff::DiffFormat::Json,
-            PageOutput::Table => diff::DiffFormat::Table,
-            PageOutput::Html => diff::DiffFormat::Html,
+            PageOutput::Json => output::DiffFormat::Json,
+            PageOutput::Table => output::DiffFormat::Table,
+            PageOutput::Html => output::DiffFormat::Html,
         },
         args.fail_on_deny,
         std::io::stdout().lock(),

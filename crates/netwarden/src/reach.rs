@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::net::IpAddr;
-use std::process::ExitCode;
 
 use netwarden_engine::{
     flow_verdict, Engine, FlowEnd, FlowVerdict, InterfaceRules, NetworkId, PodKey, PodRules,
@@ -70,15 +69,6 @@ pub(crate) fn as_display<S: Serializer>(
 #[derive(Debug, Clone, Serialize)]
 pub struct ReachReport {
     pub probes: Vec<Probe>,
-}
-
-/// How `netwarden reach` prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReachFormat {
-    Json,
-    Table,
-    /// One self-contained page with the matrices (see [`crate::html`]).
-    Html,
 }
 
 /// An interface taking part in a network: pod, interface rules, first address per family.
@@ -349,29 +339,6 @@ pub fn reach(
     ReachReport {
         probes: Reach::new(engine, rules, query).probes().collect(),
     }
-}
-
-/// `netwarden reach`: computes every pod's rules once, then writes the probes of `query` to
-/// `out` as they are computed.
-pub fn command(
-    mut engine: Engine,
-    query: &ReachQuery,
-    format: ReachFormat,
-    out: impl Write,
-) -> anyhow::Result<ExitCode> {
-    let rules = engine.all_pod_rules();
-    let reach = Reach::new(&engine, &rules, query);
-    let mut out = io::BufWriter::new(out);
-    match format {
-        ReachFormat::Json => reach.write_json(&mut out)?,
-        ReachFormat::Table => reach.write_table(&mut out)?,
-        ReachFormat::Html => {
-            let page = crate::html::matrix::reach_page(&reach, "netwarden reach");
-            out.write_all(crate::html::matrix::render(&page).as_bytes())?;
-        }
-    }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
