@@ -16,7 +16,7 @@ use netwarden::inventory::{
 };
 use netwarden::reach::{Family, ReachQuery};
 use netwarden::source::SourceConfig;
-use netwarden::{diff, explain, output, reach};
+use netwarden::{diff, explain, output};
 use netwarden_dataplane::Backend;
 use netwarden_engine::{DnsMode, EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
