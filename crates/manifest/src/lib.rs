@@ -71,6 +71,7 @@ mod assemble;
 pub mod cluster;
 mod ctx;
 pub mod delta;
+pub mod feed;
 mod files;
 pub mod fuzzing;
 mod json;

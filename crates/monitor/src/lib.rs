@@ -36,7 +36,7 @@ pub use event::{
     FanoutSink, JsonLinesSink, MemorySink, PodContext, Unrecognized,
 };
 pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
-pub use http::{serve_metrics, serve_metrics_on};
+pub use http::{serve_metrics, serve_metrics_in, serve_metrics_on};
 pub use metrics::Metrics;
 pub use nflog::{
     Collector, ListenerConfig, ListenerExit, NflogError, NflogSocket, RawRecord, Received,

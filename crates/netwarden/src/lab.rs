@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::cli_args::{PodSelectorArg, PortProto};
 use crate::inventory::engine_from;
 use crate::reach::{reach, Probe, ReachQuery};
-use crate::sync::{for_backend, Reconciler, SyncReport};
+use netwarden_agent::sync::{for_backend, Reconciler, SyncReport};
 
 /// How a real connection disagreed with the prediction. A predicted allow must connect; a
 /// predicted deny must be refused. `allowed` is the enforced verdict: a would-deny (allowed

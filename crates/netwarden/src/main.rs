@@ -15,8 +15,8 @@ use netwarden::inventory::{
     DiffBase,
 };
 use netwarden::reach::{Family, ReachQuery};
-use netwarden::source::SourceConfig;
 use netwarden::{diff, explain, reach};
+use netwarden_agent::source::SourceConfig;
 use netwarden_dataplane::Backend;
 use netwarden_engine::{DnsMode, EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
@@ -775,12 +775,12 @@ impl RunArgs {
             bail!("--node-name (or NODE_NAME) is empty");
         }
         if let Some(endpoint) = &self.cri_endpoint {
-            if netwarden::node_paths::unix_socket_path(endpoint).is_none() {
+            if netwarden_agent::node_paths::unix_socket_path(endpoint).is_none() {
                 bail!("--cri-endpoint {endpoint:?}: expected unix:///absolute/path");
             }
         }
         let cri_endpoint = self.cri_endpoint.clone().or_else(|| {
-            netwarden::node_paths::default_cri_endpoint(|p| p.exists()).map(str::to_string)
+            netwarden_agent::node_paths::default_cri_endpoint(|p| p.exists()).map(str::to_string)
         });
         Ok(SourceConfig::Kube {
             kubeconfig: self.kubeconfig.clone(),
@@ -795,7 +795,7 @@ impl RunArgs {
 /// How often `run --kube` asks whether a CRD it does not see yet was installed.
 const KUBE_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentConfig> {
+fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden_agent::agent::AgentConfig> {
     let input = args.input();
     let source = args.source(once)?;
     let node = match (&args.node, &source) {
@@ -805,7 +805,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentCon
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "localhost".into()),
     };
-    Ok(netwarden::agent::AgentConfig {
+    Ok(netwarden_agent::agent::AgentConfig {
         source,
         load: input.load_options(),
         engine: args.dataplane.engine_options(&input),
@@ -833,7 +833,7 @@ fn fix_netns_access(args: &RunArgs) -> Result<()> {
 /// `apply` (one pass) and `run` (the agent).
 fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
     fix_netns_access(&args)?;
-    netwarden::agent::run(agent_config(&args, once)?, once)
+    netwarden_agent::agent::run(agent_config(&args, once)?, once)
 }
 
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {
@@ -1356,7 +1356,7 @@ fn init_logging(format: LogFormat) {
 }
 
 /// mimalloc hands freed pages back to the kernel by itself (see `Cargo.toml`); glibc's malloc,
-/// still used by libnftables, is trimmed by the agent (`netwarden::memory`).
+/// still used by libnftables, is trimmed by the agent (`netwarden_agent::memory`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -1364,7 +1364,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     // After the logger, so that a failure is reported; the setting covers memory mapped before.
-    netwarden::memory::no_transparent_huge_pages();
+    netwarden_agent::memory::no_transparent_huge_pages();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
