@@ -7,6 +7,7 @@
 pub mod cli_args;
 pub mod crd;
 pub mod demo;
+pub mod demo_kube;
 pub mod demo_loop;
 pub mod diff;
 pub mod explain;

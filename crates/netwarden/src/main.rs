@@ -439,6 +439,11 @@ struct DemoArgs {
     /// Default: `<first -f path>.traffic` when it exists (examples/multinet.traffic).
     #[arg(long, value_name = "FILE")]
     traffic: Option<PathBuf>,
+    /// The node agent's path instead: the manifests served by a local fake API server, the
+    /// pods scheduled on this node in the lab's netns, `run --kube` programming them; probes,
+    /// then a policy created through the API, and probes again.
+    #[arg(long, conflicts_with = "traffic")]
+    kube: bool,
 }
 
 #[derive(Args, Clone)]
@@ -1331,6 +1336,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Promote(args) => promote_command(args),
         Command::Suggest(args) => suggest_command(args),
         Command::Crd => crd_command(),
+        Command::Demo(args) if args.kube => {
+            netwarden::demo_kube::run(&args.paths, args.backend.backend())
+        }
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;
             netwarden::demo::run(&args.paths, args.traffic, args.backend.backend())
