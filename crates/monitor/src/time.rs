@@ -97,7 +97,9 @@ impl Timestamp {
         let utc = local.duration_since(EPOCH) - SignedDuration::from_secs(offset.seconds().into());
         // Floor, not jiff's truncation toward zero: a fraction before 1970 stays inside its
         // microsecond, as after it.
-        i64::try_from(utc.as_nanos().div_euclid(1000)).ok().map(Timestamp)
+        i64::try_from(utc.as_nanos().div_euclid(1000))
+            .ok()
+            .map(Timestamp)
     }
 }
 
@@ -285,7 +287,9 @@ mod tests {
             Timestamp(1_700_000_000_123_456)
         );
         assert_eq!(
-            Timestamp(1_700_000_000_123_456).to_jiff().map(|t| t.to_string()),
+            Timestamp(1_700_000_000_123_456)
+                .to_jiff()
+                .map(|t| t.to_string()),
             Some("2023-11-14T22:13:20.123456Z".to_string())
         );
     }
