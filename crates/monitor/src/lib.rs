@@ -13,7 +13,7 @@
 //! - [`report`]: aggregates events into promotion evidence (`netwarden report`);
 //! - [`metrics`]: Prometheus counters, and what `/metrics`, `/healthz`, `/readyz` answer;
 //! - [`http`]: the HTTP server of those (hyper), proof against slow clients;
-//! - [`time`]: RFC 3339 timestamps without a date-time crate.
+//! - [`time`]: RFC 3339 timestamps at microsecond precision, on jiff's calendar.
 
 #![forbid(unsafe_code)]
 
