@@ -15,7 +15,7 @@ use crate::resources::known_crds;
 use crate::server::FakeApiServer;
 
 /// Every file under `dir` (recursively) ending in `.yaml`, `.yml` or `.json`, sorted.
-fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -212,13 +212,15 @@ impl Shared {
 pub struct KubeSource {
     shared: Arc<Shared>,
     events: Option<EventPublisher>,
-    /// Owns the watch tasks: dropping the source stops them.
-    _runtime: tokio::runtime::Runtime,
+    /// The runtime [`KubeSource::start`] made for the watch tasks (dropping the source stops
+    /// them); `None` when they run on the caller's ([`KubeSource::start_on`]).
+    _runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl KubeSource {
     /// Connects (reading the client configuration now, so a bad kubeconfig fails at start) and
     /// starts one watcher per kind of [`watched`]`(load.network_policy_enabled)`.
+    /// The watch tasks run on a runtime of their own.
     pub fn start(options: KubeOptions) -> Result<KubeSource, KubeError> {
         // Two workers: a watcher's stream (fetching and parsing its list pages) runs beside
         // the task reducing what it read (see `watch`).
@@ -228,6 +230,18 @@ impl KubeSource {
             .enable_all()
             .build()
             .map_err(KubeError::Runtime)?;
+        let mut source = KubeSource::start_on(options, runtime.handle())?;
+        source._runtime = Some(runtime);
+        Ok(source)
+    }
+
+    /// [`KubeSource::start`] with the watch tasks (and the Event publisher) on `runtime`, the
+    /// caller's (the node agent's one runtime). Call it outside that runtime's tasks: it waits
+    /// for the client configuration.
+    pub fn start_on(
+        options: KubeOptions,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<KubeSource, KubeError> {
         let accepted = Arc::new(WatchAccepted::default());
         let (client, _) = runtime.block_on(client(
             options.kubeconfig.as_deref(),
@@ -254,7 +268,7 @@ impl KubeSource {
         }
         let events = options
             .events_as
-            .map(|node| EventPublisher::start(runtime.handle(), client.clone(), node));
+            .map(|node| EventPublisher::start(runtime, client.clone(), node));
         for kind in watched(options.load.network_policy_enabled) {
             let (client, shared) = (client.clone(), shared.clone());
             if kind.optional {
@@ -278,7 +292,7 @@ impl KubeSource {
         Ok(KubeSource {
             shared,
             events,
-            _runtime: runtime,
+            _runtime: None,
         })
     }
 

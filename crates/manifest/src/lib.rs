@@ -73,6 +73,7 @@ pub mod cluster;
 mod ctx;
 pub mod delta;
 mod documents;
+pub mod feed;
 mod files;
 pub mod fuzzing;
 mod json;

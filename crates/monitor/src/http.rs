@@ -42,6 +42,23 @@ pub fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<Join
     serve_metrics_on(listener, metrics)
 }
 
+/// Binds `addr` and serves as tasks of `runtime` (the node agent's one runtime), forever.
+pub fn serve_metrics_in(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    runtime: &tokio::runtime::Handle,
+) -> io::Result<()> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    // Registered with the runtime's reactor: entered, since this thread is not one of its.
+    let listener = {
+        let _entered = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    runtime.spawn(accept_loop(listener, metrics));
+    Ok(())
+}
+
 /// Serves on an already bound listener (tests bind port 0 and read the address).
 pub fn serve_metrics_on(
     listener: std::net::TcpListener,

@@ -14,7 +14,7 @@
 //! - [`report`]: aggregates events into promotion evidence (`netwarden report`);
 //! - [`metrics`]: Prometheus counters, and what `/metrics`, `/healthz`, `/readyz` answer;
 //! - [`http`]: the HTTP server of those (hyper), proof against slow clients;
-//! - [`time`]: RFC 3339 timestamps without a date-time crate.
+//! - [`time`]: RFC 3339 timestamps at microsecond precision, on jiff's calendar.
 
 #![forbid(unsafe_code)]
 
@@ -35,7 +35,7 @@ pub mod time;
 pub use decode::{decode_packet, Family, L4Protocol, PacketInfo};
 pub use event::{build_event, BadLine, Cause, Event, EventAction, PodContext, Unrecognized};
 pub use evidence::{combine, verdict, Evidence, Failing, Verdict};
-pub use http::{serve_metrics, serve_metrics_on};
+pub use http::{serve_metrics, serve_metrics_in, serve_metrics_on};
 pub use metrics::Metrics;
 pub use nflog::{
     Collector, ListenerConfig, ListenerExit, NflogError, NflogSocket, RawRecord, Received,

@@ -1,16 +1,27 @@
-//! The few nfnetlink_log (NFLOG) messages we exchange with the kernel, built and parsed by hand.
+//! The few nfnetlink_log (NFLOG) messages we exchange with the kernel, framed with
+//! `netlink-packet-core`.
 //!
 //! The protocol is small: a config message (`NFULNL_MSG_CONFIG`) to bind a group and set the
 //! copy mode, and packet messages (`NFULNL_MSG_PACKET`) carrying attributes (prefix, payload,
-//! interface indexes, timestamp, sequence number). Writing these few dozen lines is leaner than a
-//! netlink framework and keeps the parser under our control: it runs on bytes that partly come
-//! from the network, so every length is checked and nothing panics (a proptest checks arbitrary
-//! input).
+//! interface indexes, timestamp, sequence number). The netlink framing (message headers, the
+//! `nlmsgerr` code, attribute headers and alignment) is the crate the dataplane already uses for
+//! rtnetlink, so the tree has one netlink parser; what NFLOG's attributes mean is here
+//! ([`PacketAttr`]), since the crate has no NFLOG types. The parser runs on bytes that partly come
+//! from the network: every length is checked (by `new_checked` before any field is read) and
+//! nothing panics (proptests here and the fuzzing invariants check arbitrary input).
 //!
 //! Layout reminders (`linux/netlink.h`, `linux/netfilter/nfnetlink_log.h`): netlink headers and
 //! attribute headers are in host byte order; NFLOG attribute *values* are big-endian.
 
+use std::num::NonZeroI32;
 use std::time::{Duration, SystemTime};
+
+use netlink_packet_core::{
+    parse_u16_be, parse_u32_be, parse_u64_be, DecodeError, DefaultNla, Emitable, ErrorBuffer,
+    NetlinkBuffer, NetlinkHeader, NlaBuffer, NlasIterator, NLA_HEADER_SIZE, NLMSG_DONE,
+    NLMSG_ERROR, NLMSG_OVERRUN,
+};
+pub(crate) use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 
 use crate::decode::{decode_packet, family_from_ethertype, family_from_nfproto, PacketInfo};
 
@@ -19,18 +30,12 @@ const SUBSYS_ULOG: u16 = 4 << 8;
 pub(crate) const MSG_PACKET: u16 = SUBSYS_ULOG;
 pub(crate) const MSG_CONFIG: u16 = SUBSYS_ULOG | 1;
 
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLMSG_OVERRUN: u16 = 4;
-
-pub(crate) const NLM_F_REQUEST: u16 = 1;
-pub(crate) const NLM_F_ACK: u16 = 4;
-
+/// `sizeof(struct nlmsghdr)`: where a message's body starts (the crate keeps its own private).
 const NLMSG_HDRLEN: usize = 16;
+/// `sizeof(struct nfgenmsg)`: family, version, resource id (the group, big-endian).
 const NFGENMSG_LEN: usize = 4;
-const NLA_HDRLEN: usize = 4;
-/// Attribute type bits (the top two are the nested / byte-order flags).
-const NLA_TYPE_MASK: u16 = 0x3fff;
+/// `NFNETLINK_V0`.
+const NFNETLINK_V0: u8 = 0;
 
 // Config attributes.
 pub(crate) const NFULA_CFG_CMD: u16 = 1;
@@ -106,23 +111,10 @@ pub enum NlItem {
     Other(u16),
 }
 
-fn u16_ne(b: &[u8]) -> u16 {
-    u16::from_ne_bytes([b[0], b[1]])
-}
-fn u32_ne(b: &[u8]) -> u32 {
-    u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
-}
-fn be_u16(b: &[u8]) -> Option<u16> {
-    Some(u16::from_be_bytes(b.get(0..2)?.try_into().ok()?))
-}
-fn be_u32(b: &[u8]) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(0..4)?.try_into().ok()?))
-}
-fn be_u64(b: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(b.get(0..8)?.try_into().ok()?))
-}
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
+/// The big-endian number at the start of an attribute value. A longer value is read by its
+/// prefix and a shorter one gives `None`, as the kernel only ever sends the exact size.
+fn be<T>(value: &[u8], parse: fn(&[u8]) -> Result<T, DecodeError>) -> Option<T> {
+    value.get(..size_of::<T>()).and_then(|b| parse(b).ok())
 }
 
 /// Parses every netlink message in `buf` (one `recv`).
@@ -133,35 +125,39 @@ pub fn parse_netlink(buf: &[u8]) -> Result<Vec<NlItem>, ParseError> {
     let mut items = Vec::new();
     let mut offset = 0;
     while offset < buf.len() {
-        let Some(hdr) = buf.get(offset..offset + NLMSG_HDRLEN) else {
-            return Err(ParseError::TruncatedHeader(offset));
-        };
-        let len = u32_ne(&hdr[0..4]) as usize;
-        let ty = u16_ne(&hdr[4..6]);
-        let seq = u32_ne(&hdr[8..12]);
-        let available = buf.len() - offset;
-        if len < NLMSG_HDRLEN || len > available {
-            return Err(ParseError::BadLength {
-                offset,
-                len,
-                available,
-            });
-        }
-        let body = &buf[offset + NLMSG_HDRLEN..offset + len];
-        items.push(match ty {
+        let rest = &buf[offset..];
+        let msg = NetlinkBuffer::new_checked(rest).map_err(|_| {
+            // The crate's error is text; say which of the two framing faults it was.
+            if rest.len() < NLMSG_HDRLEN {
+                ParseError::TruncatedHeader(offset)
+            } else {
+                ParseError::BadLength {
+                    offset,
+                    len: NetlinkBuffer::new(rest).length() as usize,
+                    available: rest.len(),
+                }
+            }
+        })?;
+        let body = msg.payload();
+        items.push(match msg.message_type() {
             MSG_PACKET => match parse_packet(body) {
                 Some(record) => NlItem::Packet(record),
-                None => NlItem::Other(ty),
+                None => NlItem::Other(MSG_PACKET),
             },
-            NLMSG_ERROR => {
-                let errno = body.get(0..4).map(|b| u32_ne(b) as i32).unwrap_or(0);
-                NlItem::Ack { seq, errno }
-            }
+            // A body too short for the code reads as an acknowledgement, as before the crate.
+            NLMSG_ERROR => NlItem::Ack {
+                seq: msg.sequence_number(),
+                errno: ErrorBuffer::new_checked(body)
+                    .ok()
+                    .and_then(|e| e.code())
+                    .map_or(0, NonZeroI32::get),
+            },
             NLMSG_OVERRUN => NlItem::Overrun,
-            NLMSG_DONE => NlItem::Other(ty),
+            NLMSG_DONE => NlItem::Other(NLMSG_DONE),
             other => NlItem::Other(other),
         });
-        offset += align4(len).max(NLMSG_HDRLEN);
+        // Messages are 4-byte aligned; an aligned length past the end ends the walk.
+        offset += (msg.length() as usize).next_multiple_of(4);
     }
     Ok(items)
 }
@@ -177,21 +173,69 @@ pub fn parse_nflog_message(buf: &[u8]) -> Result<Vec<NflogRecord>, ParseError> {
         .collect())
 }
 
-/// Walks `nlattr`s: yields (type, value) for every well-formed attribute, stopping at the first
-/// malformed header.
-fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        let hdr = buf.get(0..NLA_HDRLEN)?;
-        let len = usize::from(u16_ne(&hdr[0..2]));
-        let ty = u16_ne(&hdr[2..4]) & NLA_TYPE_MASK;
-        if len < NLA_HDRLEN || len > buf.len() {
-            buf = &[];
-            return None;
+/// An attribute of an `NFULNL_MSG_PACKET` (`enum nfulnl_attr_type`), by what it means to us.
+/// A value too short for its type gives `None` for that field alone (a short timestamp is
+/// skipped instead, leaving an earlier one in place).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PacketAttr<'a> {
+    /// `struct nfulnl_msg_packet_hdr`: ethertype (big-endian), hook, padding.
+    PacketHdr {
+        hw_protocol: Option<u16>,
+        hook: Option<u8>,
+    },
+    Mark(Option<u32>),
+    /// `struct nfulnl_msg_packet_timestamp`: seconds and microseconds, each a big-endian u64
+    /// (`None` when SystemTime cannot hold it).
+    Timestamp(Option<SystemTime>),
+    InDev(Option<u32>),
+    OutDev(Option<u32>),
+    /// The packet from its network header on.
+    Payload(&'a [u8]),
+    /// The rule's prefix, a C string.
+    Prefix(String),
+    Seq(Option<u32>),
+    /// One we do not read (hardware address, uid, gid, conntrack, ...).
+    Other,
+}
+
+impl<'a> PacketAttr<'a> {
+    fn parse(nla: NlaBuffer<&'a [u8]>) -> PacketAttr<'a> {
+        let kind = nla.kind();
+        // `NlaBuffer::value` borrows the buffer wrapper; the payload must outlive it.
+        let len = usize::from(nla.length());
+        let value = &nla.into_inner()[NLA_HEADER_SIZE..len];
+        match kind {
+            NFULA_PACKET_HDR => PacketAttr::PacketHdr {
+                hw_protocol: be(value, parse_u16_be),
+                hook: value.get(2).copied(),
+            },
+            NFULA_MARK => PacketAttr::Mark(be(value, parse_u32_be)),
+            NFULA_TIMESTAMP => match (
+                be(value, parse_u64_be),
+                value.get(8..).and_then(|v| be(v, parse_u64_be)),
+            ) {
+                // An instant past what SystemTime holds clears an earlier timestamp...
+                (Some(sec), Some(usec)) => PacketAttr::Timestamp(
+                    SystemTime::UNIX_EPOCH
+                        .checked_add(Duration::from_secs(sec))
+                        .and_then(|t| t.checked_add(Duration::from_micros(usec.min(999_999)))),
+                ),
+                // ...while one too short to hold seconds and microseconds is skipped.
+                _ => PacketAttr::Other,
+            },
+            NFULA_IFINDEX_INDEV => PacketAttr::InDev(be(value, parse_u32_be)),
+            NFULA_IFINDEX_OUTDEV => PacketAttr::OutDev(be(value, parse_u32_be)),
+            NFULA_PAYLOAD => PacketAttr::Payload(value),
+            NFULA_PREFIX => {
+                // Up to the first NUL (the crate's `parse_string` only drops a last one, and
+                // refuses what is not UTF-8: a prefix is kept, lossily, to say whose it is not).
+                let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+                PacketAttr::Prefix(String::from_utf8_lossy(&value[..end]).into_owned())
+            }
+            NFULA_SEQ => PacketAttr::Seq(be(value, parse_u32_be)),
+            _ => PacketAttr::Other,
         }
-        let value = &buf[NLA_HDRLEN..len];
-        buf = buf.get(align4(len)..).unwrap_or(&[]);
-        Some((ty, value))
-    })
+    }
 }
 
 fn parse_packet(body: &[u8]) -> Option<NflogRecord> {
@@ -210,29 +254,22 @@ fn parse_packet(body: &[u8]) -> Option<NflogRecord> {
         packet: None,
     };
     let mut payload: Option<&[u8]> = None;
-    for (ty, value) in attributes(&body[NFGENMSG_LEN..]) {
-        match ty {
-            NFULA_PACKET_HDR => {
-                record.hw_protocol = be_u16(value);
-                record.hook = value.get(2).copied();
+    // The crate's iterator stops after the first malformed attribute header (yielding its
+    // error), which loses that attribute and the ones after it, not the message.
+    for nla in NlasIterator::new(&body[NFGENMSG_LEN..]).map_while(Result::ok) {
+        match PacketAttr::parse(nla) {
+            PacketAttr::PacketHdr { hw_protocol, hook } => {
+                record.hw_protocol = hw_protocol;
+                record.hook = hook;
             }
-            NFULA_MARK => record.mark = be_u32(value),
-            NFULA_TIMESTAMP => {
-                if let (Some(sec), Some(usec)) = (be_u64(value), value.get(8..).and_then(be_u64)) {
-                    record.timestamp = SystemTime::UNIX_EPOCH
-                        .checked_add(Duration::from_secs(sec))
-                        .and_then(|t| t.checked_add(Duration::from_micros(usec.min(999_999))));
-                }
-            }
-            NFULA_IFINDEX_INDEV => record.indev = be_u32(value),
-            NFULA_IFINDEX_OUTDEV => record.outdev = be_u32(value),
-            NFULA_PAYLOAD => payload = Some(value),
-            NFULA_PREFIX => {
-                let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
-                record.prefix = Some(String::from_utf8_lossy(&value[..end]).into_owned());
-            }
-            NFULA_SEQ => record.seq = be_u32(value),
-            _ => {}
+            PacketAttr::Mark(v) => record.mark = v,
+            PacketAttr::Timestamp(v) => record.timestamp = v,
+            PacketAttr::InDev(v) => record.indev = v,
+            PacketAttr::OutDev(v) => record.outdev = v,
+            PacketAttr::Payload(p) => payload = Some(p),
+            PacketAttr::Prefix(p) => record.prefix = Some(p),
+            PacketAttr::Seq(v) => record.seq = v,
+            PacketAttr::Other => {}
         }
     }
     let hint = family_from_nfproto(record.family)
@@ -241,38 +278,40 @@ fn parse_packet(body: &[u8]) -> Option<NflogRecord> {
     Some(record)
 }
 
-/// Builds one nfnetlink message: netlink header, `nfgenmsg`, then attributes.
+/// Builds one nfnetlink message: netlink header, `nfgenmsg`, then attributes (each emitted by
+/// the crate, padding included).
 pub(crate) struct MessageBuilder {
-    buf: Vec<u8>,
+    header: NetlinkHeader,
+    body: Vec<u8>,
 }
 
 impl MessageBuilder {
     pub(crate) fn new(ty: u16, flags: u16, seq: u32, family: u8, res_id: u16) -> Self {
-        let mut buf = Vec::with_capacity(64);
-        buf.extend_from_slice(&0u32.to_ne_bytes()); // length, patched in finish()
-        buf.extend_from_slice(&ty.to_ne_bytes());
-        buf.extend_from_slice(&flags.to_ne_bytes());
-        buf.extend_from_slice(&seq.to_ne_bytes());
-        buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it in
-        buf.push(family);
-        buf.push(0); // NFNETLINK_V0
-        buf.extend_from_slice(&res_id.to_be_bytes());
-        MessageBuilder { buf }
+        let mut header = NetlinkHeader::default();
+        header.message_type = ty;
+        header.flags = flags;
+        header.sequence_number = seq;
+        // The port id stays 0: the kernel fills it in.
+        let mut body = Vec::with_capacity(48);
+        body.extend_from_slice(&[family, NFNETLINK_V0]);
+        body.extend_from_slice(&res_id.to_be_bytes());
+        MessageBuilder { header, body }
     }
 
     pub(crate) fn attr(mut self, ty: u16, value: &[u8]) -> Self {
-        let len = (NLA_HDRLEN + value.len()) as u16;
-        self.buf.extend_from_slice(&len.to_ne_bytes());
-        self.buf.extend_from_slice(&ty.to_ne_bytes());
-        self.buf.extend_from_slice(value);
-        self.buf.resize(align4(self.buf.len()), 0);
+        let nla = DefaultNla::new(ty, value.to_vec());
+        let start = self.body.len();
+        self.body.resize(start + nla.buffer_len(), 0);
+        nla.emit(&mut self.body[start..]);
         self
     }
 
     pub(crate) fn finish(mut self) -> Vec<u8> {
-        let len = self.buf.len() as u32;
-        self.buf[0..4].copy_from_slice(&len.to_ne_bytes());
-        self.buf
+        self.header.length = (self.header.buffer_len() + self.body.len()) as u32;
+        let mut buf = vec![0; self.header.buffer_len()];
+        self.header.emit(&mut buf);
+        buf.extend_from_slice(&self.body);
+        buf
     }
 }
 
@@ -430,7 +469,7 @@ mod tests {
             .attr(NFULA_CFG_CMD, &[NFULNL_CFG_CMD_BIND])
             .finish();
         assert_eq!(msg.len(), 16 + 4 + 8);
-        assert_eq!(u32_ne(&msg[0..4]) as usize, msg.len());
+        assert_eq!(NetlinkBuffer::new(&msg[..]).length() as usize, msg.len());
         assert_eq!(&msg[18..20], &[0u8, 100]); // res_id is big-endian
     }
 

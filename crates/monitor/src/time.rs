@@ -1,13 +1,26 @@
-//! RFC 3339 timestamps (UTC, microseconds) without a date-time crate.
+//! Event and status timestamps: instants at microsecond precision, written as RFC 3339 in UTC
+//! with exactly six fractional digits (`2024-05-01T12:34:56.123456Z`).
 //!
-//! Events need one format and the report needs to read it back and compare; Howard Hinnant's
-//! days-from-civil / civil-from-days algorithms do the calendar part in a few lines, which is
-//! leaner than pulling in `chrono` or `time`.
+//! The calendar (reading and writing dates) is jiff's. This thin wrapper stays because of what
+//! jiff's own `Timestamp` does not pin down for us:
+//! - the text: jiff prints as few fractional digits as it needs, while events, status records and
+//!   `report` output always carry six (golden files and consumers rely on the fixed width);
+//! - the precision: an instant is a whole number of microseconds, so one that is written and read
+//!   back compares equal (episodes are keyed on `monitored_since`);
+//! - the range: RFC 3339 years have four digits, up to `9999-12-31T23:59:59.999999Z`, past
+//!   `jiff::Timestamp::MAX` (which leaves room for any UTC offset); so instants go through jiff's
+//!   civil `DateTime`, whose range covers all of RFC 3339's.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use jiff::civil::DateTime;
+use jiff::fmt::temporal::Pieces;
+use jiff::SignedDuration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The Unix epoch as a UTC civil date-time: instants are offsets from it.
+const EPOCH: DateTime = jiff::civil::datetime(1970, 1, 1, 0, 0, 0, 0);
 
 /// Microseconds since the Unix epoch (UTC). Ordered, cheap to copy, and (de)serialized as an
 /// RFC 3339 string such as `2024-05-01T12:34:56.123456Z`.
@@ -16,7 +29,7 @@ pub struct Timestamp(pub i64);
 
 impl Timestamp {
     pub fn now() -> Timestamp {
-        Timestamp::from(SystemTime::now())
+        Timestamp::from(jiff::Timestamp::now())
     }
 
     pub fn from_secs(secs: i64) -> Timestamp {
@@ -52,81 +65,55 @@ impl Timestamp {
         Duration::from_micros(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
     }
 
-    /// Parses RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (`t`/`z`/space accepted too).
+    /// This instant as jiff's, when jiff can hold it (every instant of years 0000 to 9998 and
+    /// most of 9999; see the module documentation).
+    pub fn to_jiff(self) -> Option<jiff::Timestamp> {
+        jiff::Timestamp::from_microsecond(self.0).ok()
+    }
+
+    /// The UTC date and time of this instant, when RFC 3339 can write it.
+    pub fn to_utc_datetime(self) -> Option<DateTime> {
+        if !self.is_rfc3339() {
+            return None;
+        }
+        EPOCH.checked_add(SignedDuration::from_micros(self.0)).ok()
+    }
+
+    /// Parses RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (`t`/`z`/space accepted too),
+    /// with jiff's Temporal (ISO 8601) parser. A date, a time and a UTC offset are required;
+    /// a bracketed time zone annotation is refused, as RFC 3339 has none. Digits past the
+    /// microsecond are truncated.
+    ///
+    /// jiff also reads the other ISO 8601 spellings of the same thing (`20231114T221320Z`,
+    /// `,5` fractions, `+01` or `+0100` offsets, seconds left out, signed six-digit years), and
+    /// refuses fractions of more than nine digits. A leap second (`:60`) reads as `:59`.
     pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
-        let b = s.as_bytes();
-        if b.len() < 20 {
+        let pieces = Pieces::parse(s).ok()?;
+        if pieces.time_zone_annotation().is_some() {
             return None;
         }
-        let num = |r: std::ops::Range<usize>| -> Option<i64> {
-            let part = b.get(r)?;
-            if !part.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            std::str::from_utf8(part).ok()?.parse().ok()
-        };
-        let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-        let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-        if b[4] != b'-'
-            || b[7] != b'-'
-            || !matches!(b[10], b'T' | b't' | b' ')
-            || b[13] != b':'
-            || b[16] != b':'
-            || !(1..=12).contains(&month)
-            || !(1..=days_in_month(year, month)).contains(&day)
-            || hour > 23
-            || min > 59
-            || sec > 60
-        {
-            return None;
-        }
-        let mut i = 19;
-        let mut micros = 0i64;
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            let start = i;
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
-                if i - start < 6 {
-                    micros = micros * 10 + i64::from(b[i] - b'0');
-                }
-                i += 1;
-            }
-            let digits = i - start;
-            if digits == 0 {
-                return None;
-            }
-            for _ in digits..6 {
-                micros *= 10;
-            }
-        }
-        let offset_secs = match b.get(i..)? {
-            [b'Z' | b'z'] => 0,
-            [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-                let digits = [*h1, *h2, *m1, *m2];
-                if !digits.iter().all(u8::is_ascii_digit) {
-                    return None;
-                }
-                let h = i64::from(h1 - b'0') * 10 + i64::from(h2 - b'0');
-                let m = i64::from(m1 - b'0') * 10 + i64::from(m2 - b'0');
-                if h > 23 || m > 59 {
-                    return None;
-                }
-                let off = h * 3600 + m * 60;
-                if *sign == b'+' {
-                    off
-                } else {
-                    -off
-                }
-            }
-            _ => return None,
-        };
-        let days = days_from_civil(year, month, day);
-        let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset_secs;
-        Some(Timestamp(secs * 1_000_000 + micros))
+        let local = pieces.date().to_datetime(pieces.time()?);
+        let offset = pieces.to_numeric_offset()?;
+        let utc = local.duration_since(EPOCH) - SignedDuration::from_secs(offset.seconds().into());
+        // Floor, not jiff's truncation toward zero: a fraction before 1970 stays inside its
+        // microsecond, as after it.
+        i64::try_from(utc.as_nanos().div_euclid(1000))
+            .ok()
+            .map(Timestamp)
+    }
+}
+
+impl From<jiff::Timestamp> for Timestamp {
+    /// Truncates to the microsecond (toward zero, as [`From<SystemTime>`] does).
+    fn from(t: jiff::Timestamp) -> Timestamp {
+        Timestamp(t.as_microsecond())
     }
 }
 
 impl From<SystemTime> for Timestamp {
+    /// Kept apart from jiff's conversion, which refuses instants outside its range: an
+    /// out-of-range kernel timestamp must stay out of range ([`Timestamp::is_rfc3339`] false)
+    /// for the caller to fall back to its own clock.
     fn from(t: SystemTime) -> Timestamp {
         match t.duration_since(SystemTime::UNIX_EPOCH) {
             Ok(d) => Timestamp(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
@@ -135,46 +122,10 @@ impl From<SystemTime> for Timestamp {
     }
 }
 
-fn is_leap(y: i64) -> bool {
-    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if is_leap(y) => 29,
-        2 => 28,
-        _ => 0,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Inverse of [`days_from_civil`].
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 /// A duration rounded down to whole minutes for people: `45s`, `12m`, `1h`, `1h 5m`, `2d 3h`.
+///
+/// Not a calendar computation (days are 24 hours) and shorter than jiff's friendly printer
+/// configured to drop minutes beside days.
 pub fn human_duration(d: Duration) -> String {
     let secs = d.as_secs();
     let (days, hours, mins) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60);
@@ -189,17 +140,23 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 impl fmt::Display for Timestamp {
+    /// RFC 3339 for every instant it can write. One outside years 0000 to 9999 (only ever made
+    /// from a bad clock or a test) is written as `unix+<micros>us`, which no parser reads as a
+    /// time.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secs = self.0.div_euclid(1_000_000);
-        let micros = self.0.rem_euclid(1_000_000);
-        let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
-        let sod = secs.rem_euclid(86_400);
+        let Some(dt) = self.to_utc_datetime() else {
+            return write!(f, "unix{:+}us", self.0);
+        };
         write!(
             f,
-            "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-            sod / 3600,
-            sod % 3600 / 60,
-            sod % 60
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            dt.year(),
+            dt.month(),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            dt.subsec_nanosecond() / 1000
         )
     }
 }
@@ -310,6 +267,63 @@ mod tests {
         ] {
             assert!(!t.is_rfc3339());
             assert_eq!(Timestamp::parse_rfc3339(&t.to_string()), None, "{t}");
+        }
+    }
+
+    #[test]
+    fn the_rfc3339_range_is_jiffs_civil_years_0000_to_9999() {
+        let civil = |t: Timestamp| t.to_utc_datetime();
+        assert_eq!(
+            civil(Timestamp::RFC3339_MIN),
+            Some(jiff::civil::datetime(0, 1, 1, 0, 0, 0, 0))
+        );
+        assert_eq!(
+            civil(Timestamp::RFC3339_MAX),
+            Some(jiff::civil::datetime(9999, 12, 31, 23, 59, 59, 999_999_000))
+        );
+        assert_eq!(civil(Timestamp(Timestamp::RFC3339_MAX.0 + 1)), None);
+        assert_eq!(
+            Timestamp::from(jiff::Timestamp::from_microsecond(1_700_000_000_123_456).unwrap()),
+            Timestamp(1_700_000_000_123_456)
+        );
+        assert_eq!(
+            Timestamp(1_700_000_000_123_456)
+                .to_jiff()
+                .map(|t| t.to_string()),
+            Some("2023-11-14T22:13:20.123456Z".to_string())
+        );
+    }
+
+    /// What jiff's ISO 8601 reading adds to, or changes in, the RFC 3339 one it replaced.
+    #[test]
+    fn iso8601_spellings_read_the_same_instant() {
+        let t = Some(Timestamp::from_secs(1_700_000_000));
+        for same in [
+            "2023-11-14t22:13:20z",
+            "2023-11-14 22:13:20Z",
+            "20231114T221320Z",
+            "2023-11-14T23:13:20+01",
+            "2023-11-14T23:13:20+0100",
+            "+002023-11-14T22:13:20Z",
+            "2023-11-14T22:13:20,0Z",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(same), t, "{same}");
+        }
+        assert_eq!(
+            Timestamp::parse_rfc3339("1969-12-31T23:59:59.9999999Z"),
+            Some(Timestamp(-1)),
+            "truncation is toward the past"
+        );
+        assert_eq!(
+            Timestamp::parse_rfc3339("2016-12-31T23:59:60Z"),
+            Timestamp::parse_rfc3339("2016-12-31T23:59:59Z"),
+            "a leap second reads as the second before it"
+        );
+        for refused in [
+            "2023-11-14T22:13:20Z[UTC]",
+            "2023-11-14T22:13:20.1234567891Z",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(refused), None, "{refused}");
         }
     }
 

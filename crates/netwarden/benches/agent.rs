@@ -487,7 +487,7 @@ fn run(sizes: &Sizes, full: bool) {
                 &metrics.to_string(),
             ],
             // The agent's time per step of each pass (`pass: objects … ms, …`), read back below.
-            &[("RUST_LOG", "info,netwarden::agent=debug")],
+            &[("RUST_LOG", "info,netwarden_agent::agent=debug")],
             log,
         )
     };

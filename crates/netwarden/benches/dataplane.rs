@@ -45,7 +45,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
-use netwarden::sync::{Reconciler, Syncer};
+use netwarden_agent::sync::{Reconciler, Syncer};
 use netwarden_dataplane::iptables_apply::{iptables_variant, IptablesDataplane, IptablesVariant};
 use netwarden_dataplane::netns::exec_in;
 use netwarden_dataplane::{ApplyOutcome, Backend, Dataplane, Netns, NftDataplane};
@@ -1300,7 +1300,8 @@ one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
                 run_stdin(&floor, "nft", &["-f", "-"], Some(&text));
                 floors.push(started.elapsed());
             }
-            let mut syncer: Box<dyn Reconciler> = netwarden::sync::for_backend(backend, *opts);
+            let mut syncer: Box<dyn Reconciler> =
+                netwarden_agent::sync::for_backend(backend, *opts);
             let mut sync = |engine: &mut Engine, order: usize, phase: &'static str| {
                 let report = syncer.sync(engine, [key.clone()].into_iter().collect());
                 assert!(report.errors.is_empty(), "{:?}", report.errors);

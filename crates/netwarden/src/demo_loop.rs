@@ -34,8 +34,8 @@ use netwarden_render::RenderOptions;
 use crate::cli_args::PortProto;
 use crate::lab::{default_ports, EnforcedLab, LabCheckOptions};
 use crate::promote::{self, Target};
-use crate::status_tracker::{coverage, Counters, StatusTracker};
 use crate::suggest::{self, Observations, Workloads};
+use netwarden_agent::status_tracker::{coverage, Counters, StatusTracker};
 
 /// The evidence window of the demo's report (a real one is an hour or days).
 const CLEAN_FOR: Duration = Duration::from_secs(3);

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::cli_args::{PodSelectorArg, PortProto};
 use crate::inventory::engine_from;
 use crate::reach::{reach, Probe, ReachQuery};
-use crate::sync::{for_backend, Reconciler, SyncReport};
+use netwarden_agent::sync::{for_backend, Reconciler, SyncReport};
 
 /// How a real connection disagreed with the prediction. A predicted allow must connect; a
 /// predicted deny must be refused. `allowed` is the enforced verdict: a would-deny (allowed
@@ -275,6 +275,34 @@ impl EnforcedLab {
     }
 }
 
+/// Probes a lab whose rules someone else enforces (the agent, in `demo --kube`) against the
+/// prediction of `inventory`.
+pub fn probe_against(
+    lab: &Lab,
+    inventory: &Inventory,
+    ports: &[PortProto],
+    engine_options: EngineOptions,
+) -> Vec<ObservedProbe> {
+    let mut engine = engine_from(inventory, engine_options);
+    let predicted = predict(&mut engine, ports);
+    let unsupported = lab.unsupported_ports().to_vec();
+    observe(
+        predicted,
+        |key| lab.pod_netns(key).is_some(),
+        &unsupported,
+        |specs| lab.probe(specs),
+    )
+}
+
+/// What `reach` predicts for every pod pair on every network of `inventory`, for `ports`.
+pub fn prediction(
+    inventory: &Inventory,
+    ports: &[PortProto],
+    engine_options: EngineOptions,
+) -> Vec<Probe> {
+    predict(&mut engine_from(inventory, engine_options), ports)
+}
+
 /// What `reach` predicts for every pod pair on every network, for `ports`.
 fn predict(engine: &mut Engine, ports: &[PortProto]) -> Vec<Probe> {
     let rules = engine.all_pod_rules();
@@ -335,7 +363,7 @@ fn observe(
 }
 
 impl LabReport {
-    fn new(
+    pub fn new(
         backend: Backend,
         probes: Vec<ObservedProbe>,
         events: Vec<netwarden_monitor::Event>,

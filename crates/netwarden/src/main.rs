@@ -15,8 +15,8 @@ use netwarden::inventory::{
     DiffBase,
 };
 use netwarden::reach::{Family, ReachQuery};
-use netwarden::source::SourceConfig;
 use netwarden::{diff, explain, output};
+use netwarden_agent::source::SourceConfig;
 use netwarden_dataplane::Backend;
 use netwarden_engine::{DnsMode, EngineOptions, PodKey};
 use netwarden_manifest::LoadOptions;
@@ -439,6 +439,11 @@ struct DemoArgs {
     /// Default: `<first -f path>.traffic` when it exists (examples/multinet.traffic).
     #[arg(long, value_name = "FILE")]
     traffic: Option<PathBuf>,
+    /// The node agent's path instead: the manifests served by a local fake API server, the
+    /// pods scheduled on this node in the lab's netns, `run --kube` programming them; probes,
+    /// then a policy created through the API, and probes again.
+    #[arg(long, conflicts_with = "traffic")]
+    kube: bool,
 }
 
 #[derive(Args, Clone)]
@@ -775,12 +780,12 @@ impl RunArgs {
             bail!("--node-name (or NODE_NAME) is empty");
         }
         if let Some(endpoint) = &self.cri_endpoint {
-            if netwarden::node_paths::unix_socket_path(endpoint).is_none() {
+            if netwarden_agent::node_paths::unix_socket_path(endpoint).is_none() {
                 bail!("--cri-endpoint {endpoint:?}: expected unix:///absolute/path");
             }
         }
         let cri_endpoint = self.cri_endpoint.clone().or_else(|| {
-            netwarden::node_paths::default_cri_endpoint(|p| p.exists()).map(str::to_string)
+            netwarden_agent::node_paths::default_cri_endpoint(|p| p.exists()).map(str::to_string)
         });
         Ok(SourceConfig::Kube {
             kubeconfig: self.kubeconfig.clone(),
@@ -795,7 +800,7 @@ impl RunArgs {
 /// How often `run --kube` asks whether a CRD it does not see yet was installed.
 const KUBE_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentConfig> {
+fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden_agent::agent::AgentConfig> {
     let input = args.input();
     let source = args.source(once)?;
     let node = match (&args.node, &source) {
@@ -805,7 +810,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden::agent::AgentCon
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "localhost".into()),
     };
-    Ok(netwarden::agent::AgentConfig {
+    Ok(netwarden_agent::agent::AgentConfig {
         source,
         load: input.load_options(),
         engine: args.dataplane.engine_options(&input),
@@ -833,7 +838,7 @@ fn fix_netns_access(args: &RunArgs) -> Result<()> {
 /// `apply` (one pass) and `run` (the agent).
 fn agent_command(args: RunArgs, once: bool) -> Result<ExitCode> {
     fix_netns_access(&args)?;
-    netwarden::agent::run(agent_config(&args, once)?, once)
+    netwarden_agent::agent::run(agent_config(&args, once)?, once)
 }
 
 fn reach_command(args: ReachArgs) -> Result<ExitCode> {
@@ -1331,6 +1336,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Promote(args) => promote_command(args),
         Command::Suggest(args) => suggest_command(args),
         Command::Crd => crd_command(),
+        Command::Demo(args) if args.kube => {
+            netwarden::demo_kube::run(&args.paths, args.backend.backend())
+        }
         Command::Demo(args) => {
             netwarden_lab::install_signal_cleanup()?;
             netwarden::demo::run(&args.paths, args.traffic, args.backend.backend())
@@ -1356,7 +1364,7 @@ fn init_logging(format: LogFormat) {
 }
 
 /// mimalloc hands freed pages back to the kernel by itself (see `Cargo.toml`); glibc's malloc,
-/// still used by libnftables, is trimmed by the agent (`netwarden::memory`).
+/// still used by libnftables, is trimmed by the agent (`netwarden_agent::memory`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -1364,7 +1372,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     // After the logger, so that a failure is reported; the setting covers memory mapped before.
-    netwarden::memory::no_transparent_huge_pages();
+    netwarden_agent::memory::no_transparent_huge_pages();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {

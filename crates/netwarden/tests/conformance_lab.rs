@@ -19,7 +19,7 @@ mod common;
 mod support;
 
 use netwarden_testing::{
-    docs_text, heavy_lock, lab_check, netwarden_bin, root_or_skip, LabProbe, TempDir,
+    docs_text, heavy_lock, lab_check, lab_slot, netwarden_bin, root_or_skip, LabProbe, TempDir,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -163,7 +163,7 @@ fn run_case(
         let before = failures.len();
         let started = Instant::now();
         let records = {
-            let _lab = heavy_lock();
+            let _lab = lab_slot();
             run_lab(backend, &ready.objects, &ready.policies, &ready.ports)
         };
         tally.elapsed += started.elapsed();
@@ -178,6 +178,42 @@ fn run_case(
     }
 }
 
+/// Every case on one backend: its counters and failures.
+fn run_backend<'a>(
+    backend: &'a str,
+    model: &[Value],
+    netpol: &[Case],
+    multinet: &[Case],
+) -> (&'a str, Tally, Vec<String>) {
+    let mut tally = Tally::default();
+    let mut failures = Vec::new();
+    for case in netpol {
+        run_case(
+            case,
+            model,
+            Some(Variant::Base),
+            backend,
+            &mut tally,
+            &mut failures,
+        );
+    }
+    for case in multinet {
+        match &case.objects {
+            Some(objects) => run_case(case, objects, None, backend, &mut tally, &mut failures),
+            None => failures.push(format!("{}: multinet cases list their objects", case.name)),
+        }
+    }
+    println!(
+        "{backend}: {} cases, {} labs, {} observed probes, {} SCTP probes not observable, {:.1} s",
+        netpol.len() + multinet.len(),
+        tally.labs,
+        tally.observed,
+        tally.sctp_skipped,
+        tally.elapsed.as_secs_f64()
+    );
+    (backend, tally, failures)
+}
+
 #[test]
 fn conformance_on_the_kernel() {
     if !root_or_skip() {
@@ -187,34 +223,23 @@ fn conformance_on_the_kernel() {
     let model = load_objects(&dir.join("model.yaml")).expect("conformance/model.yaml");
     let netpol = load_cases(&dir.join("netpol")).expect("conformance/netpol");
     let multinet = load_cases(&dir.join("multinet")).expect("conformance/multinet");
+    // The backends side by side: each lab step mostly waits (see `lab_slot`).
+    let runs: Vec<(&str, Tally, Vec<String>)> = std::thread::scope(|scope| {
+        let runs: Vec<_> = BACKENDS
+            .map(|backend| {
+                let (model, netpol, multinet) = (&model, &netpol, &multinet);
+                scope.spawn(move || run_backend(backend, model, netpol, multinet))
+            })
+            .into_iter()
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("a backend's run panicked"))
+            .collect()
+    });
     let mut failures = Vec::new();
     let mut tallies = BTreeMap::new();
-    for backend in BACKENDS {
-        let mut tally = Tally::default();
-        for case in &netpol {
-            run_case(
-                case,
-                &model,
-                Some(Variant::Base),
-                backend,
-                &mut tally,
-                &mut failures,
-            );
-        }
-        for case in &multinet {
-            match &case.objects {
-                Some(objects) => run_case(case, objects, None, backend, &mut tally, &mut failures),
-                None => failures.push(format!("{}: multinet cases list their objects", case.name)),
-            }
-        }
-        println!(
-            "{backend}: {} cases, {} labs, {} observed probes, {} SCTP probes not observable, {:.1} s",
-            netpol.len() + multinet.len(),
-            tally.labs,
-            tally.observed,
-            tally.sctp_skipped,
-            tally.elapsed.as_secs_f64()
-        );
+    for (backend, tally, backend_failures) in runs {
+        failures.extend(backend_failures);
         tallies.insert(backend, tally);
     }
     assert!(

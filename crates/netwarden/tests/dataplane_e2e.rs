@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use netwarden::lab::{EnforcedLab, LabCheckOptions};
-use netwarden::sync::for_backend;
+use netwarden_agent::sync::for_backend;
 use netwarden_dataplane::Backend;
 use netwarden_engine::{Engine, EngineOptions, PodKey, Policy};
 use netwarden_lab::ProbeDetail;

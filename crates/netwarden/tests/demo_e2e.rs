@@ -4,7 +4,8 @@
 //! the observed flows logged by learn mode, suggested policies that load back, no would-deny
 //! with them in monitor mode, every policy ready to promote from the kernel's counters, and
 //! after promotion the workloads' traffic still connecting and every other probe as `reach`
-//! predicts.
+//! predicts. `demo --kube` is run the same way: the agent's cluster path, before and after a
+//! policy change through the API.
 //!
 //! Needs root (network namespaces); without it the test skips, or fails when `CI=true`.
 
@@ -65,4 +66,72 @@ fn demo_nft() {
 #[test]
 fn demo_iptables() {
     demo("iptables");
+}
+
+/// `demo --kube` (issue 21): the agent's cluster path on this machine — the fake API server,
+/// `run --kube` programming the lab's netns, probes agreeing with the prediction before and
+/// after a policy created through the API, and nothing left behind.
+fn demo_kube(backend: &str) {
+    if !root_or_skip() {
+        return;
+    }
+    let _lock = heavy_lock();
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/multinet");
+    let out = Command::new(BIN)
+        .args(["demo", "--kube", "-f", examples, "--backend", backend])
+        .output()
+        .expect("run netwarden demo --kube");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{backend}: demo --kube failed\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("0 mismatch(es) with the prediction").count(),
+        2,
+        "{backend}: before and after the change\n{stdout}"
+    );
+    let denied: usize = stdout
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_suffix(" flow(s) allowed before are denied now, e.g.:")
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{backend}: no change shown\n{stdout}"));
+    assert!(denied > 0, "{backend}: the change denied nothing\n{stdout}");
+    for expected in [
+        "ready after",
+        "demo-ingress-lockdown",
+        "the kernel agrees with the new prediction after",
+        "lab removed",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "{backend}: the demo does not show {expected:?}:\n{stdout}\n{stderr}"
+        );
+    }
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left: Vec<String> = String::from_utf8_lossy(&netns.stdout)
+        .lines()
+        .filter(|l| {
+            stdout.contains(&format!(
+                "/run/netns/{}",
+                l.split_whitespace().next().unwrap_or("")
+            ))
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(left.is_empty(), "{backend}: netns left behind: {left:?}");
+}
+
+#[test]
+fn demo_kube_nft() {
+    demo_kube("nft");
+}
+
+#[test]
+fn demo_kube_iptables() {
+    demo_kube("iptables");
 }

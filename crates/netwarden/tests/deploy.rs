@@ -22,7 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
 use netwarden::kinds::{EVENT_RESOURCES, EVENT_VERBS, WATCHED_KINDS, WATCH_VERBS};
-use netwarden::node_paths::{unix_socket_path, DEFAULT_CRI_ENDPOINTS, NETNS_DIR};
+use netwarden_agent::node_paths::{unix_socket_path, DEFAULT_CRI_ENDPOINTS, NETNS_DIR};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

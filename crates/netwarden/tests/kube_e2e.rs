@@ -187,6 +187,21 @@ fn kube_agent_end_to_end() {
     let mut agent = start(&log);
     agent.wait_for("ready", Duration::from_secs(30), || ready(metrics));
 
+    // One async runtime: the watchers, the metrics server and the loop are on its threads;
+    // none of the runtimes each part once built for itself is left.
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect();
+    assert!(threads.iter().any(|t| t == "netwarden-rt"), "{threads:?}");
+    for theirs in ["kube-watch", "metrics-http", "cri"] {
+        assert!(
+            !threads.iter().any(|t| t == theirs),
+            "{theirs}: {threads:?}"
+        );
+    }
+
     // No policy: everything connects; nothing programmed anywhere.
     assert_connects(&client, &closed, "no policy yet");
     assert!(netwarden_leftovers("nft", &web).is_empty());

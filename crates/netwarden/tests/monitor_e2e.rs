@@ -36,7 +36,7 @@ use netwarden_manifest::LoadOptions;
 use netwarden_monitor::Timestamp;
 use netwarden_render::RenderOptions;
 use netwarden_testing::{
-    docs_text, heavy_lock, lab_check, root_or_skip, Fields, LabProbe, TempDir,
+    docs_text, heavy_lock, lab_check, lab_slot, root_or_skip, Fields, LabProbe, TempDir,
 };
 use serde_json::{json, Value};
 use support::case::{conformance_dir, load_cases, load_objects, Case};
@@ -243,7 +243,7 @@ fn lab_check_docs(
     dir.write("objects.yaml", &docs_text(docs));
     let start = Timestamp::now();
     let report = {
-        let _lab = heavy_lock();
+        let _lab = lab_slot();
         lab_check(
             env!("CARGO_BIN_EXE_netwarden"),
             &dir.path,

@@ -84,7 +84,7 @@ fn start(dir: &TempDir, slow: Duration, timeout: &str) -> AgentProcess {
             timeout,
         ],
         &[
-            ("RUST_LOG", "info,netwarden::sync=debug"),
+            ("RUST_LOG", "info,netwarden_agent::sync=debug"),
             (SLOW_APPLY_ENV, slow_ms.as_str()),
         ],
         &dir.path.join("agent.log"),
@@ -160,7 +160,7 @@ fn sigterm_ends_an_agent_stuck_in_an_apply_at_the_deadline() {
     let log = agent.log();
     assert_eq!(
         code,
-        Some(netwarden::shutdown::FORCED_EXIT),
+        Some(netwarden_agent::shutdown::FORCED_EXIT),
         "ended by the watchdog; log:\n{log}"
     );
     assert!(

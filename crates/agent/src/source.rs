@@ -93,7 +93,12 @@ impl Wakeup {
 }
 
 impl ObjectSource {
-    pub fn start(config: &SourceConfig, load: &LoadOptions) -> anyhow::Result<ObjectSource> {
+    /// Starts reading: the files at once, or the cluster's watchers as tasks of `runtime`.
+    pub fn start(
+        config: &SourceConfig,
+        load: &LoadOptions,
+        runtime: &tokio::runtime::Handle,
+    ) -> anyhow::Result<ObjectSource> {
         Ok(match config {
             SourceConfig::Files(paths) => ObjectSource::Files(
                 Box::new(ManifestSet::new(paths.clone(), load.clone())),
@@ -107,13 +112,16 @@ impl ObjectSource {
                 crd_grace,
                 // Used by the agent for its netns source, not by the watchers.
                 cri_endpoint: _,
-            } => ObjectSource::Kube(KubeSource::start(KubeOptions {
-                kubeconfig: kubeconfig.clone(),
-                load: load.clone(),
-                discovery_interval: *discovery_interval,
-                crd_grace: *crd_grace,
-                events_as: Some(node_name.clone()),
-            })?),
+            } => ObjectSource::Kube(KubeSource::start_on(
+                KubeOptions {
+                    kubeconfig: kubeconfig.clone(),
+                    load: load.clone(),
+                    discovery_interval: *discovery_interval,
+                    crd_grace: *crd_grace,
+                    events_as: Some(node_name.clone()),
+                },
+                runtime,
+            )?),
         })
     }
 
@@ -225,7 +233,7 @@ impl Locality {
 }
 
 /// Where a local pod's network namespace is.
-pub trait NetnsSource {
+pub trait NetnsSource: Send {
     /// Learns again where the `local` pods' namespaces are (at most once per agent tick).
     fn refresh(&mut self, _local: &[Pod]) {}
 
@@ -268,13 +276,13 @@ const CRI_WAIT: Duration = Duration::from_secs(3);
 /// sandbox's namespace, name and uid; the declared netns only when the runtime has no sandbox
 /// for a pod.
 ///
-/// The runtime is asked from the synchronous agent loop on a runtime of its own (one thread,
-/// no sharing with the watchers'), with a bounded wait: a hung CRI socket delays a tick by
+/// The runtime is asked from the synchronous agent loop, on the agent's async runtime (the
+/// loop blocks on the answer), with a bounded wait: a hung CRI socket delays a tick by
 /// [`CRI_WAIT`] at most. A failed refresh changes nothing (fail closed: the runtime hiccuping
 /// never removes a pod's rules) and is reported once until it passes.
 pub struct CriNetns {
     endpoint: String,
-    runtime: tokio::runtime::Runtime,
+    runtime: tokio::runtime::Handle,
     /// Connected at the first refresh, and again after a failure.
     resolver: Option<NetnsResolver>,
     /// The last answer per local pod.
@@ -284,18 +292,15 @@ pub struct CriNetns {
 }
 
 impl CriNetns {
-    pub fn new(endpoint: &str) -> anyhow::Result<CriNetns> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .thread_name("cri")
-            .build()?;
-        Ok(CriNetns {
+    /// Asks the runtime at `endpoint`, connecting on `runtime` (the agent's).
+    pub fn new(endpoint: &str, runtime: tokio::runtime::Handle) -> CriNetns {
+        CriNetns {
             endpoint: endpoint.to_string(),
             runtime,
             resolver: None,
             known: HashMap::new(),
             failing: false,
-        })
+        }
     }
 
     /// One ListPodSandbox (plus PodSandboxStatus for new sandboxes), bounded by [`CRI_WAIT`].
