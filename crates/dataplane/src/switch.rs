@@ -2,9 +2,9 @@
 //! removes what the other one left there, so a pod is never filtered by both.
 //!
 //! This is the one module that knows both backends. Each backend only runs the
-//! [`SwitchCleanup`](crate::apply::SwitchCleanup) it was given; the constructors here give it the other backend's removal.
-//! That keeps [`nft_apply`](crate::nft_apply) and [`iptables_apply`](crate::iptables_apply)
-//! from importing each other.
+//! [`SwitchCleanup`](crate::apply::SwitchCleanup) it was given; the constructors here give it
+//! the other backend's removal. That keeps [`nft_apply`](crate::nft_apply) and
+//! [`iptables_apply`] from importing each other.
 
 use std::path::Path;
 
