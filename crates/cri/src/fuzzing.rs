@@ -266,7 +266,7 @@ fn generated_path(c: &mut Bytes) -> String {
     ];
     let mut s = String::new();
     for _ in 0..c.below(12) {
-        s.push_str(*c.pick(PIECES));
+        s.push_str(c.pick::<&str>(PIECES));
     }
     if c.below(8) == 0 {
         let n = usize::from(c.u8()) * 24;

@@ -399,7 +399,7 @@ fn mutate(value: &mut Value, c: &mut Bytes) {
     let at = value
         .pointer_mut(&pointer)
         .expect("the pointer just walked");
-    let odd: Value = serde_json::from_str(*c.pick(ODD)).expect("ODD values are JSON");
+    let odd: Value = serde_json::from_str(c.pick::<&str>(ODD)).expect("ODD values are JSON");
     match (c.below(4), &mut *at) {
         (0, Value::Object(m)) if !m.is_empty() => {
             let i = c.below(m.len());
