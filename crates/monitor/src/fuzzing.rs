@@ -27,8 +27,8 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, SystemTime};
 
-// Reading past the end gives zeros: every input describes a buffer.
 use netwarden_engine::{Direction, NetworkId, ObjectKey, PolicyKind, PolicyRef, StagedCause};
+// Reading past the end gives zeros: every input describes a buffer.
 use netwarden_fuzzbytes::Bytes;
 use netwarden_render::{log_prefix, parse_log_prefix, LogAction, LogKey, LogKeyInfo};
 

@@ -17,7 +17,6 @@ use netwarden_engine::{
     Isolation, Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch,
     PortRange, Protocol, RuleOrigin,
 };
-
 // Reading past the end gives zeros: every input decodes to pod rules.
 use netwarden_fuzzbytes::Bytes;
 
