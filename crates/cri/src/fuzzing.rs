@@ -30,6 +30,9 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use k8s_cri::v1::NamespaceMode;
+// Reads bytes as choices; zeros past the end, so every input describes something and short
+// inputs describe small infos.
+use netwarden_fuzzbytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use crate::client::check_mode;
@@ -171,29 +174,6 @@ fn network_paths(root: &Value) -> Vec<String> {
 
 // ----- the described info -----------------------------------------------------------------
 
-/// Reads bytes as choices; zeros past the end, so every input describes something and short
-/// inputs describe small infos.
-struct Cursor<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-
-    fn below(&mut self, n: u8) -> u8 {
-        self.byte() % n
-    }
-
-    fn pick<T: Clone>(&mut self, from: &[T]) -> T {
-        from[usize::from(self.byte()) % from.len()].clone()
-    }
-}
-
 /// Paths a runtime writes, and ones a hostile or broken one could.
 const PATHS: &[&str] = &[
     "/var/run/netns/cni-0d2c6f61-4a4e-6b3f-1c7e-93f4b0d0a2e1",
@@ -236,7 +216,7 @@ enum Text {
 }
 
 impl Text {
-    fn from(c: &mut Cursor, list: &[&str]) -> Text {
+    fn from(c: &mut Bytes, list: &[&str]) -> Text {
         match c.below(16) {
             0 => Text::Absent,
             1 => Text::Null,
@@ -265,14 +245,14 @@ impl Text {
     }
 }
 
-fn odd(c: &mut Cursor) -> Value {
-    let text = c.pick(ODD);
+fn odd(c: &mut Bytes) -> Value {
+    let text = *c.pick(ODD);
     // "-1e400" is out of f64's range: serde_json refuses it, so it stands for a string.
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()))
 }
 
 /// A path made of pieces, long ones included (over `PATH_MAX`).
-fn generated_path(c: &mut Cursor) -> String {
+fn generated_path(c: &mut Bytes) -> String {
     const PIECES: &[&str] = &[
         "/",
         "a",
@@ -286,10 +266,10 @@ fn generated_path(c: &mut Cursor) -> String {
     ];
     let mut s = String::new();
     for _ in 0..c.below(12) {
-        s.push_str(c.pick(PIECES));
+        s.push_str(c.pick::<&str>(PIECES));
     }
     if c.below(8) == 0 {
-        let n = usize::from(c.byte()) * 24;
+        let n = usize::from(c.u8()) * 24;
         s = format!("/{}{s}", "x".repeat(n));
     }
     s
@@ -343,8 +323,8 @@ pub struct Described {
 
 impl Described {
     pub fn from_bytes(data: &[u8]) -> Described {
-        let c = &mut Cursor { data, at: 0 };
-        let flags = c.byte();
+        let c = &mut Bytes::new(data);
+        let flags = c.u8();
         let info_key = flags % 32 != 1;
         let other_keys = (0..flags % 3)
             .map(|_| c.pick(&["config", "", "Info", "info "]).to_string())
@@ -363,7 +343,7 @@ impl Described {
                 (key.to_string(), value)
             })
             .collect();
-        let cut = (c.below(16) == 0).then(|| usize::from(c.byte()) * 8 + usize::from(c.byte()));
+        let cut = (c.below(16) == 0).then(|| usize::from(c.u8()) * 8 + usize::from(c.u8()));
         Described {
             info_key,
             other_keys,
@@ -375,7 +355,7 @@ impl Described {
         }
     }
 
-    fn section(c: &mut Cursor, spec: bool) -> Section {
+    fn section(c: &mut Bytes, spec: bool) -> Section {
         match c.below(12) {
             0 | 1 => Section::Absent,
             2 => Section::Null,

@@ -9,8 +9,8 @@
 //!   [`default_endpoint`]) and only reads: ListPodSandbox, PodSandboxStatus(verbose).
 //! - [`netns_from_verbose_info`] is the pure reading of the verbose info; [`info`] documents
 //!   each shape and where in the runtimes' sources it comes from.
-//! - [`fuzzing`] (hidden) states what the reader keeps on any answer, for the `cri_info` fuzz
-//!   target and its CI replay (`tests/fuzz_info.rs`).
+//! - `fuzzing` (hidden; feature `fuzzing`) states what the reader keeps on any answer, for the
+//!   `cri_info` fuzz target and its CI replay (`tests/fuzz_info.rs`).
 //! - [`NetnsResolver`] turns the pods the agent needs into netns paths, choosing the newest
 //!   READY sandbox of each ([`choose_sandbox`]) and asking about each sandbox once.
 //!
@@ -29,6 +29,8 @@
 //! enabled, which is the default in packaged containerd used by kubelet).
 
 pub mod client;
+// Fuzzing and its CI replays only (feature `fuzzing`): not compiled into the netwarden binary.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod info;

@@ -31,40 +31,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
+// Reading past the end gives zeros: every input decodes, and a short one to a small cluster.
+use netwarden_fuzzbytes::Bytes;
 
 use crate::addrset::AddrSet;
 use crate::engine::{DnsMode, Engine, EngineOptions};
 use crate::model::*;
 use crate::rules::{DirectionRules, Isolation, PodRules};
 use crate::verdict::{flow_verdict, FlowEnd};
-
-/// A cursor over the fuzzer's bytes; reading past the end gives zeros (so every input decodes,
-/// and a short input gives a small cluster).
-struct Bytes<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
-impl Bytes<'_> {
-    fn u8(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.u8()) % n.max(1)
-    }
-
-    /// True with probability 1/n.
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-
-    fn pick<'s, T>(&mut self, items: &'s [T]) -> &'s T {
-        &items[self.below(items.len())]
-    }
-}
 
 const NAMESPACES: [&str; 3] = ["x", "y", "z"];
 const APPS: [&str; 3] = ["a", "b", "c"];
@@ -605,7 +579,7 @@ fn feed(engine: &mut Engine, change: &Change) {
 impl Scenario {
     /// Decodes a scenario from arbitrary bytes (every input decodes).
     pub fn from_bytes(data: &[u8]) -> Scenario {
-        let mut b = Bytes { data, at: 0 };
+        let mut b = Bytes::new(data);
         let options = EngineOptions {
             dns: *b.pick(&[DnsMode::Danm, DnsMode::All, DnsMode::None]),
             log_all_denies: b.one_in(4),
@@ -1451,7 +1425,7 @@ fn neighbours(addr: IpAddr) -> [IpAddr; 3] {
 
 /// Checks the [`AddrSet`] algebra on sets built from `data`; panics on a violation.
 pub fn check_addr_sets(data: &[u8]) {
-    let mut b = Bytes { data, at: 0 };
+    let mut b = Bytes::new(data);
     let lists: Vec<Vec<IpNet>> = (0..3)
         .map(|_| (0..b.below(5)).map(|_| block(&mut b)).collect())
         .collect();

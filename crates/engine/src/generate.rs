@@ -7,7 +7,25 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use crate::model::*;
-use crate::testing::{labels, namespace};
+
+// `testing`'s builders of the same names, repeated: this module is compiled into the libraries
+// (`netwarden::synthetic` writes its cluster), `testing` only for tests.
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
+    let mut l = labels(extra);
+    l.insert("kubernetes.io/metadata.name".into(), name.into());
+    Namespace {
+        name: name.into(),
+        labels: l,
+        learn: false,
+    }
+}
 
 struct Lcg(u64);
 

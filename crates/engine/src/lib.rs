@@ -12,9 +12,11 @@
 //! This crate does no I/O and depends on nothing that could: loading, Kubernetes, netlink and
 //! processes live in the crates that depend on it.
 //!
-//! [`fuzzing`] decodes a small cluster and its changes from arbitrary bytes and checks the
-//! engine against a reference evaluation of the specification (the cargo-fuzz target `engine`
-//! and `tests/fuzz_engine.rs`).
+//! `fuzzing` (feature `fuzzing`) decodes a small cluster and its changes from arbitrary bytes
+//! and checks the engine against a reference evaluation of the specification (the cargo-fuzz
+//! target `engine` and `tests/fuzz_engine.rs`). `testing` (feature `testing`) holds the object
+//! builders of every crate's tests and benchmarks. Neither is compiled into the netwarden
+//! binary; test builds get both through the dev-dependency `netwarden-testing`.
 #![forbid(unsafe_code)]
 
 pub mod addrset;
@@ -28,6 +30,8 @@ pub mod selectorindex;
 pub use addrset::AddrSet;
 pub use model::*;
 pub mod engine;
+// Fuzzing and its CI replays only (feature `fuzzing`): not compiled into the netwarden binary.
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod generate;
 pub mod rules;
@@ -35,6 +39,8 @@ pub mod sorted;
 
 pub use engine::{selects, AddressChanges, DnsMode, Engine, EngineOptions};
 pub use rules::*;
+// Tests, benchmarks and examples only (feature `testing`; and this crate's unit tests).
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod verdict;
 pub use verdict::{flow_verdict, side_allows, FlowEnd, FlowVerdict, SideVerdict};

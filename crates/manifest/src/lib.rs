@@ -64,8 +64,8 @@
 //! reports shared addresses. [`load_paths`] and [`parse_str`] do both at once; [`ManifestSet`]
 //! keeps each file's first pass and re-reads only changed files, keeping the last good version
 //! of a file while it is broken (for the agent); [`ClusterSet`] keeps each watched object's
-//! first pass the same way and assembles them alike (for `run --kube`). [`fuzzing`] states the loader's invariants
-//! for fuzzers and property tests.
+//! first pass the same way and assembles them alike (for `run --kube`). `fuzzing` (feature
+//! `fuzzing`) states the loader's invariants for fuzzers and property tests.
 #![forbid(unsafe_code)]
 
 mod assemble;
@@ -75,6 +75,8 @@ pub mod delta;
 mod documents;
 pub mod feed;
 mod files;
+// Fuzzing and its CI replays only (feature `fuzzing`): not compiled into the netwarden binary.
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod json;
 mod kinds;

@@ -28,6 +28,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, SystemTime};
 
 use netwarden_engine::{Direction, NetworkId, ObjectKey, PolicyKind, PolicyRef, StagedCause};
+// Reading past the end gives zeros: every input describes a buffer.
+use netwarden_fuzzbytes::Bytes;
 use netwarden_render::{log_prefix, parse_log_prefix, LogAction, LogKey, LogKeyInfo};
 
 use crate::decode::{decode_packet, Family, L4Protocol, PacketInfo};
@@ -55,38 +57,6 @@ const NFULA_UID: u16 = 11;
 const NFULA_SEQ: u16 = 12;
 const NLA_F_NESTED: u16 = 1 << 15;
 const NLA_F_NET_BYTEORDER: u16 = 1 << 14;
-
-/// A cursor over the fuzzer's bytes; reading past the end gives zeros.
-struct Bytes<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
-impl Bytes<'_> {
-    fn u8(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-    fn u16(&mut self) -> u16 {
-        u16::from_be_bytes([self.u8(), self.u8()])
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_be_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
-    }
-    fn u64(&mut self) -> u64 {
-        (u64::from(self.u32()) << 32) | u64::from(self.u32())
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.u8()) % n.max(1)
-    }
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.u8()).collect()
-    }
-}
 
 fn has_ports(protocol: u8) -> bool {
     matches!(protocol, 6 | 17 | 132)
@@ -596,7 +566,7 @@ fn prefix_value(b: &mut Bytes) -> Vec<u8> {
 impl Described {
     /// Decodes a description from arbitrary bytes (every input decodes).
     pub fn from_bytes(data: &[u8]) -> Described {
-        let mut b = Bytes { data, at: 0 };
+        let mut b = Bytes::new(data);
         let count = b.below(5);
         let mut messages = Vec::new();
         for _ in 0..count {

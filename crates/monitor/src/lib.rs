@@ -4,7 +4,8 @@
 //! a prefix naming only a key (`netwarden_render::logkey`). This crate:
 //! - [`nflog`]: opens one NFLOG socket per pod netns ([`Collector`]) feeding one bounded queue;
 //! - [`nlmsg`] / [`decode`]: parses the netlink messages and the packet headers (pure,
-//!   fuzz-safe; [`fuzzing`] holds the invariants the cargo-fuzz target `nflog` checks);
+//!   fuzz-safe; `fuzzing`, with the feature `fuzzing`, holds the invariants the cargo-fuzz
+//!   target `nflog` checks);
 //! - [`event`]: turns a record plus the pod's context into an [`Event`] JSON line (SPEC 6);
 //! - [`sink`]: where events and status records are written (JSON lines, memory, several);
 //! - [`pipeline`]: drains the queue into events, counters and sinks;
@@ -21,6 +22,8 @@
 pub mod decode;
 pub mod event;
 pub mod evidence;
+// Fuzzing and its CI replays only (feature `fuzzing`): not compiled into the netwarden binary.
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod http;
 pub mod metrics;

@@ -17,6 +17,8 @@ use netwarden_engine::{
     Isolation, Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch,
     PortRange, Protocol, RuleOrigin,
 };
+// Reading past the end gives zeros: every input decodes to pod rules.
+use netwarden_fuzzbytes::Bytes;
 
 use crate::iptables::{iptables_ifname, needs_chain, render_iptables};
 use crate::nft::{build_table, ifname_match_error, RenderError, Transaction};
@@ -51,189 +53,161 @@ pub const IFNAMES: &[&str] = &[
     "a\u{1}b",
 ];
 
-/// A cursor over the fuzzer's bytes; reading past the end gives zeros.
-struct Bytes<'a> {
-    data: &'a [u8],
-    at: usize,
+// The parts of pod rules, each decoded from the choices `b` reads.
+
+fn name(b: &mut Bytes) -> String {
+    // Object text with every character rule syntax cares about, and the marker.
+    const PARTS: &[&str] = &[
+        "a", "\"", ";", "{", "}", "\n", " ", "$", "'", "/", "*", "#", "\\",
+    ];
+    let n = 1 + b.below(6);
+    let mut s = String::from(MARK);
+    for _ in 0..n {
+        s.push_str(PARTS[b.below(PARTS.len())]);
+    }
+    s
 }
 
-impl Bytes<'_> {
-    fn u8(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_be_bytes([self.u8(), self.u8()])
-    }
-
-    fn u32(&mut self) -> u32 {
-        u32::from_be_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.u8()) % n.max(1)
-    }
-
-    fn bool(&mut self) -> bool {
-        self.u8() & 1 == 1
-    }
-
-    fn name(&mut self) -> String {
-        // Object text with every character rule syntax cares about, and the marker.
-        const PARTS: &[&str] = &[
-            "a", "\"", ";", "{", "}", "\n", " ", "$", "'", "/", "*", "#", "\\",
-        ];
-        let n = 1 + self.below(6);
-        let mut s = String::from(MARK);
-        for _ in 0..n {
-            s.push_str(PARTS[self.below(PARTS.len())]);
-        }
-        s
-    }
-
-    fn net(&mut self) -> IpNet {
-        if self.bool() {
-            let addr = Ipv4Addr::from(self.u32());
-            let len = match self.below(4) {
-                0 => 0,
-                1 => 32,
-                _ => self.below(33) as u8,
-            };
-            IpNet::new(IpAddr::V4(addr), len)
-                .expect("prefix ≤ 32")
-                .trunc()
-        } else {
-            let hi = u128::from(self.u32()) << 96;
-            let addr = Ipv6Addr::from(hi | u128::from(self.u16()));
-            let len = match self.below(4) {
-                0 => 0,
-                1 => 128,
-                _ => self.below(129) as u8,
-            };
-            IpNet::new(IpAddr::V6(addr), len)
-                .expect("prefix ≤ 128")
-                .trunc()
-        }
-    }
-
-    fn peers(&mut self) -> PeerMatch {
-        if self.below(4) == 0 {
-            return PeerMatch::Any;
-        }
-        let mut set = AddrSet::new();
-        for _ in 0..1 + self.below(4) {
-            let cidr = self.net();
-            let except = (0..self.below(3))
-                .map(|_| self.net())
-                .filter(|e| e.addr().is_ipv4() == cidr.addr().is_ipv4())
-                .collect();
-            set.union_with(&AddrSet::from_ip_block(&IpBlock { cidr, except }));
-        }
-        PeerMatch::Addrs(Arc::new(set))
-    }
-
-    fn ports(&mut self) -> PortMatch {
-        if self.below(3) == 0 {
-            return PortMatch::Any;
-        }
-        let ranges = (0..1 + self.below(4))
-            .map(|_| {
-                let protocol = Protocol::ALL[self.below(3)];
-                let ports = if self.below(4) == 0 {
-                    None
-                } else {
-                    let lo = self.u16().max(1);
-                    let hi = lo.saturating_add(u16::from(self.u8()) * u16::from(self.bool()));
-                    Some((lo, hi))
-                };
-                PortRange { protocol, ports }
-            })
-            .collect();
-        PortMatch::Only(ranges)
-    }
-
-    fn rules(&mut self, direction: Direction, mode: Mode) -> Vec<AllowRule> {
-        (0..self.below(4))
-            .map(|index| AllowRule {
-                origin: RuleOrigin {
-                    policy: PolicyRef {
-                        kind: PolicyKind::NetworkPolicy,
-                        key: ObjectKey::new(self.name(), self.name()),
-                    },
-                    direction,
-                    index,
-                    mode,
-                },
-                clauses: (0..self.below(3))
-                    .map(|_| Clause {
-                        peers: self.peers(),
-                        ports: self.ports(),
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
-
-    fn isolation(&mut self, direction: Direction, mode: Mode) -> Isolation {
-        if self.below(3) == 0 {
-            Isolation::Open
-        } else {
-            Isolation::Isolated(self.rules(direction, mode).into())
-        }
-    }
-
-    fn policy(&mut self) -> PolicyRef {
-        PolicyRef {
-            kind: PolicyKind::DanmNetworkPolicy,
-            key: ObjectKey::new(self.name(), self.name()),
-        }
-    }
-
-    fn direction(&mut self, direction: Direction) -> DirectionRules {
-        let enforced = self.isolation(direction, Mode::Enforce);
-        let monitored = self.below(3) == 0;
-        // As the engine builds it: a monitored policy isolates the staged view.
-        let staged = if monitored {
-            Isolation::Isolated(self.rules(direction, Mode::Monitor).into())
-        } else {
-            enforced.clone()
+fn net(b: &mut Bytes) -> IpNet {
+    if b.bool() {
+        let addr = Ipv4Addr::from(b.u32());
+        let len = match b.below(4) {
+            0 => 0,
+            1 => 32,
+            _ => b.below(33) as u8,
         };
-        let mut dr = DirectionRules::open();
-        if enforced.is_isolated() {
-            dr.enforced_policies.push(self.policy());
-        }
-        if monitored {
-            dr.monitored_policies.push(self.policy());
-            if enforced.is_isolated() && self.bool() {
-                dr.replaced_policies = dr.enforced_policies.clone();
-            }
-        }
-        dr.log_denies = self.bool();
-        if direction == Direction::Egress {
-            dr.implicit_dns = ImplicitDns {
-                enforced: enforced.is_isolated() && self.bool(),
-                staged: staged.is_isolated() && self.bool(),
-            };
-        }
-        dr.enforced = enforced;
-        dr.staged = staged;
-        dr
+        IpNet::new(IpAddr::V4(addr), len)
+            .expect("prefix ≤ 32")
+            .trunc()
+    } else {
+        let hi = u128::from(b.u32()) << 96;
+        let addr = Ipv6Addr::from(hi | u128::from(b.u16()));
+        let len = match b.below(4) {
+            0 => 0,
+            1 => 128,
+            _ => b.below(129) as u8,
+        };
+        IpNet::new(IpAddr::V6(addr), len)
+            .expect("prefix ≤ 128")
+            .trunc()
     }
+}
+
+fn peers(b: &mut Bytes) -> PeerMatch {
+    if b.below(4) == 0 {
+        return PeerMatch::Any;
+    }
+    let mut set = AddrSet::new();
+    for _ in 0..1 + b.below(4) {
+        let cidr = net(b);
+        let except = (0..b.below(3))
+            .map(|_| net(b))
+            .filter(|e| e.addr().is_ipv4() == cidr.addr().is_ipv4())
+            .collect();
+        set.union_with(&AddrSet::from_ip_block(&IpBlock { cidr, except }));
+    }
+    PeerMatch::Addrs(Arc::new(set))
+}
+
+fn ports(b: &mut Bytes) -> PortMatch {
+    if b.below(3) == 0 {
+        return PortMatch::Any;
+    }
+    let ranges = (0..1 + b.below(4))
+        .map(|_| {
+            let protocol = Protocol::ALL[b.below(3)];
+            let ports = if b.below(4) == 0 {
+                None
+            } else {
+                let lo = b.u16().max(1);
+                let hi = lo.saturating_add(u16::from(b.u8()) * u16::from(b.bool()));
+                Some((lo, hi))
+            };
+            PortRange { protocol, ports }
+        })
+        .collect();
+    PortMatch::Only(ranges)
+}
+
+fn rules(b: &mut Bytes, direction: Direction, mode: Mode) -> Vec<AllowRule> {
+    (0..b.below(4))
+        .map(|index| AllowRule {
+            origin: RuleOrigin {
+                policy: PolicyRef {
+                    kind: PolicyKind::NetworkPolicy,
+                    key: ObjectKey::new(name(b), name(b)),
+                },
+                direction,
+                index,
+                mode,
+            },
+            clauses: (0..b.below(3))
+                .map(|_| Clause {
+                    peers: peers(b),
+                    ports: ports(b),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn isolation(b: &mut Bytes, direction: Direction, mode: Mode) -> Isolation {
+    if b.below(3) == 0 {
+        Isolation::Open
+    } else {
+        Isolation::Isolated(rules(b, direction, mode).into())
+    }
+}
+
+fn policy(b: &mut Bytes) -> PolicyRef {
+    PolicyRef {
+        kind: PolicyKind::DanmNetworkPolicy,
+        key: ObjectKey::new(name(b), name(b)),
+    }
+}
+
+fn direction(b: &mut Bytes, direction: Direction) -> DirectionRules {
+    let enforced = isolation(b, direction, Mode::Enforce);
+    let monitored = b.below(3) == 0;
+    // As the engine builds it: a monitored policy isolates the staged view.
+    let staged = if monitored {
+        Isolation::Isolated(rules(b, direction, Mode::Monitor).into())
+    } else {
+        enforced.clone()
+    };
+    let mut dr = DirectionRules::open();
+    if enforced.is_isolated() {
+        dr.enforced_policies.push(policy(b));
+    }
+    if monitored {
+        dr.monitored_policies.push(policy(b));
+        if enforced.is_isolated() && b.bool() {
+            dr.replaced_policies = dr.enforced_policies.clone();
+        }
+    }
+    dr.log_denies = b.bool();
+    if direction == Direction::Egress {
+        dr.implicit_dns = ImplicitDns {
+            enforced: enforced.is_isolated() && b.bool(),
+            staged: staged.is_isolated() && b.bool(),
+        };
+    }
+    dr.enforced = enforced;
+    dr.staged = staged;
+    dr
 }
 
 /// Pod rules decoded from arbitrary bytes: one to three interfaces with names from
 /// [`IFNAMES`], each direction open, enforced, monitored or both.
 pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
-    let mut b = Bytes { data, at: 0 };
+    let mut b = Bytes::new(data);
     let count = 1 + b.below(3);
     let mut names: Vec<&str> = Vec::new();
     while names.len() < count {
         let name = IFNAMES[b.below(IFNAMES.len())];
         if names.contains(&name) {
             // Distinct names (a netns has one interface per name); stop when the bytes repeat.
-            if b.at > data.len() {
+            if b.overran() {
                 break;
             }
             continue;
@@ -251,8 +225,8 @@ pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
                 NetworkId::nad(MARK, *name)
             },
             ips: vec![IpAddr::V4(Ipv4Addr::new(10, 0, i as u8, 1))],
-            ingress: b.direction(Direction::Ingress),
-            egress: b.direction(Direction::Egress),
+            ingress: direction(&mut b, Direction::Ingress),
+            egress: direction(&mut b, Direction::Egress),
         })
         .collect();
     PodRules {

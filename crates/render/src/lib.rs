@@ -11,7 +11,8 @@
 //!   the address a packet is sent to, then by interface; unknown interfaces closed), one plan
 //!   both backends print.
 //! - [`options`]: marks, NFLOG group, rate limits and the forwarding switch of SPEC 3.1.
-//! - [`fuzzing`]: pod rules from arbitrary bytes and the invariants every rendering keeps.
+//! - `fuzzing` (feature `fuzzing`): pod rules from arbitrary bytes and the invariants every
+//!   rendering keeps.
 //! - [`logkey`]: the NFLOG prefix contract between the rules and the event collector.
 //! - [`tracer`]: a packet tracer walking the same intermediate representation the nft text is
 //!   rendered from, so verdict tests need no kernel.
@@ -24,6 +25,8 @@
 #![forbid(unsafe_code)]
 
 pub mod dispatch;
+// Fuzzing and its CI replays only (feature `fuzzing`): not compiled into the netwarden binary.
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod iptables;
 pub mod logkey;

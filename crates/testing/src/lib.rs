@@ -17,10 +17,12 @@
 //! - [`containerd`]: a real containerd with a private root and CNI bridge, pod sandboxes
 //!   through CRI (as kubelet makes them), everything removed on drop.
 //!
-//! It depends on no netwarden crate: it drives the system (`ip`, `nft`, ...) and the binary
-//! under test, so the tests check netwarden from the outside. (Builders of the engine's types
-//! — pods, policies, rules — live with those types, in `netwarden_engine::testing`.) Traffic
-//! only flows between namespaces a test created.
+//! It uses no netwarden crate: it drives the system (`ip`, `nft`, ...) and the binary under
+//! test, so the tests check netwarden from the outside. (Builders of the engine's types — pods,
+//! policies, rules — live with those types, in `netwarden_engine::testing`.) Traffic only flows
+//! between namespaces a test created. It does depend on the libraries, only to turn on their
+//! test-only modules (`netwarden_engine::testing`, each `fuzzing`) for every crate that has it
+//! as a dev-dependency, while `cargo build -p netwarden` compiles none of them.
 
 pub mod containerd;
 pub mod files;

@@ -25,6 +25,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+// Reads bytes as choices; zeros past the end, so every input is a history and short inputs
+// give short ones.
+use netwarden_fuzzbytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use crate::cluster::{ClusterKey, ClusterSet, CLUSTER_SOURCE};
@@ -252,33 +255,6 @@ pub struct History {
     pub ops: Vec<Op>,
 }
 
-/// Reads bytes as choices; zeros past the end, so every input is a history and short inputs
-/// give short ones.
-struct Cursor<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::from(self.byte()) % n
-    }
-
-    fn pick<T: Clone>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len())].clone()
-    }
-
-    fn done(&self) -> bool {
-        self.at >= self.data.len()
-    }
-}
-
 /// The kinds generated: the watched ones (twice as likely), then near misses and others.
 const KINDS: &[&str] = &[
     "Namespace",
@@ -400,7 +376,7 @@ fn template(kind: &str, variant: usize) -> Value {
 
 /// Replaces one field somewhere in `value` (found by walking with the cursor) by an odd
 /// value, or adds or removes one.
-fn mutate(value: &mut Value, c: &mut Cursor) {
+fn mutate(value: &mut Value, c: &mut Bytes) {
     // The field's JSON pointer, chosen on the value as it is.
     let mut pointer = String::new();
     let mut at: &Value = value;
@@ -423,7 +399,7 @@ fn mutate(value: &mut Value, c: &mut Cursor) {
     let at = value
         .pointer_mut(&pointer)
         .expect("the pointer just walked");
-    let odd: Value = serde_json::from_str(c.pick(ODD)).expect("ODD values are JSON");
+    let odd: Value = serde_json::from_str(c.pick::<&str>(ODD)).expect("ODD values are JSON");
     match (c.below(4), &mut *at) {
         (0, Value::Object(m)) if !m.is_empty() => {
             let i = c.below(m.len());
@@ -431,7 +407,7 @@ fn mutate(value: &mut Value, c: &mut Cursor) {
             m.remove(&key);
         }
         (1, Value::Object(m)) => {
-            let key = c.pick(&["name", "port", "ip", "labels", "ports", "from", "x"]);
+            let key = *c.pick(&["name", "port", "ip", "labels", "ports", "from", "x"]);
             m.insert(key.into(), odd);
         }
         // The API server sends objects: the object itself is never replaced.
@@ -442,8 +418,8 @@ fn mutate(value: &mut Value, c: &mut Cursor) {
     }
 }
 
-fn object(c: &mut Cursor) -> Value {
-    let kind = c.pick(KINDS);
+fn object(c: &mut Bytes) -> Value {
+    let kind = *c.pick(KINDS);
     let mut object = template(kind, c.below(12));
     let mut meta = match object.get("metadata") {
         Some(Value::Object(m)) => m.clone(),
@@ -475,7 +451,7 @@ fn object(c: &mut Cursor) -> Value {
     if !kind.is_empty() {
         object["kind"] = json!(kind);
     }
-    for _ in 0..c.pick(&[0, 0, 0, 1, 1, 2, 3]) {
+    for _ in 0..*c.pick(&[0, 0, 0, 1, 1, 2, 3]) {
         mutate(&mut object, c);
     }
     object
@@ -483,7 +459,7 @@ fn object(c: &mut Cursor) -> Value {
 
 impl History {
     pub fn from_bytes(data: &[u8]) -> History {
-        let c = &mut Cursor { data, at: 0 };
+        let c = &mut Bytes::new(data);
         let opts = LoadOptions {
             network_policy_enabled: c.below(8) != 0,
         };
@@ -494,9 +470,9 @@ impl History {
             let op = match c.below(10) {
                 0 => {
                     let key = if !seen.is_empty() && c.below(4) != 0 {
-                        c.pick(&seen)
+                        c.pick(&seen).clone()
                     } else {
-                        ClusterKey::new(c.pick(KINDS), c.pick(NAMESPACES), c.pick(NAMES))
+                        ClusterKey::new(*c.pick(KINDS), *c.pick(NAMESPACES), *c.pick(NAMES))
                     };
                     Op::Remove(key)
                 }
