@@ -8,16 +8,18 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use crate::model::*;
 
-// `testing`'s builders of the same names, repeated: this module is compiled into the libraries
-// (`netwarden::synthetic` writes its cluster), `testing` only for tests.
-fn labels(pairs: &[(&str, &str)]) -> Labels {
+/// Labels from pairs. Also `testing`'s builder (which is compiled for tests only): this
+/// module is compiled into the libraries (`netwarden::synthetic` writes its cluster).
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
+/// A namespace with `extra` labels and the `kubernetes.io/metadata.name` label the API server
+/// sets. Also `testing`'s builder.
+pub fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
     let mut l = labels(extra);
     l.insert("kubernetes.io/metadata.name".into(), name.into());
     Namespace {

@@ -5,27 +5,12 @@ use std::net::IpAddr;
 
 use crate::model::*;
 
-pub fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+pub use crate::generate::{labels, namespace};
 
 pub fn selector(pairs: &[(&str, &str)]) -> LabelSelector {
     LabelSelector {
         match_labels: labels(pairs),
         match_expressions: Vec::new(),
-    }
-}
-
-pub fn namespace(name: &str, extra: &[(&str, &str)]) -> Namespace {
-    let mut l = labels(extra);
-    l.insert("kubernetes.io/metadata.name".into(), name.into());
-    Namespace {
-        name: name.into(),
-        labels: l,
-        learn: false,
     }
 }
 

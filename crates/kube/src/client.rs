@@ -205,6 +205,15 @@ impl Asked {
             otherwise(source)
         }
     }
+
+    /// A discovery of `kind` that failed: a timeout, or [`KubeError::Discovery`].
+    pub fn discovery_error(&self, kind: &'static str, source: kube::Error) -> KubeError {
+        self.error(
+            || format!("discovery of {kind}"),
+            source,
+            |source| KubeError::Discovery { kind, source },
+        )
+    }
 }
 
 /// Whether a client error is one of our timeouts (connect or read).

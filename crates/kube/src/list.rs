@@ -96,16 +96,10 @@ async fn list_all(options: &ListOptions) -> Result<Listed, KubeError> {
     };
     for kind in watched(options.load.network_policy_enabled) {
         let version = if kind.optional {
-            match served_version(&client, kind).await.map_err(|source| {
-                asked.error(
-                    || format!("discovery of {}", kind.kind),
-                    source,
-                    |source| KubeError::Discovery {
-                        kind: kind.kind,
-                        source,
-                    },
-                )
-            })? {
+            match served_version(&client, kind)
+                .await
+                .map_err(|source| asked.discovery_error(kind.kind, source))?
+            {
                 Some(version) => version,
                 None => {
                     found.skipped.push(kind);

@@ -43,16 +43,7 @@ async fn api(
     };
     let version = served_version(&client, kind)
         .await
-        .map_err(|source| {
-            asked.error(
-                || format!("discovery of {}", kind.kind),
-                source,
-                |source| KubeError::Discovery {
-                    kind: kind.kind,
-                    source,
-                },
-            )
-        })?
+        .map_err(|source| asked.discovery_error(kind.kind, source))?
         .ok_or(KubeError::NotServed { kind: kind.kind })?;
     let resource = api_resource(kind, version);
     Ok((

@@ -32,6 +32,19 @@ fn until(what: &str, source: &KubeSource, mut cond: impl FnMut(&KubeSource) -> b
     }
 }
 
+/// Watchers on the fake API server of `kubeconfig`, discovering CRDs every 200 ms, dropping
+/// an unserved kind after `crd_grace`.
+fn watching(kubeconfig: std::path::PathBuf, crd_grace: Duration) -> KubeSource {
+    KubeSource::start(KubeOptions {
+        kubeconfig: Some(kubeconfig),
+        load: LoadOptions::default(),
+        discovery_interval: Duration::from_millis(200),
+        crd_grace,
+        events_as: None,
+    })
+    .unwrap()
+}
+
 /// A fake API server serving namespace `ns`, its runtime, a scratch directory
 /// (`nw-kube-<tag>-<pid>`) and a kubeconfig for it there.
 fn api_with_namespace(
@@ -63,14 +76,7 @@ fn watchers_feed_the_cluster_set() {
     api.install_crd("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
     api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
 
-    let source = KubeSource::start(KubeOptions {
-        kubeconfig: Some(kubeconfig),
-        load: LoadOptions::default(),
-        discovery_interval: Duration::from_millis(200),
-        crd_grace: Duration::ZERO,
-        events_as: None,
-    })
-    .unwrap();
+    let source = watching(kubeconfig, Duration::ZERO);
     until("the first full sync", &source, |s| s.status().synced_once());
     let status = source.status();
     assert_eq!(
@@ -138,14 +144,7 @@ fn a_crd_deleted_while_watched_is_absent_then_watched_again() {
                         "metadata": {"name": "p", "namespace": "ns"},
                         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}});
     api.create(policy.clone()).unwrap();
-    let source = KubeSource::start(KubeOptions {
-        kubeconfig: Some(kubeconfig),
-        load: LoadOptions::default(),
-        discovery_interval: Duration::from_millis(200),
-        crd_grace: Duration::ZERO,
-        events_as: None,
-    })
-    .unwrap();
+    let source = watching(kubeconfig, Duration::ZERO);
     until("the policy", &source, |s| {
         s.status().synced_once() && s.inventory().policies.len() == 1
     });
@@ -186,14 +185,7 @@ fn a_group_hidden_for_a_moment_keeps_its_objects_and_says_why() {
     api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
     api.create(danm_policy("p")).unwrap();
     let grace = Duration::from_secs(6);
-    let source = KubeSource::start(KubeOptions {
-        kubeconfig: Some(kubeconfig),
-        load: LoadOptions::default(),
-        discovery_interval: Duration::from_millis(200),
-        crd_grace: grace,
-        events_as: None,
-    })
-    .unwrap();
+    let source = watching(kubeconfig, grace);
     until("the policy", &source, |s| {
         s.status().synced_once() && s.inventory().policies.len() == 1
     });
@@ -259,14 +251,7 @@ fn quiet_kinds_are_ready_again_once_their_watches_are_accepted() {
     let (runtime, api, dir, kubeconfig) = api_with_namespace("quiet");
     api.install_crd("danm.k8s.io", "v1", "DanmEp");
     api.install_crd("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
-    let source = KubeSource::start(KubeOptions {
-        kubeconfig: Some(kubeconfig),
-        load: LoadOptions::default(),
-        discovery_interval: Duration::from_millis(200),
-        crd_grace: Duration::from_secs(60),
-        events_as: None,
-    })
-    .unwrap();
+    let source = watching(kubeconfig, Duration::from_secs(60));
     until("the first full sync", &source, |s| {
         s.status().synced_once() && s.status().not_ready_reason().is_none()
     });
@@ -295,14 +280,7 @@ fn a_watch_error_event_is_cleared_by_the_resumed_watch() {
     let (_runtime, api, dir, kubeconfig) = api_with_namespace("werr");
     api.install_crd("danm.k8s.io", "v1", "DanmEp");
     api.install_crd("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
-    let source = KubeSource::start(KubeOptions {
-        kubeconfig: Some(kubeconfig),
-        load: LoadOptions::default(),
-        discovery_interval: Duration::from_millis(200),
-        crd_grace: Duration::from_secs(60),
-        events_as: None,
-    })
-    .unwrap();
+    let source = watching(kubeconfig, Duration::from_secs(60));
     until("the first full sync", &source, |s| {
         s.status().synced_once() && s.status().not_ready_reason().is_none()
     });
@@ -338,14 +316,7 @@ fn duplicates_and_strays_in_a_list_are_reported_and_ignored() {
     let stray = json!({"apiVersion": "v1", "kind": "Service",
                        "metadata": {"name": "svc", "namespace": "ns"}, "spec": {}});
     api.inject_in_lists("Pod", vec![twin, stray]);
-    let source = KubeSource::start(KubeOptions {
-        kubeconfig: Some(kubeconfig),
-        load: LoadOptions::default(),
-        discovery_interval: Duration::from_millis(200),
-        crd_grace: Duration::from_secs(60),
-        events_as: None,
-    })
-    .unwrap();
+    let source = watching(kubeconfig, Duration::from_secs(60));
     until("the first full sync", &source, |s| s.status().synced_once());
     let inventory = source.inventory();
     assert_eq!(inventory.pods.len(), 1);

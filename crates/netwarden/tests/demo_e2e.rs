@@ -15,22 +15,30 @@ use netwarden_testing::{heavy_lock, root_or_skip};
 
 const BIN: &str = env!("CARGO_BIN_EXE_netwarden");
 
+/// Runs `netwarden demo -f examples/multinet ARGS`, which must succeed; its stdout and
+/// stderr.
+fn run_demo(args: &[&str]) -> (String, String) {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/multinet");
+    let out = Command::new(BIN)
+        .args(["demo", "-f", examples])
+        .args(args)
+        .output()
+        .expect("run netwarden demo");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "demo {args:?} failed\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 fn demo(backend: &str) {
     if !root_or_skip() {
         return;
     }
     let _lock = heavy_lock();
-    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/multinet");
-    let out = Command::new(BIN)
-        .args(["demo", "-f", examples, "--backend", backend])
-        .output()
-        .expect("run netwarden demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{backend}: demo failed\n{stdout}\n{stderr}"
-    );
+    let (stdout, stderr) = run_demo(&["--backend", backend]);
     for expected in [
         "0 mismatch(es) with the prediction",
         "== the loop, 1/5 observe",
@@ -76,17 +84,7 @@ fn demo_kube(backend: &str) {
         return;
     }
     let _lock = heavy_lock();
-    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/multinet");
-    let out = Command::new(BIN)
-        .args(["demo", "--kube", "-f", examples, "--backend", backend])
-        .output()
-        .expect("run netwarden demo --kube");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{backend}: demo --kube failed\n{stdout}\n{stderr}"
-    );
+    let (stdout, stderr) = run_demo(&["--kube", "--backend", backend]);
     assert_eq!(
         stdout.matches("0 mismatch(es) with the prediction").count(),
         2,
