@@ -273,8 +273,9 @@ fn quiet_kinds_are_ready_again_once_their_watches_are_accepted() {
 }
 
 /// Issue 20, defect 12, the other half: a watch that ends with an ERROR event (a 500
-/// `InternalError` Status, as kube-apiserver sends when the storage under it fails) marks its
-/// kind failing, and the resumed watch — accepted, with no object changed — clears it.
+/// `InternalError` Status, as kube-apiserver sends when the storage under it fails) is counted
+/// as an error of its kind, and the resumed watch — accepted, with no object changed — makes
+/// the source ready again.
 #[test]
 fn a_watch_error_event_is_cleared_by_the_resumed_watch() {
     let (_runtime, api, dir, kubeconfig) = api_with_namespace("werr");
@@ -284,13 +285,13 @@ fn a_watch_error_event_is_cleared_by_the_resumed_watch() {
     until("the first full sync", &source, |s| {
         s.status().synced_once() && s.status().not_ready_reason().is_none()
     });
+    // The ERROR may reach a watch before the kind is watched at all (just listed): sent
+    // again until the watcher counted it. Its failing state lasts only until the watch is
+    // accepted again — too short to be seen reliably — so the counter is what is checked.
     let watches_before = api.requests().watches("DanmEp");
-    api.fail_watches();
-    until("DanmEp failing with the server's error", &source, |s| {
-        s.status().kinds["DanmEp"]
-            .failing
-            .as_deref()
-            .is_some_and(|f| f.contains("InternalError") || f.contains("500"))
+    until("DanmEp's watch ended by the server's error", &source, |s| {
+        api.fail_watches();
+        s.status().kinds["DanmEp"].errors >= 1
     });
     until("ready again without an event", &source, |s| {
         s.status().not_ready_reason().is_none()
