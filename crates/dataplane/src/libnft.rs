@@ -18,6 +18,11 @@
 //! - `nft_ctx_new` initialises process-wide state the first time it runs (unguarded), and
 //!   `nft_ctx_free` releases a process-wide interface cache: both are serialised here.
 //! - Commands parsed from JSON only when the JSON output flag is set.
+//! - Printing a listing is not thread-safe in 1.0.6 (Debian 12): the JSON printer splits set
+//!   type names with `strtok` (process-wide state; upstream moved to `strtok_r` later), and
+//!   time expressions print through `localtime`/`gmtime`. Two listings printed at once in two
+//!   threads aborted the process (`set_dtype_json: Assertion '__out' failed`). Listings are
+//!   serialised here; transactions print nothing and run in parallel.
 //! - Rules that name interfaces by index (`iif`, `oif`) resolve names through that same
 //!   process-wide cache, in the caller's namespace: the renderer never emits them
 //!   (`iifname`/`oifname` string compares only), so concurrent contexts share no mutable state.
@@ -145,9 +150,15 @@ pub fn call_counts() -> CallCounts {
     }
 }
 
+/// Whether `commands` is a listing (nft syntax `list …`; JSON `{"nftables": [{"list": …}]}`
+/// is never sent by this crate).
+fn is_listing(commands: &str) -> bool {
+    commands.trim_start().starts_with("list")
+}
+
 fn count_call(commands: &str, output: Output, dry_run: bool) {
     let command = commands.trim_start();
-    if command.starts_with("list") {
+    if is_listing(command) {
         LISTINGS.fetch_add(1, Ordering::Relaxed);
         if !(output == Output::JsonTerse && command.trim_end() == "list ruleset") {
             ELEMENT_LISTINGS.fetch_add(1, Ordering::Relaxed);
@@ -159,6 +170,9 @@ fn count_call(commands: &str, output: Output, dry_run: bool) {
 
 /// Serialises context creation and destruction (process-wide state, see the module doc).
 static LIFECYCLE: Mutex<()> = Mutex::new(());
+
+/// Serialises listings: printing them uses process-wide state (see the module doc).
+static LISTING: Mutex<()> = Mutex::new(());
 
 /// How a command's output is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +243,8 @@ impl NftContext {
             Output::JsonTerse => OUTPUT_JSON | OUTPUT_TERSE,
         };
         let ctx = self.ctx.as_ptr();
+        let _printing =
+            is_listing(commands).then(|| LISTING.lock().unwrap_or_else(|p| p.into_inner()));
         // SAFETY: ctx is live and used by this thread only (`&mut self`); the buffer is a
         // NUL-terminated string that outlives the call; the returned buffers are owned by the
         // context and copied before the next call on it.
