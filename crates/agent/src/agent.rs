@@ -31,6 +31,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use netwarden_dataplane::tamper::VerifyScope;
 use netwarden_dataplane::{Backend, InterfaceWatch};
 use netwarden_engine::{AddressChanges, Engine, EngineOptions, Pod, PodKey};
 use netwarden_manifest::feed::{apply_delta_with, PodChange};
@@ -73,7 +74,13 @@ pub struct AgentConfig {
     /// How long after SIGTERM/SIGINT the process may run at most (see [`crate::shutdown`]):
     /// below the pod's termination grace period.
     pub shutdown_timeout: Duration,
+    /// How often every programmed netns's rules are compared with what was applied, beside
+    /// the comparisons the kernel's notifications trigger ([`crate::tamper_guard`]).
+    pub verify_interval: Duration,
 }
+
+/// The default of [`AgentConfig::verify_interval`].
+pub const VERIFY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Log records queued between the NFLOG listeners and the event consumer. The queue is
 /// allocated whole (about 180 bytes a record), and the consumer turns ~780,000 records a
@@ -137,6 +144,26 @@ impl Monitor {
             status_interval: config.status_interval,
             status_written: None,
         })
+    }
+
+    /// A tamper repair: a record in the events stream and the counter.
+    fn report_tamper(&self, repair: &crate::tamper_guard::Repair, backend: Backend) {
+        let pod = repair.pod.to_string();
+        self.metrics.add_tampered(&pod);
+        let record = netwarden_monitor::TamperRecord {
+            time: Timestamp::now(),
+            node: self.node.clone(),
+            record: netwarden_monitor::RecordType::Tamper,
+            action: "tampered".to_string(),
+            pod,
+            backend: backend.as_str().to_string(),
+            differences: repair.differences.iter().map(ToString::to_string).collect(),
+            repaired: repair.result.is_ok(),
+            error: repair.result.clone().err(),
+        };
+        if let Err(e) = self.sink.emit_tamper(&record) {
+            warn!("cannot write the tamper record of {}: {e}", record.pod);
+        }
     }
 
     /// Follows the monitored policies and the local pods they cover (see `status_tracker`).
@@ -493,6 +520,8 @@ pub struct Agent {
     oldest: Option<Instant>,
     /// Why the agent is not ready, as last logged.
     not_ready_said: Option<String>,
+    /// Tamper repair (not with `once`).
+    tamper: Option<crate::tamper_guard::TamperGuard>,
     /// The one async runtime: the watchers, the Event publisher, the CRI client and the
     /// metrics server are its tasks; the loop runs on its blocking pool ([`Agent::run`]).
     /// Last: dropped after everything that has tasks on it.
@@ -536,6 +565,16 @@ impl Agent {
         } else {
             KernelViews::watched(InterfaceWatch::start(source.waker())?)
         };
+        let tamper = if once {
+            None
+        } else {
+            let wake = source.waker();
+            Some(crate::tamper_guard::TamperGuard::start(
+                config.backend,
+                config.verify_interval,
+                wake,
+            )?)
+        };
         Ok(Agent {
             config,
             once,
@@ -558,6 +597,7 @@ impl Agent {
             problems_now: Vec::new(),
             oldest: None,
             not_ready_said: None,
+            tamper,
             runtime,
         })
     }
@@ -653,6 +693,7 @@ impl Agent {
                 });
             }
         }
+        self.guard(&mut phases);
         self.observe(fresh, followed, &reason, &mut phases);
         self.report_events(fresh, &mut phases);
         if fresh {
@@ -817,6 +858,73 @@ impl Agent {
             warn!("{error}");
         }
         report.errors.is_empty()
+    }
+
+    /// Tamper repair: compares the netns the kernel said changed (and, every
+    /// `--verify-interval`, all of them) with what was applied, repairs what differs, and
+    /// reports each repair ([`crate::tamper_guard`]).
+    fn guard(&mut self, phases: &mut Phases) {
+        let Some(guard) = self.tamper.as_mut() else {
+            return;
+        };
+        let due = guard.due(self.syncer.programmed());
+        if due.is_empty() {
+            return;
+        }
+        let mut repairs = Vec::new();
+        for (pod, netns, scope) in due {
+            let differences = match self.syncer.verify(&netns, &scope) {
+                Ok(d) => d,
+                Err(e) if e.netns_gone() => continue,
+                Err(e) => {
+                    debug!("{pod}: cannot compare its rules with the kernel: {e}");
+                    continue;
+                }
+            };
+            if differences.is_empty() || guard.is_stuck(&netns, &differences) {
+                continue;
+            }
+            let result = self.syncer.repair(&netns).map_err(|e| e.to_string());
+            if result.is_ok() {
+                // The repair must leave nothing to repair; what it leaves is not tried again
+                // until it changes (no loop).
+                if let Ok(left) = self.syncer.verify(&netns, &VerifyScope::all()) {
+                    if !left.is_empty() {
+                        warn!(
+                            "{pod}: its rules still differ right after a repair ({}); not \
+                             repaired again until that changes",
+                            netwarden_dataplane::tamper::summary(&left, 5)
+                        );
+                        guard.mark_stuck(netns.clone(), left);
+                    }
+                }
+            } else {
+                // Retried at the next sync of the pod (its netns is forgotten: a full apply).
+                self.retry.after_sync(
+                    &[pod.clone()].into(),
+                    [&pod],
+                    self.config.interval,
+                    Instant::now(),
+                );
+            }
+            let (say, repeats) = guard.say(&pod, Instant::now());
+            repairs.push(crate::tamper_guard::Repair {
+                pod,
+                differences,
+                result,
+                say,
+                repeats,
+            });
+        }
+        phases.mark("tamper");
+        for repair in repairs {
+            if repair.say {
+                warn!("{}", crate::tamper_guard::line(&repair));
+            }
+            if let Some(monitor) = self.monitor.as_ref() {
+                monitor.report_tamper(&repair, self.syncer.backend());
+            }
+        }
     }
 
     /// After anything that may change them: every local pod by state (for operators to alert

@@ -26,5 +26,6 @@ pub mod shutdown;
 pub mod source;
 pub mod status_tracker;
 pub mod sync;
+pub mod tamper_guard;
 
 pub use agent::{run, AgentConfig};

@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use netwarden_dataplane::tamper::{Difference, VerifyScope};
 use netwarden_dataplane::{
     ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters, IptablesDataplane, NftDataplane,
 };
@@ -86,6 +87,12 @@ pub trait Reconciler: Send {
 
     /// What netwarden owns in `netns` as the kernel lists it.
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError>;
+
+    /// Compares what was applied to `netns` with the kernel (see `Dataplane::verify`).
+    fn verify(&self, netns: &Path, scope: &VerifyScope) -> Result<Vec<Difference>, ApplyError>;
+
+    /// Puts back what was applied to `netns` (see `Dataplane::repair`).
+    fn repair(&mut self, netns: &Path) -> Result<(), ApplyError>;
 
     /// The evidence counters of programmed pods (see `Dataplane::read_counters`), in their
     /// order, side by side where the dataplane can; `None` for a pod not programmed.
@@ -283,6 +290,14 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
 
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
         self.dataplane.read_back(netns)
+    }
+
+    fn verify(&self, netns: &Path, scope: &VerifyScope) -> Result<Vec<Difference>, ApplyError> {
+        self.dataplane.verify(netns, scope)
+    }
+
+    fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
+        self.dataplane.repair(netns)
     }
 
     fn read_counters_many(

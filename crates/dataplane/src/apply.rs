@@ -19,6 +19,7 @@ use netwarden_render::{CounterKind, LogKey, RenderError};
 use crate::iptables_error::IptablesError;
 use crate::libnft::LibnftError;
 use crate::netns::{netns_gone, Netns, NetnsError, NetnsId};
+use crate::tamper::{Difference, VerifyScope};
 
 /// What a backend runs when it first meets a netns that may still hold the other backend's
 /// rules (after a switch of backends), to remove them. A plain function so that neither
@@ -295,6 +296,16 @@ pub trait Dataplane: Send {
     fn read_counters_many(&self, netns: &[&Path]) -> Vec<Result<EvidenceCounters, ApplyError>> {
         netns.iter().map(|n| self.read_counters(n)).collect()
     }
+
+    /// Compares what this dataplane last applied to `netns` with what the kernel holds there
+    /// now, within `scope` (tamper repair, SPEC 5). Empty: the same, or nothing was applied
+    /// there by this process (it owns nothing it knows of to compare).
+    fn verify(&self, netns: &Path, scope: &VerifyScope) -> Result<Vec<Difference>, ApplyError>;
+
+    /// Puts back exactly what this dataplane last applied to `netns`, whatever the kernel
+    /// holds there now (what was added is removed too), atomically. Nothing applied: nothing
+    /// to do.
+    fn repair(&mut self, netns: &Path) -> Result<(), ApplyError>;
 
     /// Forgets what was applied to `netns` (its next apply is a full one).
     fn forget(&mut self, netns: &Path);

@@ -21,12 +21,14 @@ use netwarden_render::{RenderError, RenderOptions};
 use crate::apply::{ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters};
 use crate::nft_apply::NftRuleset;
 use crate::nft_plan::{plan, NftNetnsState, NftObjects};
+use crate::tamper::{Difference, Part, VerifyScope};
 
 /// One call that reached the (fake) kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FakeOp {
     Apply(PathBuf),
     Remove(PathBuf),
+    Repair(PathBuf),
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +47,9 @@ pub struct FakeDataplane {
     /// Netns "recreated" since (see [`FakeDataplane::recreate`]).
     recreated: HashSet<PathBuf>,
     last_applied: HashMap<PathBuf, u64>,
+    /// The table last applied to each netns: what [`Dataplane::verify`] compares
+    /// [`FakeDataplane::tables`] with (a test tampers by changing `tables`).
+    applied_tables: HashMap<PathBuf, Arc<Table>>,
     /// What the applier believes the kernel holds (dropped by `forget` and failures).
     state: HashMap<PathBuf, NftNetnsState>,
 }
@@ -114,8 +119,14 @@ impl Dataplane for FakeDataplane {
         self.ops.push(FakeOp::Apply(netns.to_owned()));
         self.commit(netns, ruleset.as_deref())?;
         match ruleset {
-            Some(table) => self.tables.insert(netns.to_owned(), table.clone()),
-            None => self.tables.remove(netns),
+            Some(table) => {
+                self.applied_tables.insert(netns.to_owned(), table.clone());
+                self.tables.insert(netns.to_owned(), table.clone())
+            }
+            None => {
+                self.applied_tables.remove(netns);
+                self.tables.remove(netns)
+            }
         };
         self.last_applied.insert(netns.to_owned(), hash);
         Ok(if ruleset.is_some() {
@@ -136,6 +147,35 @@ impl Dataplane for FakeDataplane {
         self.ops.push(FakeOp::Remove(netns.to_owned()));
         self.commit(netns, None)?;
         self.tables.remove(netns);
+        self.applied_tables.remove(netns);
+        Ok(())
+    }
+
+    /// The whole table compared: any change is one difference.
+    fn verify(&self, netns: &Path, _scope: &VerifyScope) -> Result<Vec<Difference>, ApplyError> {
+        let Some(applied) = self.applied_tables.get(netns) else {
+            return Ok(Vec::new());
+        };
+        Ok(match self.tables.get(netns) {
+            None => vec![Difference::Missing(Part::Table)],
+            Some(kernel) if kernel != applied => vec![Difference::Changed(Part::Table)],
+            Some(_) => Vec::new(),
+        })
+    }
+
+    fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
+        let Some(applied) = self.applied_tables.get(netns).cloned() else {
+            return Ok(());
+        };
+        if self.fail.contains(netns) {
+            return Err(ApplyError::Injected {
+                netns: netns.to_owned(),
+            });
+        }
+        self.ops.push(FakeOp::Repair(netns.to_owned()));
+        self.kernel
+            .insert(netns.to_owned(), NftObjects::of(&applied));
+        self.tables.insert(netns.to_owned(), applied);
         Ok(())
     }
 
@@ -154,11 +194,13 @@ impl Dataplane for FakeDataplane {
     fn forget(&mut self, netns: &Path) {
         self.last_applied.remove(netns);
         self.state.remove(netns);
+        self.applied_tables.remove(netns);
     }
 
     fn forget_all(&mut self) {
         self.last_applied.clear();
         self.state.clear();
+        self.applied_tables.clear();
     }
 
     fn changed_netns(&mut self) -> Vec<PathBuf> {

@@ -40,6 +40,7 @@ use crate::apply::{
 // Defined below `apply`, whose `ApplyError` carries it; re-exported where it has always been.
 pub use crate::iptables_error::IptablesError;
 use crate::netns::{self, exec_in, netns_gone, Netns, NetnsError};
+use crate::tamper::{Difference, Part, VerifyScope};
 
 /// Which kernel interface the `iptables` binaries drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +129,72 @@ pub struct IptablesDataplane {
     /// first contact with a netns in this process, after the iptables rules are in place, and
     /// by `remove`. Given by [`switch`](crate::switch), where `new` is.
     switch_cleanup: SwitchCleanup,
+    /// What the kernel showed right after each netns's last apply or repair, with the
+    /// ruleset applied: what verification compares the kernel with, what a repair restores.
+    applied_state: HashMap<PathBuf, (Arc<IptablesRuleset>, Fingerprint)>,
+}
+
+/// The filter tables and our sets as the kernel shows them, without what changes by itself
+/// (packet and byte counters): taken right after an apply, compared at each verification.
+///
+/// Why the kernel's own listing and not the rendered text: `iptables-save` prints rules in
+/// its own normal form (`-m tcp` added, options reordered), and the two only meet through
+/// iptables' parser. Between the apply and this reading (the same worker, a few
+/// milliseconds) a change would be taken as applied: the periodic check then sees nothing
+/// wrong either — a race the nft backend, which compares with the rendered table, does not
+/// have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    v4: String,
+    v6: String,
+    ipset: String,
+}
+
+impl Fingerprint {
+    fn of(state: &IptablesState) -> Fingerprint {
+        // `:INPUT ACCEPT [12:3456]`: the policy is ours to keep, the counts are not.
+        let table = |t: &str| -> String {
+            t.lines()
+                .map(|l| match (l.starts_with(':'), l.rfind(" [")) {
+                    (true, Some(at)) => format!("{}\n", &l[..at]),
+                    _ => format!("{l}\n"),
+                })
+                .collect()
+        };
+        Fingerprint {
+            v4: table(&state.v4),
+            v6: table(&state.v6),
+            ipset: state.ipset.clone(),
+        }
+    }
+
+    /// What differs, by table: the filter table of a family (its chains, rules and the jumps
+    /// from INPUT/OUTPUT) or the sets.
+    fn differences(&self, now: &Fingerprint) -> Vec<Difference> {
+        let mut out = Vec::new();
+        if self.v4 != now.v4 {
+            out.push(Difference::Changed(Part::Rules("filter (IPv4)".into())));
+        }
+        if self.v6 != now.v6 {
+            out.push(Difference::Changed(Part::Rules("filter (IPv6)".into())));
+        }
+        if self.ipset != now.ipset {
+            out.push(Difference::Changed(Part::Elements("ipset".into())));
+        }
+        out
+    }
+}
+
+/// Applies `ruleset` to `netns` and reads back what the kernel then holds.
+fn apply_and_read(
+    netns: &Path,
+    ruleset: &IptablesRulesetRef,
+) -> Result<Option<Fingerprint>, IptablesError> {
+    apply_to(netns, ruleset)?;
+    match ruleset {
+        Some(_) => Ok(Some(Fingerprint::of(&read_state(netns)?))),
+        None => Ok(None),
+    }
 }
 
 impl IptablesDataplane {
@@ -143,6 +210,7 @@ impl IptablesDataplane {
             changed: Vec::new(),
             carried: HashMap::new(),
             switch_cleanup,
+            applied_state: HashMap::new(),
         }
     }
 
@@ -173,12 +241,17 @@ impl IptablesDataplane {
         handle: Netns,
         first: bool,
         ruleset: &IptablesRulesetRef,
-        result: Result<(), IptablesError>,
+        result: Result<Option<Fingerprint>, IptablesError>,
     ) -> Result<ApplyOutcome, ApplyError> {
-        match (result, ruleset) {
+        self.applied_state.remove(netns);
+        let fingerprint = match (result, ruleset) {
             (Err(e), None) if e.netns_gone() => return Ok(ApplyOutcome::Removed),
             (Err(e), _) => return Err(ApplyError::iptables(netns, e)),
-            (Ok(()), _) => {}
+            (Ok(fingerprint), _) => fingerprint,
+        };
+        if let (Some(ruleset), Some(fingerprint)) = (ruleset, fingerprint) {
+            self.applied_state
+                .insert(netns.to_owned(), (ruleset.clone(), fingerprint));
         }
         if first {
             (self.switch_cleanup)(netns)?;
@@ -246,7 +319,7 @@ impl Dataplane for IptablesDataplane {
                 })
             }
         };
-        let result = apply_to(netns, ruleset);
+        let result = apply_and_read(netns, ruleset);
         self.finish(netns, handle, first, ruleset, result)
     }
 
@@ -258,7 +331,11 @@ impl Dataplane for IptablesDataplane {
     ) -> Vec<Result<ApplyOutcome, ApplyError>> {
         // Records of pods deleted since the last batch go now (each holds a netns alive); the
         // caller still hears of them from `changed_netns`.
-        self.changed.extend(self.applied.take_changed());
+        let changed = self.applied.take_changed();
+        for netns in &changed {
+            self.applied_state.remove(netns);
+        }
+        self.changed.extend(changed);
         let mut results: Vec<Option<Result<ApplyOutcome, ApplyError>>> =
             Vec::with_capacity(batch.len());
         let mut todo: Vec<(usize, Netns, bool)> = Vec::new();
@@ -289,7 +366,7 @@ impl Dataplane for IptablesDataplane {
         }
         let outcomes = run_parallel(&todo, APPLY_WORKERS, |(i, _, _)| {
             let (netns, ruleset) = &batch[*i];
-            apply_to(netns, ruleset)
+            apply_and_read(netns, ruleset)
         });
         for ((i, handle, first), outcome) in todo.into_iter().zip(outcomes) {
             let (netns, ruleset) = &batch[i];
@@ -304,6 +381,7 @@ impl Dataplane for IptablesDataplane {
     fn remove(&mut self, netns: &Path) -> Result<(), ApplyError> {
         self.applied.forget(netns);
         self.carried.remove(netns);
+        self.applied_state.remove(netns);
         match remove_from(netns) {
             Ok(()) => {}
             Err(e) if e.netns_gone() => return Ok(()),
@@ -343,16 +421,55 @@ impl Dataplane for IptablesDataplane {
         Ok(total)
     }
 
+    /// Both filter tables and our sets read again and compared with what the kernel showed
+    /// after the last apply (see [`Fingerprint`]): the scope does not narrow it (one reading
+    /// covers everything).
+    fn verify(&self, netns: &Path, _scope: &VerifyScope) -> Result<Vec<Difference>, ApplyError> {
+        let Some((_, applied)) = self.applied_state.get(netns) else {
+            return Ok(Vec::new());
+        };
+        let now = read_state(netns).map_err(|e| ApplyError::iptables(netns, e))?;
+        Ok(applied.differences(&Fingerprint::of(&now)))
+    }
+
+    /// The ruleset applied again: `ipset restore` refills every set through a swap, each
+    /// restore replaces its whole filter table, and sets not ours to keep are destroyed.
+    fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
+        let Some((ruleset, _)) = self.applied_state.get(netns).cloned() else {
+            return Ok(());
+        };
+        self.carry_counters(netns);
+        let result = apply_and_read(netns, &Some(ruleset.clone()));
+        match result {
+            Ok(Some(fingerprint)) => {
+                self.applied_state
+                    .insert(netns.to_owned(), (ruleset, fingerprint));
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                self.forget(netns);
+                Err(ApplyError::iptables(netns, e))
+            }
+        }
+    }
+
     fn forget(&mut self, netns: &Path) {
         self.applied.forget(netns);
+        self.applied_state.remove(netns);
     }
 
     fn forget_all(&mut self) {
         self.applied.forget_all();
+        self.applied_state.clear();
     }
 
     fn changed_netns(&mut self) -> Vec<PathBuf> {
-        self.changed.extend(self.applied.take_changed());
+        let changed = self.applied.take_changed();
+        for netns in &changed {
+            self.applied_state.remove(netns);
+        }
+        self.changed.extend(changed);
         std::mem::take(&mut self.changed)
     }
 }

@@ -13,6 +13,8 @@
 //!   removal of the other's rules (and holds their `new`).
 //! - [`fake`]: an in-memory nft implementation for tests of the reconcile loop.
 //! - [`watch`]: the kernel's notifications of interface and address changes, per netns.
+//! - [`tamper`]: what tamper repair finds (differences between what was applied and the
+//!   kernel), shared by the backends; [`nft_verify`] compares the nft table.
 
 // Unsafe code is confined to the modules that talk to C (libnftables) or the kernel directly,
 // each with its reasons; everything else is safe Rust.
@@ -28,7 +30,9 @@ pub mod netns;
 pub mod nft_apply;
 pub mod nft_contexts;
 pub mod nft_plan;
+pub mod nft_verify;
 pub mod switch;
+pub mod tamper;
 pub mod watch;
 
 pub use apply::{ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters};
@@ -37,4 +41,4 @@ pub use fake::FakeDataplane;
 pub use iptables_apply::IptablesDataplane;
 pub use netns::{exec_in, netns_id, run_in, Netns, NetnsAccess, NetnsError, NetnsId};
 pub use nft_apply::NftDataplane;
-pub use watch::{InterfaceWatch, WatchError};
+pub use watch::{InterfaceWatch, Rules, RulesNews, RulesWatch, WatchError};

@@ -16,7 +16,7 @@
 //! Nothing here touches another table: removal deletes `inet netwarden` only, and only when it
 //! exists (the pod is open then, so no packet depends on what goes).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,8 @@ use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
 use crate::nft_plan::{
     parse_counters, parse_ruleset, plan, KernelTables, NftNetnsState, NftObjects,
 };
+use crate::nft_verify::{elements_differ, rule_differences};
+use crate::tamper::{Difference, Part, VerifyScope};
 
 /// The nft ruleset of one pod: its table, `None` when nothing is isolated.
 pub type NftRuleset = Option<Arc<Table>>;
@@ -183,6 +185,12 @@ pub struct NftDataplane {
     /// What the table holds, per netns, as of our last transaction. Dropped on any failure,
     /// `forget`, or when the netns changed (then read from the kernel before the next apply).
     state: HashMap<PathBuf, NftNetnsState>,
+    /// The table last applied, per netns (what verification compares the kernel with, and
+    /// what a repair puts back). Absent: nothing of ours known there.
+    tables: HashMap<PathBuf, Arc<Table>>,
+    /// Evidence counter values a repair reset (it recreates the table), per netns: added to
+    /// what the kernel counts from then on, so the counters stay cumulative.
+    carried: HashMap<PathBuf, EvidenceCounters>,
     contexts: ContextPool,
     /// Netns found changed by a sweep, not yet reported by `changed_netns`.
     changed: Vec<PathBuf>,
@@ -211,6 +219,8 @@ impl NftDataplane {
             options,
             applied: AppliedLog::default(),
             state: HashMap::new(),
+            tables: HashMap::new(),
+            carried: HashMap::new(),
             contexts: ContextPool::new(MAX_CONTEXTS),
             changed: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -280,6 +290,8 @@ impl NftDataplane {
     fn sweep_changed(&mut self) {
         for netns in self.applied.take_changed() {
             self.state.remove(&netns);
+            self.tables.remove(&netns);
+            self.carried.remove(&netns);
             self.contexts.close(&netns);
             self.changed.push(netns);
         }
@@ -346,6 +358,13 @@ impl NftDataplane {
             (self.switch_cleanup)(netns)?;
         }
         self.state.insert(netns.to_owned(), committed.after);
+        match ruleset {
+            Some(table) => self.tables.insert(netns.to_owned(), table.clone()),
+            None => {
+                self.carried.remove(netns);
+                self.tables.remove(netns)
+            }
+        };
         self.applied
             .record(netns, handle, netwarden_engine::hash::content_hash(ruleset));
         Ok(if ruleset.is_none() {
@@ -372,6 +391,63 @@ impl NftDataplane {
                 source,
             })?;
         self.finish(netns, handle, ruleset, done)
+    }
+}
+
+/// The transaction that puts `table` back whatever the netns holds: the table declared (so
+/// that its deletion cannot fail), deleted with everything in it, and created again, in one
+/// batch. Nothing someone added survives it and nothing is half done.
+///
+/// Its cost, beside a refill: the peer sets are new sets, and an interval set answers from a
+/// search array the kernel builds as the transaction commits (see `nft_plan`), so allowed
+/// packets arriving during the commit of a repair may be refused — in the netns that was
+/// tampered with, at the moment its rules were being put back.
+fn restore_transaction(table: &Table) -> String {
+    let mut tx = netwarden_render::nft::Transaction::removal();
+    tx.commands
+        .extend(netwarden_render::nft::Transaction::create(table).commands);
+    tx.to_json()
+}
+
+/// [`Dataplane::verify`] inside the netns of `ctx`.
+fn verify_in(
+    ctx: &mut NftContext,
+    table: &Table,
+    kept: &BTreeSet<String>,
+    scope: &VerifyScope,
+) -> Result<Vec<Difference>, JobError> {
+    let listing = ctx.run("list ruleset", Output::JsonTerse)?;
+    let mut out = rule_differences(Some(table), kept, &listing)?;
+    if out.contains(&Difference::Missing(Part::Table)) {
+        return Ok(out);
+    }
+    for set in &table.sets {
+        if !(scope.all || scope.sets.contains(&set.name)) {
+            continue;
+        }
+        if out.contains(&Difference::Missing(Part::Set(set.name.clone()))) {
+            continue;
+        }
+        let listing = ctx.run(
+            &format!("list set {TABLE_FAMILY} {TABLE_NAME} {}", set.name),
+            Output::Json,
+        )?;
+        if elements_differ(set, &listing)? {
+            out.push(Difference::Changed(Part::Elements(set.name.clone())));
+        }
+    }
+    Ok(out)
+}
+
+impl NftDataplane {
+    /// `counters` plus what a repair carried over for `netns`.
+    fn with_carried(&self, netns: &Path, mut counters: EvidenceCounters) -> EvidenceCounters {
+        if let Some(carried) = self.carried.get(netns) {
+            for (key, value) in carried {
+                *counters.entry(*key).or_default() += value;
+            }
+        }
+        counters
     }
 }
 
@@ -526,25 +602,76 @@ impl Dataplane for NftDataplane {
     /// Named counters keep their values across chain refills (`add counter` of an existing
     /// one changes nothing), so the kernel's figures are cumulative already.
     fn read_counters(&self, netns: &Path) -> Result<EvidenceCounters, ApplyError> {
-        Self::read_counters_in(netns)
+        Self::read_counters_in(netns).map(|c| self.with_carried(netns, c))
     }
 
     /// Side by side, as applies run: each reading waits on its own netns thread and
     /// listing (about 10 ms each; 100 pods read one after the other held the agent's first
     /// status up for a second).
     fn read_counters_many(&self, netns: &[&Path]) -> Vec<Result<EvidenceCounters, ApplyError>> {
-        run_parallel(netns, APPLY_WORKERS, |n| Self::read_counters_in(n))
+        let read = run_parallel(netns, APPLY_WORKERS, |n| Self::read_counters_in(n));
+        read.into_iter()
+            .zip(netns)
+            .map(|(r, n)| r.map(|c| self.with_carried(n, c)))
+            .collect()
+    }
+
+    fn verify(&self, netns: &Path, scope: &VerifyScope) -> Result<Vec<Difference>, ApplyError> {
+        let Some(table) = self.tables.get(netns).cloned() else {
+            return Ok(Vec::new());
+        };
+        let scope = scope.clone();
+        // The sets the last apply left beside the table's (kept while old rules may walk them).
+        let kept = self
+            .state
+            .get(netns)
+            .map(|state| state.kernel.sets.clone())
+            .unwrap_or_default();
+        Self::with_context(netns, move |ctx| verify_in(ctx, &table, &kept, &scope))
+    }
+
+    fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
+        let Some(table) = self.tables.get(netns).cloned() else {
+            return Ok(());
+        };
+        let restored = table.clone();
+        let before = Self::with_context(netns, move |ctx| {
+            // The counters' values first: recreating the table starts them from zero.
+            let listing = ctx.run("list ruleset", Output::JsonTerse)?;
+            let counters = parse_counters(&listing, TABLE_NAME)?;
+            ctx.run(&restore_transaction(&restored), Output::Json)?;
+            Ok(counters)
+        });
+        let before = match before {
+            Ok(before) => before,
+            Err(e) => {
+                // Whatever the kernel holds now is unknown: the next apply reads it.
+                self.forget(netns);
+                return Err(e);
+            }
+        };
+        let carried = self.carried.entry(netns.to_owned()).or_default();
+        for (key, value) in before {
+            *carried.entry(key).or_default() += value;
+        }
+        self.state.insert(
+            netns.to_owned(),
+            NftNetnsState::from_kernel(NftObjects::of(&table)),
+        );
+        Ok(())
     }
 
     fn forget(&mut self, netns: &Path) {
         self.applied.forget(netns);
         self.state.remove(netns);
+        self.tables.remove(netns);
         self.contexts.close(netns);
     }
 
     fn forget_all(&mut self) {
         self.applied.forget_all();
         self.state.clear();
+        self.tables.clear();
         self.contexts.close_all();
     }
 

@@ -52,6 +52,6 @@ pub use report::{
 pub use sink::{EventSink, FanoutSink, JsonLinesSink, MemorySink};
 pub use status::{
     read_events, read_events_file, read_stream, read_stream_file, Line, RecordType, StatusRecord,
-    Stream,
+    Stream, TamperRecord,
 };
 pub use time::Timestamp;

@@ -66,6 +66,8 @@ pub struct Metrics {
     /// Kernel and queue drops per pod (`ns/name`), for the status records' evidence.
     nflog_dropped_pods: Mutex<BTreeMap<String, u64>>,
     events_unknown: AtomicU64,
+    /// Tamper repairs, per pod (`ns/name`).
+    tampered: Mutex<BTreeMap<String, u64>>,
     syncs: AtomicU64,
     sync_errors: AtomicU64,
     sync_duration: Mutex<Histogram>,
@@ -203,6 +205,26 @@ impl Metrics {
         self.nflog_enobufs.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One repair of `pod`'s rules, changed by someone else.
+    pub fn add_tampered(&self, pod: &str) {
+        *self
+            .tampered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(pod.to_string())
+            .or_default() += 1;
+    }
+
+    /// Tamper repairs of `pod` so far.
+    pub fn tampered(&self, pod: &str) -> u64 {
+        self.tampered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod)
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub fn add_unknown(&self) {
         self.events_unknown.fetch_add(1, Ordering::Relaxed);
     }
@@ -320,6 +342,23 @@ impl Metrics {
             "Logged connections denied by enforced policies.",
             &self.deny,
         );
+        let _ = writeln!(
+            out,
+            "# HELP netwarden_rules_tampered_total Repairs of a pod's rules someone else changed."
+        );
+        let _ = writeln!(out, "# TYPE netwarden_rules_tampered_total counter");
+        for (pod, n) in self
+            .tampered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "netwarden_rules_tampered_total{{pod=\"{}\"}} {n}",
+                escape_label(pod)
+            );
+        }
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let _ = writeln!(
             out,

@@ -11,13 +11,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::event::Event;
-use crate::status::StatusRecord;
+use crate::status::{StatusRecord, TamperRecord};
 
 /// Where events go.
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: &Event) -> io::Result<()>;
     /// A status record goes to the same stream as the events (see [`crate::status`]).
     fn emit_status(&self, status: &StatusRecord) -> io::Result<()>;
+    /// So does a tamper repair.
+    fn emit_tamper(&self, record: &TamperRecord) -> io::Result<()>;
 }
 
 /// Writes one JSON line per event to stdout and/or a file (appended).
@@ -65,6 +67,10 @@ impl EventSink for JsonLinesSink {
     fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
         self.write_line(status.to_json_line())
     }
+
+    fn emit_tamper(&self, record: &TamperRecord) -> io::Result<()> {
+        self.write_line(record.to_json_line())
+    }
 }
 
 /// Keeps events in memory (tests, `lab check`). Clones share the same list.
@@ -72,6 +78,7 @@ impl EventSink for JsonLinesSink {
 pub struct MemorySink {
     events: Arc<Mutex<Vec<Event>>>,
     statuses: Arc<Mutex<Vec<StatusRecord>>>,
+    tampers: Arc<Mutex<Vec<TamperRecord>>>,
 }
 
 impl MemorySink {
@@ -90,6 +97,14 @@ impl MemorySink {
     /// A copy of the status records so far.
     pub fn statuses(&self) -> Vec<StatusRecord> {
         self.statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A copy of the tamper records so far.
+    pub fn tampers(&self) -> Vec<TamperRecord> {
+        self.tampers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -117,6 +132,14 @@ impl EventSink for MemorySink {
             .push(status.clone());
         Ok(())
     }
+
+    fn emit_tamper(&self, record: &TamperRecord) -> io::Result<()> {
+        self.tampers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record.clone());
+        Ok(())
+    }
 }
 
 /// Sends every event to several sinks.
@@ -142,5 +165,9 @@ impl EventSink for FanoutSink {
 
     fn emit_status(&self, status: &StatusRecord) -> io::Result<()> {
         self.each(|sink| sink.emit_status(status))
+    }
+
+    fn emit_tamper(&self, record: &TamperRecord) -> io::Result<()> {
+        self.each(|sink| sink.emit_tamper(record))
     }
 }

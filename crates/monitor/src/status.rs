@@ -33,6 +33,35 @@ use crate::time::Timestamp;
 #[serde(rename_all = "kebab-case")]
 pub enum RecordType {
     Status,
+    /// A tamper repair ([`TamperRecord`]).
+    Tamper,
+}
+
+/// A repair of a pod's rules someone else changed (SPEC 5, "Tamper repair"), written into the
+/// events stream: `"record": "tamper"`, `"action": "tampered"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TamperRecord {
+    pub time: Timestamp,
+    pub node: String,
+    pub record: RecordType,
+    /// Always `tampered`.
+    pub action: String,
+    /// `ns/name` of the pod whose rules were changed.
+    pub pod: String,
+    /// `nft` or `iptables`.
+    pub backend: String,
+    /// What differed from the rules netwarden computed (`"chain in_0 missing"`, ...).
+    pub differences: Vec<String>,
+    /// Whether the computed rules are in place again.
+    pub repaired: bool,
+    /// Why not, when the repair failed (it is tried again).
+    pub error: Option<String>,
+}
+
+impl TamperRecord {
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// Evidence for one monitored policy on one node, cumulative since `monitored_since`.
@@ -75,6 +104,7 @@ impl StatusRecord {
 pub enum Line {
     Event(Event),
     Status(StatusRecord),
+    Tamper(TamperRecord),
 }
 
 impl Line {
@@ -83,6 +113,7 @@ impl Line {
         match self {
             Line::Event(e) => e.to_json_line(),
             Line::Status(s) => s.to_json_line(),
+            Line::Tamper(t) => t.to_json_line(),
         }
     }
 
@@ -96,6 +127,7 @@ impl Line {
         match serde_json::from_str::<Tag>(text)?.record {
             None => serde_json::from_str(text).map(Line::Event),
             Some(RecordType::Status) => serde_json::from_str(text).map(Line::Status),
+            Some(RecordType::Tamper) => serde_json::from_str(text).map(Line::Tamper),
         }
     }
 }
@@ -105,6 +137,7 @@ impl Line {
 pub struct Stream {
     pub events: Vec<Event>,
     pub statuses: Vec<StatusRecord>,
+    pub tampers: Vec<TamperRecord>,
     pub bad: Vec<BadLine>,
 }
 
@@ -120,6 +153,7 @@ pub fn read_stream(reader: impl BufRead) -> io::Result<Stream> {
         match Line::parse(&line) {
             Ok(Line::Event(e)) => stream.events.push(e),
             Ok(Line::Status(s)) => stream.statuses.push(s),
+            Ok(Line::Tamper(t)) => stream.tampers.push(t),
             Err(e) => stream.bad.push(BadLine {
                 line: i + 1,
                 reason: e.to_string(),

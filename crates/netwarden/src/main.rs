@@ -359,6 +359,11 @@ struct RunArgs {
     /// stay). Keep it below the pod's termination grace period (30 s in deploy/).
     #[arg(long, default_value = "10s", value_parser = parse_interval)]
     shutdown_timeout: std::time::Duration,
+    /// How often every programmed pod netns's rules are compared with what netwarden applied
+    /// and repaired if someone changed them, beside the comparison the kernel's change
+    /// notifications trigger at once (tamper repair).
+    #[arg(long, default_value = "10s", value_parser = parse_interval)]
+    verify_interval: std::time::Duration,
     /// Accept a pod netns that is netwarden's own network namespace (refused by default:
     /// programming it would firewall the node itself). For test beds only.
     #[arg(long)]
@@ -823,6 +828,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden_agent::agent::Ag
         metrics_addr: args.metrics_addr,
         status_interval: args.status_interval,
         shutdown_timeout: args.shutdown_timeout,
+        verify_interval: args.verify_interval,
     })
 }
 

@@ -1,0 +1,259 @@
+//! Tamper repair in the agent (SPEC 5): every programmed pod netns is watched for nf_tables
+//! changes ([`RulesWatch`]), compared with what was applied when the kernel says something
+//! changed there and every `--verify-interval` anyway, and repaired when it differs.
+//!
+//! The dataplane does the comparing and the repairing (`Dataplane::verify`, `::repair`); this
+//! module decides *when*, and says what happened: a `tamper` record in the events stream and
+//! a counter for every repair, a log line at most once per pod per [`SAY_EVERY`] (a pod that
+//! tampers in a loop is repaired every time, not logged every time).
+//!
+//! - The agent's own applies are notified like anyone's; the comparison after them finds
+//!   nothing, which is what tells them apart (no report).
+//! - A netns newly watched is compared once at once: a change between the apply and the
+//!   subscription is not missed.
+//! - What the kernel does not notify (ipset, a legacy iptables node, a lost notification
+//!   without an overrun) is caught by the periodic comparison of every programmed netns.
+//! - A netns whose rules still differ right after a repair (something this process cannot put
+//!   back, or a comparison it cannot make) is reported once and left alone until its
+//!   differences change: the repair never spins.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use netwarden_dataplane::tamper::{summary, Difference, VerifyScope};
+use netwarden_dataplane::{Backend, Netns, Rules, RulesWatch};
+use netwarden_engine::PodKey;
+
+/// The least time between two log lines about one pod's tampering.
+pub const SAY_EVERY: Duration = Duration::from_secs(10);
+
+/// The tables whose nf_tables changes matter to `backend`: netwarden's own table, or the
+/// filter tables iptables-nft keeps (iptables mode owns the pod's filter table).
+pub fn watched_tables(backend: Backend) -> Vec<(u8, String)> {
+    match backend {
+        Backend::Nft => vec![(1, netwarden_render::nft::TABLE_NAME.to_string())],
+        Backend::Iptables => vec![(2, "filter".to_string()), (10, "filter".to_string())],
+    }
+}
+
+/// What one comparison found and did, for the caller to report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub pod: PodKey,
+    pub differences: Vec<Difference>,
+    /// `Err`: why the rules are not in place again.
+    pub result: Result<(), String>,
+    /// Whether to log it (at most once per pod per [`SAY_EVERY`]); `repeats` repairs of the
+    /// pod went unsaid before it.
+    pub say: bool,
+    pub repeats: u64,
+}
+
+/// When to compare which netns (see the module doc).
+pub struct TamperGuard {
+    watch: RulesWatch,
+    /// The netns watched, and the pod whose rules they hold.
+    watched: BTreeMap<PathBuf, PodKey>,
+    every: Duration,
+    last_all: Option<Instant>,
+    /// Netns left alone, with the differences a repair did not remove.
+    stuck: BTreeMap<PathBuf, Vec<Difference>>,
+    /// Per pod: when it was last logged, and repairs since.
+    said: HashMap<PodKey, (Instant, u64)>,
+}
+
+impl TamperGuard {
+    /// Watches for `backend`'s tables; `wake` is called when a watched netns changed.
+    pub fn start(
+        backend: Backend,
+        every: Duration,
+        wake: impl Fn() + Send + Sync + 'static,
+    ) -> std::io::Result<TamperGuard> {
+        let watch = RulesWatch::start_with(
+            Rules {
+                tables: watched_tables(backend),
+            },
+            wake,
+        )?;
+        Ok(TamperGuard {
+            watch,
+            watched: BTreeMap::new(),
+            every,
+            last_all: None,
+            stuck: BTreeMap::new(),
+            said: HashMap::new(),
+        })
+    }
+
+    /// The netns to compare now, with what to compare: those the kernel said changed, those
+    /// newly programmed, and every one when the interval is due. Follows `programmed` (pod →
+    /// netns) first: new netns are watched, those of pods gone are not any more.
+    pub fn due(
+        &mut self,
+        programmed: &BTreeMap<PodKey, PathBuf>,
+    ) -> Vec<(PodKey, PathBuf, VerifyScope)> {
+        let wanted: BTreeMap<&PathBuf, &PodKey> =
+            programmed.iter().map(|(pod, netns)| (netns, pod)).collect();
+        let gone: Vec<PathBuf> = self
+            .watched
+            .keys()
+            .filter(|netns| !wanted.contains_key(netns))
+            .cloned()
+            .collect();
+        for netns in gone {
+            self.watch.unwatch(&netns);
+            self.watched.remove(&netns);
+            self.stuck.remove(&netns);
+        }
+        let mut out: BTreeMap<PathBuf, (PodKey, VerifyScope)> = BTreeMap::new();
+        for (netns, pod) in &wanted {
+            if self.watched.get(*netns) == Some(pod) {
+                continue;
+            }
+            // A pod's netns not watchable (gone meanwhile) is compared anyway: the comparison
+            // says it is gone, and the next sync handles it.
+            if let Ok(handle) = Netns::open(netns) {
+                if let Err(e) = self.watch.watch(&handle) {
+                    tracing::warn!("{pod}: cannot follow changes to its rules: {e}");
+                }
+            }
+            self.watched.insert((*netns).clone(), (*pod).clone());
+            out.insert((*netns).clone(), ((*pod).clone(), VerifyScope::rules()));
+        }
+        for (netns, news) in self.watch.take_news() {
+            if news.scope.is_empty() {
+                continue;
+            }
+            if let Some(pod) = self.watched.get(&netns) {
+                out.entry(netns)
+                    .or_insert_with(|| (pod.clone(), VerifyScope::default()))
+                    .1
+                    .merge(news.scope);
+            }
+        }
+        if self.last_all.is_none_or(|at| at.elapsed() >= self.every) {
+            self.last_all = Some(Instant::now());
+            for (netns, pod) in &self.watched {
+                out.entry(netns.clone())
+                    .or_insert_with(|| (pod.clone(), VerifyScope::default()))
+                    .1
+                    .merge(VerifyScope::rules());
+            }
+        }
+        out.into_iter()
+            .map(|(netns, (pod, scope))| (pod, netns, scope))
+            .collect()
+    }
+
+    /// Whether `netns` is left alone with exactly these differences (see the module doc).
+    pub fn is_stuck(&self, netns: &PathBuf, differences: &[Difference]) -> bool {
+        self.stuck.get(netns).is_some_and(|d| d == differences)
+    }
+
+    /// Leaves `netns` alone while its differences stay `remaining`.
+    pub fn mark_stuck(&mut self, netns: PathBuf, remaining: Vec<Difference>) {
+        self.stuck.insert(netns, remaining);
+    }
+
+    /// A repair of `pod` happened: whether to log it now, and how many went unsaid before.
+    pub fn say(&mut self, pod: &PodKey, now: Instant) -> (bool, u64) {
+        match self.said.get_mut(pod) {
+            Some((at, unsaid)) if now.duration_since(*at) < SAY_EVERY => {
+                *unsaid += 1;
+                (false, *unsaid)
+            }
+            Some((at, unsaid)) => {
+                let repeats = *unsaid;
+                *at = now;
+                *unsaid = 0;
+                (true, repeats)
+            }
+            None => {
+                self.said.insert(pod.clone(), (now, 0));
+                (true, 0)
+            }
+        }
+    }
+
+    /// Forgets the pods not in `keep` (their rate limits).
+    pub fn retain(&mut self, keep: &BTreeSet<&PodKey>) {
+        self.said.retain(|pod, _| keep.contains(pod));
+    }
+
+    /// Notifications drained and overruns (for tests and metrics).
+    pub fn counts(&self) -> (u64, u64) {
+        self.watch.counts()
+    }
+}
+
+/// One line about a repair.
+pub fn line(repair: &Repair) -> String {
+    let what = summary(&repair.differences, 5);
+    let again = if repair.repeats > 0 {
+        format!(" (and {} more times since the last report)", repair.repeats)
+    } else {
+        String::new()
+    };
+    match &repair.result {
+        Ok(()) => format!(
+            "{}: its rules were changed by someone else ({what}); put back{again}",
+            repair.pod
+        ),
+        Err(e) => format!(
+            "{}: its rules were changed by someone else ({what}); could not put them back: {e}",
+            repair.pod
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_tampering_in_a_loop_is_said_once_a_period_with_the_count() {
+        let mut guard = TamperGuard::start(Backend::Nft, Duration::from_secs(10), || {}).unwrap();
+        let pod = PodKey::new("a", "p");
+        let t0 = Instant::now();
+        assert_eq!(guard.say(&pod, t0), (true, 0));
+        assert_eq!(guard.say(&pod, t0 + Duration::from_secs(1)), (false, 1));
+        assert_eq!(guard.say(&pod, t0 + Duration::from_secs(2)), (false, 2));
+        assert_eq!(
+            guard.say(&pod, t0 + SAY_EVERY + Duration::from_secs(1)),
+            (true, 2)
+        );
+        let repair = Repair {
+            pod: pod.clone(),
+            differences: vec![Difference::Missing(
+                netwarden_dataplane::tamper::Part::Table,
+            )],
+            result: Ok(()),
+            say: true,
+            repeats: 2,
+        };
+        assert_eq!(
+            line(&repair),
+            "a/p: its rules were changed by someone else (table missing); put back (and 2 more \
+             times since the last report)"
+        );
+    }
+
+    #[test]
+    fn every_programmed_netns_is_compared_when_due_and_new_ones_at_once() {
+        let mut guard = TamperGuard::start(Backend::Nft, Duration::from_secs(3600), || {}).unwrap();
+        let programmed: BTreeMap<PodKey, PathBuf> = [(
+            PodKey::new("a", "p"),
+            PathBuf::from("/nonexistent/netwarden-a"),
+        )]
+        .into();
+        let first = guard.due(&programmed);
+        assert_eq!(first.len(), 1);
+        assert!(first[0].2.rules);
+        // Nothing new, the interval not due: nothing to compare.
+        assert!(guard.due(&programmed).is_empty());
+        // The pod went: its netns is not followed any more.
+        assert!(guard.due(&BTreeMap::new()).is_empty());
+        assert!(guard.watched.is_empty());
+    }
+}
