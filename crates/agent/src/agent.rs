@@ -706,7 +706,13 @@ impl Agent {
         if phases.any() {
             debug!("pass: {phases}");
         }
-        Next::Wait(self.config.interval)
+        // A repair held back for its pace is not kept waiting for the whole interval.
+        let held = self
+            .tamper
+            .as_ref()
+            .and_then(|guard| guard.next_due())
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        Next::Wait(held.map_or(self.config.interval, |h| h.min(self.config.interval)))
     }
 
     /// Why the agent is not ready (`None`: ready), logged when it changes. Before the first
@@ -881,24 +887,26 @@ impl Agent {
                     continue;
                 }
             };
-            if differences.is_empty() || guard.is_stuck(&netns, &differences) {
+            if differences.is_empty() {
                 continue;
             }
             let result = self.syncer.repair(&netns).map_err(|e| e.to_string());
             if result.is_ok() {
-                // The repair must leave nothing to repair; what it leaves is not tried again
-                // until it changes (no loop).
-                if let Ok(left) = self.syncer.verify(&netns, &VerifyScope::all()) {
-                    if !left.is_empty() {
-                        warn!(
-                            "{pod}: its rules still differ right after a repair ({}); not \
-                             repaired again until that changes",
-                            netwarden_dataplane::tamper::summary(&left, 5)
-                        );
-                        guard.mark_stuck(netns.clone(), left);
-                    }
+                // Whether the repair holds paces the next one (never given up: see
+                // `tamper_guard`).
+                let left = self
+                    .syncer
+                    .verify(&netns, &VerifyScope::all())
+                    .unwrap_or_default();
+                if !left.is_empty() {
+                    debug!(
+                        "{pod}: its rules differ again right after a repair ({})",
+                        netwarden_dataplane::tamper::summary(&left, 5)
+                    );
                 }
+                guard.repaired(&pod, &netns, left.is_empty(), Instant::now());
             } else {
+                guard.repaired(&pod, &netns, false, Instant::now());
                 // Retried at the next sync of the pod (its netns is forgotten: a full apply).
                 self.retry.after_sync(
                     &[pod.clone()].into(),

@@ -13,9 +13,13 @@
 //!   subscription is not missed.
 //! - What the kernel does not notify (ipset, a legacy iptables node, a lost notification
 //!   without an overrun) is caught by the periodic comparison of every programmed netns.
-//! - A netns whose rules still differ right after a repair (something this process cannot put
-//!   back, or a comparison it cannot make) is reported once and left alone until its
-//!   differences change: the repair never spins.
+//! - Repairs of one netns are paced, never given up: at least [`REPAIR_GAP`] apart, and when
+//!   the rules still differ right after a repair (a pod tampering again at once, or something
+//!   this process cannot put back) the gap doubles up to [`MAX_REPAIR_GAP`], back to the
+//!   least after a repair that holds. A pod tampering in a loop is repaired every time, at a
+//!   bounded cost; one that stops is repaired at once again. (A netns never left alone is the
+//!   point: giving up on one whose differences "stay the same" would let a pod that deletes the
+//!   table again and again keep it deleted.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -27,6 +31,20 @@ use netwarden_engine::PodKey;
 
 /// The least time between two log lines about one pod's tampering.
 pub const SAY_EVERY: Duration = Duration::from_secs(10);
+
+/// The least time between two repairs of one netns: a pod tampering in a tight loop costs the
+/// agent at most one transaction per gap.
+pub const REPAIR_GAP: Duration = Duration::from_millis(10);
+
+/// The most the gap grows to while repairs do not hold (see the module doc).
+pub const MAX_REPAIR_GAP: Duration = Duration::from_millis(250);
+
+/// When one netns may be repaired next.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    not_before: Instant,
+    gap: Duration,
+}
 
 /// The tables whose nf_tables changes matter to `backend`: netwarden's own table, or the
 /// filter tables iptables-nft keeps (iptables mode owns the pod's filter table).
@@ -57,8 +75,10 @@ pub struct TamperGuard {
     watched: BTreeMap<PathBuf, PodKey>,
     every: Duration,
     last_all: Option<Instant>,
-    /// Netns left alone, with the differences a repair did not remove.
-    stuck: BTreeMap<PathBuf, Vec<Difference>>,
+    /// Netns repaired lately: when they may be compared again.
+    pace: HashMap<PathBuf, Pace>,
+    /// What was due while its netns waited for its pace, merged.
+    held: BTreeMap<PathBuf, (PodKey, VerifyScope)>,
     /// Per pod: when it was last logged, and repairs since.
     said: HashMap<PodKey, (Instant, u64)>,
 }
@@ -81,7 +101,8 @@ impl TamperGuard {
             watched: BTreeMap::new(),
             every,
             last_all: None,
-            stuck: BTreeMap::new(),
+            pace: HashMap::new(),
+            held: BTreeMap::new(),
             said: HashMap::new(),
         })
     }
@@ -104,7 +125,8 @@ impl TamperGuard {
         for netns in gone {
             self.watch.unwatch(&netns);
             self.watched.remove(&netns);
-            self.stuck.remove(&netns);
+            self.pace.remove(&netns);
+            self.held.remove(&netns);
         }
         let mut out: BTreeMap<PathBuf, (PodKey, VerifyScope)> = BTreeMap::new();
         for (netns, pod) in &wanted {
@@ -141,19 +163,56 @@ impl TamperGuard {
                     .merge(VerifyScope::rules());
             }
         }
-        out.into_iter()
-            .map(|(netns, (pod, scope))| (pod, netns, scope))
-            .collect()
+        // What waits for its pace is held back, merged with what comes meanwhile.
+        let now = Instant::now();
+        for (netns, (pod, scope)) in std::mem::take(&mut self.held) {
+            let entry = out
+                .entry(netns)
+                .or_insert_with(|| (pod, VerifyScope::default()));
+            entry.1.merge(scope);
+        }
+        let mut due = Vec::new();
+        for (netns, (pod, scope)) in out {
+            match self.pace.get(&netns) {
+                Some(pace) if pace.not_before > now => {
+                    self.held.insert(netns, (pod, scope));
+                }
+                _ => due.push((pod, netns, scope)),
+            }
+        }
+        due
     }
 
-    /// Whether `netns` is left alone with exactly these differences (see the module doc).
-    pub fn is_stuck(&self, netns: &PathBuf, differences: &[Difference]) -> bool {
-        self.stuck.get(netns).is_some_and(|d| d == differences)
+    /// When a held comparison is due (the caller waits no longer than this).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.held
+            .keys()
+            .filter_map(|netns| self.pace.get(netns).map(|p| p.not_before))
+            .min()
     }
 
-    /// Leaves `netns` alone while its differences stay `remaining`.
-    pub fn mark_stuck(&mut self, netns: PathBuf, remaining: Vec<Difference>) {
-        self.stuck.insert(netns, remaining);
+    /// `pod`'s `netns` was repaired at `now`; `held`: whether its rules were as applied right
+    /// after. Sets when it may be compared again (see the module doc); one that did not hold
+    /// is compared again then whatever the kernel says meanwhile.
+    pub fn repaired(&mut self, pod: &PodKey, netns: &PathBuf, held: bool, now: Instant) {
+        if !held {
+            self.held
+                .entry(netns.clone())
+                .or_insert_with(|| (pod.clone(), VerifyScope::default()))
+                .1
+                .merge(VerifyScope::all());
+        }
+        let gap = match self.pace.get(netns) {
+            Some(pace) if !held => (pace.gap * 2).min(MAX_REPAIR_GAP),
+            _ => REPAIR_GAP,
+        };
+        self.pace.insert(
+            netns.clone(),
+            Pace {
+                not_before: now + gap,
+                gap,
+            },
+        );
     }
 
     /// A repair of `pod` happened: whether to log it now, and how many went unsaid before.
@@ -255,5 +314,38 @@ mod tests {
         // The pod went: its netns is not followed any more.
         assert!(guard.due(&BTreeMap::new()).is_empty());
         assert!(guard.watched.is_empty());
+    }
+
+    #[test]
+    fn repairs_of_one_netns_are_paced_never_given_up() {
+        let mut guard = TamperGuard::start(Backend::Nft, Duration::from_secs(3600), || {}).unwrap();
+        let pod = PodKey::new("a", "p");
+        let netns = PathBuf::from("/nonexistent/netwarden-b");
+        let programmed: BTreeMap<PodKey, PathBuf> = [(pod.clone(), netns.clone())].into();
+        assert_eq!(guard.due(&programmed).len(), 1);
+        // A repair that did not hold: compared again after the least gap, not before.
+        let t0 = Instant::now();
+        guard.repaired(&pod, &netns, false, t0);
+        assert!(guard.due(&programmed).is_empty());
+        assert_eq!(guard.next_due(), Some(t0 + REPAIR_GAP));
+        std::thread::sleep(REPAIR_GAP);
+        let again = guard.due(&programmed);
+        assert_eq!(again.len(), 1);
+        assert!(again[0].2.all, "compared whole");
+        // Each repair that does not hold doubles the gap, up to the most.
+        let mut expected = REPAIR_GAP;
+        for _ in 0..10 {
+            let now = Instant::now();
+            guard.repaired(&pod, &netns, false, now);
+            expected = (expected * 2).min(MAX_REPAIR_GAP);
+            assert_eq!(guard.next_due(), Some(now + expected));
+        }
+        assert_eq!(expected, MAX_REPAIR_GAP);
+        // One that holds: back to the least gap, and nothing held.
+        guard.held.clear();
+        let now = Instant::now();
+        guard.repaired(&pod, &netns, true, now);
+        assert_eq!(guard.pace[&netns].gap, REPAIR_GAP);
+        assert_eq!(guard.next_due(), None);
     }
 }

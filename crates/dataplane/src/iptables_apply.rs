@@ -161,10 +161,17 @@ impl Fingerprint {
                 })
                 .collect()
         };
+        // `create NAME ... initval 0x…`: the hash seed is drawn again whenever a set is
+        // created again (a repair's restore), it is not ours to keep either.
+        let ipset = state
+            .ipset
+            .lines()
+            .map(|l| format!("{}\n", l.split(" initval ").next().unwrap_or(l)))
+            .collect();
         Fingerprint {
             v4: table(&state.v4),
             v6: table(&state.v6),
-            ipset: state.ipset.clone(),
+            ipset,
         }
     }
 
@@ -434,19 +441,17 @@ impl Dataplane for IptablesDataplane {
 
     /// The ruleset applied again: `ipset restore` refills every set through a swap, each
     /// restore replaces its whole filter table, and sets not ours to keep are destroyed.
+    ///
+    /// The fingerprint stays the apply's: read again here, a change made between the restore
+    /// and the reading would be taken for the rules (a pod tampering in a loop wins that race
+    /// now and then), and verification would not see it again.
     fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
         let Some((ruleset, _)) = self.applied_state.get(netns).cloned() else {
             return Ok(());
         };
         self.carry_counters(netns);
-        let result = apply_and_read(netns, &Some(ruleset.clone()));
-        match result {
-            Ok(Some(fingerprint)) => {
-                self.applied_state
-                    .insert(netns.to_owned(), (ruleset, fingerprint));
-                Ok(())
-            }
-            Ok(None) => Ok(()),
+        match apply_to(netns, &Some(ruleset)) {
+            Ok(()) => Ok(()),
             Err(e) => {
                 self.forget(netns);
                 Err(ApplyError::iptables(netns, e))
