@@ -16,16 +16,20 @@
 //! In a cluster, the same change is one JSON merge patch of the annotations, with the
 //! `resourceVersion` read as a precondition ([`netwarden_kube::merge_patch`]).
 //!
-//! Pure functions decide ([`plan_text`], [`annotation_patch`]); the command edges read, write
-//! and print.
+//! Pure functions decide ([`plan_text`], [`annotation_patch`], [`check_ready`]); around them,
+//! [`plan_files`] and [`plan_cluster`] find the one file or object to change and build the
+//! change, [`write_atomically`] and [`apply_cluster`] make it. The command (the binary) reads
+//! the arguments and prints.
 
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use netwarden_engine::{Mode, ObjectKey, Policy, PolicyKind};
 use netwarden_manifest::{parse_str, Inventory, LoadOptions};
 use netwarden_manifest::{KUBE_ROUTER_MONITOR, KUBE_ROUTER_STAGED, MODE};
+use netwarden_monitor::{PolicyStatus, Report};
 use serde_json::{json, Map, Value};
 
 /// The mode annotation keys, each with the value that means enforce.
@@ -34,6 +38,18 @@ const MODE_KEYS: [(&str, &str); 3] = [
     (KUBE_ROUTER_MONITOR, "false"),
     (KUBE_ROUTER_STAGED, "false"),
 ];
+
+/// The policy kinds, as `kind:` names them.
+const POLICY_KINDS: [PolicyKind; 3] = [
+    PolicyKind::NetworkPolicy,
+    PolicyKind::MultiNetworkPolicy,
+    PolicyKind::DanmNetworkPolicy,
+];
+
+/// The policy kind that `kind:` names `name`, if `name` is one.
+pub fn policy_kind(name: &str) -> Option<PolicyKind> {
+    POLICY_KINDS.into_iter().find(|k| k.as_str() == name)
+}
 
 /// Which policy to promote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +60,20 @@ pub struct Target {
 }
 
 impl Target {
+    /// The policy `policy` names as `NS/NAME`, of `kind` when given.
+    pub fn parse(policy: &str, kind: Option<PolicyKind>) -> Result<Target, PromoteError> {
+        let (ns, name) = policy
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+            .ok_or_else(|| PromoteError::BadName {
+                given: policy.to_owned(),
+            })?;
+        Ok(Target {
+            key: ObjectKey::new(ns, name),
+            kind,
+        })
+    }
+
     fn matches(&self, p: &Policy) -> bool {
         p.key == self.key && self.kind.is_none_or(|k| k == p.kind)
     }
@@ -61,10 +91,18 @@ impl fmt::Display for Target {
 /// Why a policy cannot be promoted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PromoteError {
+    #[error("{given:?}: give the policy as NS/NAME")]
+    BadName { given: String },
     #[error("{target}: not found in {place}")]
     NotFound { target: String, place: String },
     #[error("{target} is ambiguous: {found} (name it with --kind)")]
     Ambiguous { target: String, found: String },
+    #[error("{target} is in several files: {files} (give only the one to edit)")]
+    SeveralFiles { target: String, files: String },
+    #[error("{target}: the events name no such policy")]
+    NotInEvents { target: String },
+    #[error("{target} is not ready to promote: {reason}")]
+    NotReady { target: String, reason: String },
     #[error("{kind} {key}: not monitored (its mode annotations say enforce)")]
     NotMonitored { kind: PolicyKind, key: ObjectKey },
     #[error("{kind} {key} in {file}: no mode annotation in the text could be changed alone (written in a way this command does not edit); change it by hand")]
@@ -79,6 +117,8 @@ pub enum PromoteError {
         key: ObjectKey,
         file: String,
     },
+    #[error("{kind} {key}: still monitored after the patch")]
+    StillMonitored { kind: PolicyKind, key: ObjectKey },
 }
 
 /// One replaced value: `range` of the original text becomes `new`.
@@ -176,6 +216,11 @@ fn apply(text: &str, edits: &[&ValueEdit]) -> String {
     out
 }
 
+/// `items` as a message lists them: `a, b, c`.
+fn joined<T: fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
 /// The one policy of `inventory` that `target` names.
 fn find<'a>(
     inventory: &'a Inventory,
@@ -195,11 +240,7 @@ fn find<'a>(
         [one] => Ok(one),
         many => Err(PromoteError::Ambiguous {
             target: target.to_string(),
-            found: many
-                .iter()
-                .map(|p| format!("{} {}", p.kind, p.key))
-                .collect::<Vec<_>>()
-                .join(", "),
+            found: joined(many.iter().map(|p| format!("{} {}", p.kind, p.key))),
         }),
     }
 }
@@ -379,6 +420,151 @@ pub fn files_holding(
         }
     }
     Ok(found)
+}
+
+/// `--require-ready`: the reason `report` gives for `target` being ready to promote, or why it
+/// is not (the report was made with `target` among the monitored policies).
+pub fn check_ready<'r>(report: &'r Report, target: &Target) -> Result<&'r str, PromoteError> {
+    let policy = target.key.to_string();
+    let row = report
+        .policies
+        .iter()
+        .find(|p| p.policy == policy)
+        .ok_or_else(|| PromoteError::NotInEvents {
+            target: target.to_string(),
+        })?;
+    if row.status != PolicyStatus::ReadyToPromote {
+        return Err(PromoteError::NotReady {
+            target: target.to_string(),
+            reason: row.reason.clone(),
+        });
+    }
+    Ok(&row.reason)
+}
+
+/// The promotion of a policy in a manifest file: the file, its text before, and the edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePromotion {
+    pub path: PathBuf,
+    pub original: String,
+    pub edit: FileEdit,
+}
+
+/// Plans the promotion of `target` in the one file of `paths` that holds it ([`plan_text`]).
+pub fn plan_files(
+    paths: &[PathBuf],
+    target: &Target,
+    opts: &LoadOptions,
+) -> anyhow::Result<FilePromotion> {
+    let mut found = files_holding(paths, target, opts)?;
+    if found.len() > 1 {
+        return Err(PromoteError::SeveralFiles {
+            target: target.to_string(),
+            files: joined(found.iter().map(|(p, _)| p.display())),
+        }
+        .into());
+    }
+    let Some((path, original)) = found.pop() else {
+        return Err(PromoteError::NotFound {
+            target: target.to_string(),
+            place: joined(paths.iter().map(|p| p.display())),
+        }
+        .into());
+    };
+    let edit = plan_text(&path.display().to_string(), &original, target, opts)?;
+    Ok(FilePromotion {
+        path,
+        original,
+        edit,
+    })
+}
+
+/// The promotion of a policy in the cluster: its kind's API, the policy as the agent reads the
+/// served object, and the merge patch ([`annotation_patch`]).
+#[derive(Debug, Clone)]
+pub struct ClusterPromotion {
+    pub kind: &'static netwarden_kube::WatchedKind,
+    pub policy: Policy,
+    pub patch: Value,
+}
+
+/// Plans the promotion of `target` in the cluster reached with `kubeconfig` (`None`: as kubectl
+/// finds it): the one policy object of that namespace and name among the policy kinds (those
+/// the cluster does not serve hold none, unless `target` names the kind), checked monitored.
+pub fn plan_cluster(
+    kubeconfig: Option<&Path>,
+    request_timeout: Duration,
+    target: &Target,
+    opts: &LoadOptions,
+) -> anyhow::Result<ClusterPromotion> {
+    let kinds = netwarden_kube::WATCHED_KINDS
+        .iter()
+        .filter(|k| policy_kind(k.kind).is_some())
+        .filter(|k| target.kind.is_none_or(|want| want.as_str() == k.kind));
+    let mut found = Vec::new();
+    for kind in kinds {
+        match netwarden_kube::get_object(
+            kubeconfig,
+            request_timeout,
+            kind,
+            &target.key.namespace,
+            &target.key.name,
+        ) {
+            Ok(Some(object)) => found.push((kind, object)),
+            Ok(None) => {}
+            // A kind the cluster does not serve holds no such policy.
+            Err(netwarden_kube::KubeError::NotServed { .. }) if target.kind.is_none() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if found.len() > 1 {
+        return Err(PromoteError::Ambiguous {
+            target: target.to_string(),
+            found: joined(found.iter().map(|(k, _)| k.kind)),
+        }
+        .into());
+    }
+    let Some((kind, object)) = found.pop() else {
+        return Err(PromoteError::NotFound {
+            target: target.to_string(),
+            place: "the cluster".into(),
+        }
+        .into());
+    };
+    let policy = check_served(&object, target, opts)?;
+    Ok(ClusterPromotion {
+        kind,
+        policy,
+        patch: annotation_patch(&object),
+    })
+}
+
+/// Patches the cluster as `promotion` says, then checks that what it holds now reads as
+/// enforced, as the agent will read it.
+pub fn apply_cluster(
+    kubeconfig: Option<&Path>,
+    request_timeout: Duration,
+    target: &Target,
+    promotion: &ClusterPromotion,
+    opts: &LoadOptions,
+) -> anyhow::Result<()> {
+    let after = netwarden_kube::merge_patch(
+        kubeconfig,
+        request_timeout,
+        promotion.kind,
+        &target.key.namespace,
+        &target.key.name,
+        &promotion.patch,
+    )?;
+    match check_served(&after, target, opts) {
+        Err(PromoteError::NotMonitored { .. }) => Ok(()),
+        Ok(_) => Err(PromoteError::StillMonitored {
+            kind: promotion.policy.kind,
+            key: promotion.policy.key.clone(),
+        }
+        .into()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Writes `text` to `path` through a temporary file in the same directory and a rename, so a
