@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
 use netwarden_dataplane::tamper::VerifyScope;
@@ -925,9 +925,19 @@ impl Agent {
             });
         }
         phases.mark("tamper");
+        let events = self.source.kube().and_then(|kube| kube.events());
         for repair in repairs {
             if repair.say {
                 warn!("{}", crate::tamper_guard::line(&repair));
+                // The Pod's Event, as rate-limited as the line.
+                if let Some(events) = events {
+                    let uid = self.engine.pod(&repair.pod).and_then(|pod| pod.uid.clone());
+                    events.send(crate::tamper_guard::pod_event(
+                        &repair,
+                        uid,
+                        SystemTime::now(),
+                    ));
+                }
             }
             if let Some(monitor) = self.monitor.as_ref() {
                 monitor.report_tamper(&repair, self.syncer.backend());

@@ -23,11 +23,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use netwarden_dataplane::tamper::{summary, Difference, VerifyScope};
 use netwarden_dataplane::{Backend, Netns, Rules, RulesWatch};
 use netwarden_engine::PodKey;
+use netwarden_kube::{EventReason, PolicyEvent, PolicyObject};
+use netwarden_manifest::ClusterKey;
 
 /// The least time between two log lines about one pod's tampering.
 pub const SAY_EVERY: Duration = Duration::from_secs(10);
@@ -243,6 +245,24 @@ impl TamperGuard {
     /// Notifications drained and overruns (for tests and metrics).
     pub fn counts(&self) -> (u64, u64) {
         self.watch.counts()
+    }
+}
+
+/// The `RulesTampered` Event on the repaired Pod (with `--kube`; as rate-limited as the log
+/// line). Each report is an Event of its own: its `generation` is the time of the report.
+pub fn pod_event(repair: &Repair, uid: Option<String>, now: SystemTime) -> PolicyEvent {
+    let millis = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    PolicyEvent {
+        policy: PolicyObject {
+            key: ClusterKey::new("Pod", &repair.pod.namespace, &repair.pod.name),
+            api_version: "v1".into(),
+            uid: uid.unwrap_or_default(),
+            generation: millis,
+        },
+        reason: EventReason::RulesTampered,
+        note: line(repair),
     }
 }
 

@@ -57,6 +57,10 @@ pub enum EventReason {
     InvalidPolicy,
     /// The policy selects no pod anywhere in the cluster.
     SelectsNoPods,
+    /// On a Pod: someone changed the rules netwarden programmed into its netns, and they were
+    /// put back (tamper repair, SPEC 5). Written by the pod's node only, at most once per pod
+    /// per the agent's report period ([`EventPublisher::send`]).
+    RulesTampered,
 }
 
 impl EventReason {
@@ -64,6 +68,7 @@ impl EventReason {
         match self {
             EventReason::InvalidPolicy => "InvalidPolicy",
             EventReason::SelectsNoPods => "SelectsNoPods",
+            EventReason::RulesTampered => "RulesTampered",
         }
     }
 }
@@ -75,7 +80,8 @@ impl fmt::Display for EventReason {
 }
 
 /// The identity of a watched policy object, kept beside its reduced form (which has no uid or
-/// generation) so Events can name and reference it.
+/// generation) so Events can name and reference it; for [`EventReason::RulesTampered`], a Pod
+/// (its `generation` then numbers the reports, so each is an Event of its own).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PolicyObject {
     pub key: ClusterKey,
@@ -299,6 +305,17 @@ impl EventPublisher {
         queued
     }
 
+    /// Queues one Event that is not part of a wanted set (a report of something that
+    /// happened, e.g. [`EventReason::RulesTampered`]): no ledger, the caller rate-limits it.
+    /// Never waits: a full queue drops it (counted). Whether it was queued.
+    pub fn send(&self, event: PolicyEvent) -> bool {
+        let queued = self.tx.try_send(event).is_ok();
+        if !queued {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        queued
+    }
+
     pub fn counters(&self) -> &EventCounters {
         &self.counters
     }
@@ -316,7 +333,13 @@ fn event_object(event: &PolicyEvent, reporting_instance: &str) -> Event {
         event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
         type_: Some("Warning".into()),
         reason: Some(event.reason.as_str().into()),
-        action: Some("Enforce".into()),
+        action: Some(
+            match event.reason {
+                EventReason::RulesTampered => "Repair",
+                _ => "Enforce",
+            }
+            .into(),
+        ),
         note: Some(bounded_note(&event.note)),
         reporting_controller: Some(REPORTING_CONTROLLER.into()),
         reporting_instance: Some(reporting_instance.into()),

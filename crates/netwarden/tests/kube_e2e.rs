@@ -580,3 +580,60 @@ fn a_crd_answering_404_for_a_moment_keeps_its_policies() {
         || ready(metrics),
     );
 }
+
+/// Tamper repair with `--kube` (SPEC 5): the pod deletes netwarden's table from inside its
+/// netns; the agent puts it back and writes a `RulesTampered` Event on the Pod (once for a
+/// burst of tampers: the Event is as rate-limited as the log line).
+#[test]
+fn a_tampered_pod_is_repaired_and_gets_a_rules_tampered_event() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = Lab::new("nwkt");
+    let (web, client, api) = (lab.web.clone(), lab.client.clone(), &lab.api);
+    let pair = Pair {
+        web: &web,
+        client: &client,
+    };
+    let closed = format!("{WEB}:8081");
+    let metrics = free_port();
+    let args = lab.agent_args(metrics);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut agent = AgentProcess::start(&netwarden_bin!(), &args, &lab.dir.path.join("agent.log"));
+    agent.wait_for("ready", Duration::from_secs(30), || ready(metrics));
+    api.create(policy(
+        json!([{"podSelector": {"matchLabels": {"app": "client"}}}]),
+        None,
+    ))
+    .unwrap();
+    converge(&mut agent, &pair, &closed, false, "policy applied");
+
+    for _ in 0..3 {
+        let out = netwarden_testing::run_in(&web, "nft", &["delete", "table", "inet", "netwarden"]);
+        assert!(out.status.success(), "{out:?}");
+        converge(&mut agent, &pair, &closed, false, "repaired");
+    }
+    let tampered = |api: &FakeApiServer| -> Vec<Value> {
+        api.objects("Event")
+            .into_iter()
+            .filter(|e| e["reason"] == "RulesTampered")
+            .collect()
+    };
+    agent.wait_for("a RulesTampered Event", Duration::from_secs(10), || {
+        !tampered(api).is_empty()
+    });
+    let events = tampered(api);
+    assert_eq!(events.len(), 1, "rate-limited to one: {events:#?}");
+    let event = &events[0];
+    assert_eq!(event["regarding"]["kind"], "Pod");
+    assert_eq!(event["regarding"]["name"], "web");
+    assert_eq!(event["regarding"]["namespace"], NS);
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["action"], "Repair");
+    assert!(
+        event["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("table missing") && n.contains("put back")),
+        "{event:#}"
+    );
+}
