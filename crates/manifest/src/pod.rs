@@ -56,6 +56,9 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
         );
     }
 
+    if !host_network {
+        warn_net_admin(cx, spec);
+    }
     let mut container_ports = read_container_ports(cx, spec);
     // Which node programs the pod (the kube agent's `--node-name`); a wrong type rejects the
     // pod rather than leaving it unprogrammed by every node.
@@ -137,6 +140,47 @@ pub(crate) fn read_pod(cx: &mut Ctx<'_>, doc: &Value) -> Option<PodRecord> {
 /// The container ports of `initContainers` then `containers`, in the order written: named
 /// ports resolve to the first port with that name and protocol (`Pod::named_port`), and a
 /// name used twice is reported, saying which port wins.
+/// What a container with NET_ADMIN in the pod's own netns can do to the rules netwarden
+/// programs there (SPEC 5, tamper repair), said once per pod at the first such container.
+const NET_ADMIN_NOTE: &str = "NET_ADMIN in the pod's own network namespace lets it change the \
+     rules netwarden programs there once a policy selects it: they are compared and put back \
+     (SECURITY.md), but a pod that does not need the capability should not have it";
+
+/// Warns when a container of the pod is privileged or adds NET_ADMIN (or ALL). Only read, never
+/// judged: a field of another type here is the API server's to refuse, not a reason to drop
+/// the pod.
+fn warn_net_admin(cx: &mut Ctx<'_>, spec: &Value) {
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        let Some(containers) = spec.get(list).and_then(Value::as_array) else {
+            continue;
+        };
+        for (ci, c) in containers.iter().enumerate() {
+            let base = join(&index(&join("spec", list), ci), "securityContext");
+            let Some(sc) = c.get("securityContext") else {
+                continue;
+            };
+            if sc.get("privileged") == Some(&Value::Bool(true)) {
+                cx.warn(&join(&base, "privileged"), NET_ADMIN_NOTE);
+                return;
+            }
+            let adds = sc
+                .get("capabilities")
+                .and_then(|caps| caps.get("add"))
+                .and_then(Value::as_array);
+            let net_admin = adds.is_some_and(|adds| {
+                adds.iter().filter_map(Value::as_str).any(|cap| {
+                    let cap = cap.trim_start_matches("CAP_");
+                    cap.eq_ignore_ascii_case("NET_ADMIN") || cap.eq_ignore_ascii_case("ALL")
+                })
+            });
+            if net_admin {
+                cx.warn(&join(&base, "capabilities.add"), NET_ADMIN_NOTE);
+                return;
+            }
+        }
+    }
+}
+
 fn read_container_ports(cx: &mut Ctx<'_>, spec: &Value) -> Vec<ContainerPort> {
     let mut ports_out: Vec<ContainerPort> = Vec::new();
     // Port name -> (index in `ports_out`, field) of its first use, per protocol.

@@ -3171,3 +3171,86 @@ items:
         inv.problems[1]
     );
 }
+
+/// SPEC 5: a pod that can change its own netns's rules is pointed out (a warning, once per
+/// pod, naming the field); a hostNetwork pod is not (netwarden never programs it), nor are
+/// capabilities that do not include NET_ADMIN.
+#[test]
+fn pods_with_net_admin_are_warned_about() {
+    let inv = load(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: nf, namespace: ns}
+spec:
+  containers:
+  - name: a
+    securityContext: {capabilities: {add: [NET_RAW]}}
+  - name: b
+    securityContext: {capabilities: {add: [NET_RAW, CAP_NET_ADMIN]}}
+  - name: c
+    securityContext: {capabilities: {add: [NET_ADMIN]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: priv, namespace: ns}
+spec:
+  initContainers:
+  - name: i
+    securityContext: {privileged: true}
+  containers: [{name: c}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: all, namespace: ns}
+spec:
+  ephemeralContainers:
+  - name: dbg
+    securityContext: {capabilities: {add: [all]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: plain, namespace: ns}
+spec:
+  containers:
+  - name: c
+    securityContext: {capabilities: {add: [NET_RAW], drop: [NET_ADMIN]}, privileged: false}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: host, namespace: ns}
+spec:
+  hostNetwork: true
+  containers:
+  - name: c
+    securityContext: {privileged: true}
+"#,
+    );
+    let net_admin: Vec<_> = inv
+        .problems
+        .iter()
+        .filter(|p| p.reason.contains("NET_ADMIN"))
+        .map(|p| (p.object.clone(), p.field.clone(), p.severity))
+        .collect();
+    assert_eq!(
+        net_admin,
+        vec![
+            (
+                "ns/nf".to_string(),
+                "spec.containers[1].securityContext.capabilities.add".to_string(),
+                Severity::Warning
+            ),
+            (
+                "ns/priv".to_string(),
+                "spec.initContainers[0].securityContext.privileged".to_string(),
+                Severity::Warning
+            ),
+            (
+                "ns/all".to_string(),
+                "spec.ephemeralContainers[0].securityContext.capabilities.add".to_string(),
+                Severity::Warning
+            ),
+        ]
+    );
+    assert_eq!(inv.pods.len(), 5, "warned, not dropped");
+}
