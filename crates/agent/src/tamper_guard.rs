@@ -39,7 +39,7 @@ pub const SAY_EVERY: Duration = Duration::from_secs(10);
 pub const REPAIR_GAP: Duration = Duration::from_millis(10);
 
 /// The most the gap grows to while repairs do not hold (see the module doc).
-pub const MAX_REPAIR_GAP: Duration = Duration::from_millis(250);
+pub const MAX_REPAIR_GAP: Duration = Duration::from_millis(50);
 
 /// When one netns may be repaired next.
 #[derive(Debug, Clone, Copy)]

@@ -53,7 +53,8 @@ const RTMGRP_LINK: u32 = 0x1;
 const RTMGRP_IPV4_IFADDR: u32 = 0x10;
 const RTMGRP_IPV6_IFADDR: u32 = 0x100;
 
-/// The shortest time between two calls of the owner's callback.
+/// The shortest time between two calls of the owner's callback, for interface changes
+/// ([`Listen::MIN_GAP`] of [`Links`]).
 pub const MIN_GAP: Duration = Duration::from_millis(50);
 /// How long one poll waits before looking for sockets added meanwhile (their notifications
 /// are queued in the socket until then: nothing is lost, only a little late).
@@ -85,6 +86,8 @@ pub trait Listen: Send + Sync + 'static {
     /// The netlink protocol and multicast groups (a bind mask) of the socket.
     const PROTOCOL: isize;
     const GROUPS: u32;
+    /// The shortest time between two calls of the owner's callback (see the module doc).
+    const MIN_GAP: Duration;
     /// Reads one datagram of notifications into `news`; whether the owner must be told.
     fn read(&self, datagram: &[u8], news: &mut Self::News) -> bool;
     /// The kernel dropped notifications for want of room: `news` must say so.
@@ -249,6 +252,7 @@ impl Listen for Links {
     const WHAT: &'static str = "rtnetlink";
     const PROTOCOL: isize = NETLINK_ROUTE;
     const GROUPS: u32 = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+    const MIN_GAP: Duration = MIN_GAP;
 
     fn read(&self, _datagram: &[u8], _news: &mut ()) -> bool {
         true
@@ -302,6 +306,9 @@ impl Listen for Rules {
     const WHAT: &'static str = "nf_tables";
     const PROTOCOL: isize = NETLINK_NETFILTER;
     const GROUPS: u32 = NFNLGRP_NFTABLES_MASK;
+    /// Short: each notification may be a tamper the agent repairs at once (it paces the
+    /// repairs of one netns itself, 10 ms apart at least); this only bounds the wake-ups.
+    const MIN_GAP: Duration = Duration::from_millis(5);
 
     fn read(&self, datagram: &[u8], news: &mut RulesNews) -> bool {
         let mut tell = false;
@@ -394,7 +401,7 @@ fn poll_loop<L: Listen>(shared: &Shared<L>) {
             .map(|(path, w)| (path.clone(), w.socket.clone()))
             .collect();
         let wait = match (pending, last_notified) {
-            (true, Some(at)) => MIN_GAP.saturating_sub(at.elapsed()).min(POLL_EVERY),
+            (true, Some(at)) => L::MIN_GAP.saturating_sub(at.elapsed()).min(POLL_EVERY),
             _ => POLL_EVERY,
         };
         if sockets.is_empty() {
@@ -425,7 +432,7 @@ fn poll_loop<L: Listen>(shared: &Shared<L>) {
                 }
             }
         }
-        if pending && last_notified.is_none_or(|at| at.elapsed() >= MIN_GAP) {
+        if pending && last_notified.is_none_or(|at| at.elapsed() >= L::MIN_GAP) {
             pending = false;
             last_notified = Some(Instant::now());
             (shared.notify)();

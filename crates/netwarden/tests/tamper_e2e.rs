@@ -17,7 +17,7 @@ use common::*;
 use netwarden_dataplane::Backend;
 use netwarden_testing::{
     docs_text, free_port, heavy_lock, http_get, netwarden_leftovers, root_or_skip, run_in,
-    unique_prefix, AgentProcess, TempDir,
+    sync_lines_in, unique_prefix, AgentProcess, TempDir,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_netwarden");
@@ -105,14 +105,14 @@ fn tamper_e2e(backend: Backend) {
         "--verify-interval",
         "1h",
     ];
-    let mut agent = AgentProcess::start_with_env(
-        BIN,
-        &args,
-        &[("RUST_LOG", "info")],
-        &logs.path.join("agent.log"),
-    );
+    let log = logs.path.join("agent.log");
+    let mut agent = AgentProcess::start_with_env(BIN, &args, &[("RUST_LOG", "info")], &log);
     agent.wait_for("both pods programmed", TIMEOUT, || {
         has_rules(backend, &server) && has_rules(backend, &other)
+    });
+    // Both families are in once the first sync is logged (iptables: one restore each).
+    agent.wait_for("the first sync is logged", TIMEOUT, || {
+        !sync_lines_in(&log).is_empty()
     });
     assert_probes(&lab, &probes("client-no", "server"), false, "denied");
     let programmed = netwarden_leftovers(backend.as_str(), &server);
@@ -149,11 +149,11 @@ fn tamper_e2e(backend: Backend) {
         agent.log()
     );
 
-    // 2. A tamper loop from inside the pod while the agent serves the other pod.
+    // 2. A tamper loop (1,000 tampers) from inside the pod while the agent serves the other pod.
     let cpu_before = cpu_time(agent.pid());
     let loop_start = Instant::now();
     let script = format!(
-        "for i in $(seq 1 300); do {{ {}; }} 2>/dev/null; done; true",
+        "for i in $(seq 1 1000); do {{ {}; }} 2>/dev/null; done; true",
         wipe(backend)
     );
     let tamperer = std::process::Command::new("ip")
@@ -192,7 +192,7 @@ fn tamper_e2e(backend: Backend) {
     let wall = loop_start.elapsed();
     let repairs = tampered_total(metrics, "e2e/server");
     println!(
-        "{}: 300 tampers in {loop_time:?}; other pod's edit applied after {edit_latency:?}; \
+        "{}: 1,000 tampers in {loop_time:?}; other pod's edit applied after {edit_latency:?}; \
          agent CPU {cpu:?} over {wall:?}; repairs counted {repairs}",
         backend.as_str()
     );
