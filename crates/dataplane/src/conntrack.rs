@@ -8,14 +8,39 @@
 //! `ct state new`; with pickup off: `invalid`, which the chains do not accept either) and it
 //! walks the policy rules, which reject it (a TCP reset, ICMP port unreachable otherwise).
 //! Nothing is added to the packet path: the cost is one dump of the table per changed netns
-//! and one message per connection ended.
+//! and a message or two per connection ended.
+//!
+//! # TCP tombstones
+//!
+//! Deleting alone is not enough for TCP (measured on Linux 6.18, both backends, see
+//! `tests/revoke_root.rs`). When the **pod's** side sends the next packet, the pickup tracks
+//! the connection with the pod as its originator, judged by the pod's other direction: a pod
+//! isolated in ingress only (the common case) has its egress open, the packet is accepted, the
+//! entry confirmed — and the peer's packets, replies now, are accepted as established. The
+//! revoked connection lives on, for as long as the pod speaks first after each idle spell.
+//!
+//! So a revoked TCP entry is replaced by a **tombstone**: an entry with the same tuples (and
+//! zone), created over ctnetlink in state SYN_SENT with no status bit, living as long as the
+//! deleted entry had left (at least [`MIN_TOMBSTONE_SECS`]). With it in place there is no
+//! pickup, and conntrack's TCP state machine does the rest: any packet from the original
+//! side other than a SYN is invalid in SYN_SENT, and an unreplied entry's packets are `new`
+//! anyway, so every one of them walks the rules, which refuse it with a reset; a packet from
+//! the pod's side is let through (ignored by the state machine) and its answer from the peer
+//! is refused the same way. A new connection the peer opens on the same ports (a SYN) is
+//! `new` and judged by the rules like any other. The tombstone of a connection that really
+//! ended simply expires. UDP and other protocols have no mid-stream state: a datagram the pod
+//! sends after the revocation starts a new flow that its own egress rules judge (and allow
+//! only if they allow the pod to send to that peer), so their entries are deleted only.
+//!
+//! # Messages
 //!
 //! The messages (`linux/netfilter/nfnetlink_conntrack.h`) are built and read here by hand, a
 //! few attributes only, rather than through a netlink crate for netfilter: a dump request
 //! (`IPCTNL_MSG_CT_GET`, `NLM_F_DUMP`, family `AF_UNSPEC`: every family), its replies (one
-//! `IPCTNL_MSG_CT_NEW` per connection, of which the original-direction tuple and the zone are
-//! read), and a delete (`IPCTNL_MSG_CT_DELETE`) that hands the kernel the tuple and zone
-//! exactly as it listed them. Parsing is pure ([`parse_datagram`]) and never panics on any
+//! `IPCTNL_MSG_CT_NEW` per connection, of which the tuples, the timeout, the TCP state and the
+//! zone are read), a delete (`IPCTNL_MSG_CT_DELETE`) that hands the kernel the tuple and zone
+//! exactly as it listed them, and the tombstone's create (`IPCTNL_MSG_CT_NEW`,
+//! `NLM_F_CREATE | NLM_F_EXCL`). Parsing is pure ([`parse_datagram`]) and never panics on any
 //! input; the I/O ([`list_here`], [`delete_here`], [`revoke`]) runs on a thread inside the pod
 //! netns, on a socket connected to the kernel (a process in the pod cannot slip replies in).
 
@@ -24,8 +49,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use netlink_packet_core::{
-    NetlinkBuffer, NlasIterator, NLA_F_NESTED, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    NetlinkBuffer, NlasIterator, NLA_F_NESTED, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE,
+    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL, NLM_F_REQUEST,
 };
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use netwarden_engine::TrackedFlow;
@@ -46,7 +71,12 @@ const AF_INET6: u8 = 10;
 const NFGENMSG_LEN: usize = 4;
 
 const CTA_TUPLE_ORIG: u16 = 1;
+const CTA_TUPLE_REPLY: u16 = 2;
+const CTA_STATUS: u16 = 3;
 const CTA_PROTOINFO: u16 = 4;
+const CTA_TIMEOUT: u16 = 7;
+/// `IPS_SEEN_REPLY`: packets went both ways.
+const IPS_SEEN_REPLY: u32 = 1 << 1;
 const CTA_ZONE: u16 = 18;
 const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
@@ -59,6 +89,17 @@ const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 const CTA_PROTOINFO_TCP: u16 = 1;
 const CTA_PROTOINFO_TCP_STATE: u16 = 1;
+/// `TCP_CONNTRACK_SYN_SENT`: the state of a tombstone (see the module doc).
+const TCP_CONNTRACK_SYN_SENT: u8 = 1;
+/// The shortest life of a tombstone, whatever was left of the entry it replaces. Far above the
+/// kernel's SYN_SENT timeout (`nf_conntrack_tcp_timeout_syn_sent`, 120 s), so that a later
+/// revocation tells a tombstone from a handshake under way ([`Connection::is_tombstone`]).
+const MIN_TOMBSTONE_SECS: u32 = 3600;
+/// A SYN_SENT entry without a reply that has more than this left is a tombstone.
+const TOMBSTONE_AFTER_SECS: u32 = 600;
+/// Attempts at replacing an entry with its tombstone when a packet re-creates the entry in
+/// between.
+const TOMBSTONE_ATTEMPTS: usize = 3;
 
 /// The longest wait for one reply datagram (the kernel answers at once; this only keeps a
 /// broken socket from stalling a sync).
@@ -75,8 +116,14 @@ pub struct Connection {
     pub flow: TrackedFlow,
     /// The TCP state (`enum tcp_conntrack`: 3 is ESTABLISHED), when the kernel said.
     pub tcp_state: Option<u8>,
+    /// Seconds left before the entry expires, when the kernel said.
+    pub timeout: Option<u32>,
+    /// `CTA_STATUS` (`IPS_*` bits), when the kernel said.
+    pub status: Option<u32>,
     /// `CTA_TUPLE_ORIG`'s payload as listed: handed back verbatim to delete the entry.
     orig_tuple: Vec<u8>,
+    /// `CTA_TUPLE_REPLY`'s payload as listed (a tombstone is created with both tuples).
+    reply_tuple: Vec<u8>,
     /// `CTA_ZONE`'s payload as listed (entries in a non-default zone carry it).
     zone: Option<Vec<u8>>,
 }
@@ -175,6 +222,45 @@ pub fn delete_request(connection: &Connection, seq: u32) -> Vec<u8> {
     )
 }
 
+/// The request to create the tombstone of TCP `connection` (acknowledged; refused if an
+/// entry with its tuples exists): the same tuples and zone, state SYN_SENT, no status bit (in
+/// particular not `IPS_SEEN_REPLY`), living as long as the entry had left (at least
+/// [`MIN_TOMBSTONE_SECS`]).
+pub fn tombstone_request(connection: &Connection, seq: u32) -> Vec<u8> {
+    let mut attrs = Vec::new();
+    attr(
+        &mut attrs,
+        CTA_TUPLE_ORIG | NLA_F_NESTED,
+        &connection.orig_tuple,
+    );
+    attr(
+        &mut attrs,
+        CTA_TUPLE_REPLY | NLA_F_NESTED,
+        &connection.reply_tuple,
+    );
+    let secs = connection.timeout.unwrap_or(0).max(MIN_TOMBSTONE_SECS);
+    attr(&mut attrs, CTA_TIMEOUT, &secs.to_be_bytes());
+    let mut state = Vec::new();
+    attr(
+        &mut state,
+        CTA_PROTOINFO_TCP_STATE,
+        &[TCP_CONNTRACK_SYN_SENT],
+    );
+    let mut tcp = Vec::new();
+    attr(&mut tcp, CTA_PROTOINFO_TCP | NLA_F_NESTED, &state);
+    attr(&mut attrs, CTA_PROTOINFO | NLA_F_NESTED, &tcp);
+    if let Some(zone) = &connection.zone {
+        attr(&mut attrs, CTA_ZONE, zone);
+    }
+    message(
+        IPCTNL_MSG_CT_NEW,
+        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        seq,
+        connection.family,
+        &attrs,
+    )
+}
+
 /// Reads one reply datagram to request `seq`. Messages of another sequence number are
 /// skipped (none come on a fresh connected socket; kept for robustness).
 pub fn parse_datagram(bytes: &[u8], seq: u32) -> Result<Datagram, ConntrackError> {
@@ -226,26 +312,52 @@ fn parse_connection(payload: &[u8]) -> Result<Option<Connection>, ConntrackError
         .get(NFGENMSG_LEN..)
         .ok_or_else(|| bad("short nfgenmsg"))?;
     let mut orig = None;
+    let mut reply = None;
+    let mut timeout = None;
+    let mut status = None;
     let mut zone = None;
     let mut tcp_state = None;
     for nla in NlasIterator::new(attrs) {
         let nla = nla.map_err(|e| bad(&format!("attribute: {e}")))?;
         match nla.kind() {
             CTA_TUPLE_ORIG => orig = Some(nla.value().to_vec()),
+            CTA_TUPLE_REPLY => reply = Some(nla.value().to_vec()),
+            CTA_TIMEOUT => timeout = be_u32(nla.value()),
+            CTA_STATUS => status = be_u32(nla.value()),
             CTA_ZONE => zone = Some(nla.value().to_vec()),
             CTA_PROTOINFO => tcp_state = tcp_state_of(nla.value()),
             _ => {}
         }
     }
     let orig = orig.ok_or_else(|| bad("no original tuple"))?;
+    let reply = reply.ok_or_else(|| bad("no reply tuple"))?;
     let flow = parse_tuple(&orig)?;
     Ok(Some(Connection {
         family,
         flow,
         tcp_state,
+        timeout,
+        status,
         orig_tuple: orig,
+        reply_tuple: reply,
         zone,
     }))
+}
+
+fn be_u32(value: &[u8]) -> Option<u32> {
+    <[u8; 4]>::try_from(value).ok().map(u32::from_be_bytes)
+}
+
+impl Connection {
+    /// Whether this entry is a tombstone a revocation left (see the module doc): TCP in
+    /// SYN_SENT, never replied, with far more time left than a real handshake gets. Such an
+    /// entry already refuses the connection; it is not revoked again.
+    pub fn is_tombstone(&self) -> bool {
+        self.flow.protocol == netwarden_engine::judge::IPPROTO_TCP
+            && self.tcp_state == Some(TCP_CONNTRACK_SYN_SENT)
+            && self.status.is_some_and(|s| s & IPS_SEEN_REPLY == 0)
+            && self.timeout.is_some_and(|t| t > TOMBSTONE_AFTER_SECS)
+    }
 }
 
 fn tcp_state_of(protoinfo: &[u8]) -> Option<u8> {
@@ -390,29 +502,47 @@ pub fn list_here() -> Result<Vec<Connection>, ConntrackError> {
     Ok(all)
 }
 
-/// Deletes `connections` from the calling thread's netns; the number deleted. An entry gone
-/// meanwhile (the connection ended) is not an error.
+/// Ends `connections` in the calling thread's netns: deletes each entry and, for TCP, puts
+/// its tombstone in its place (see the module doc); the number ended. An entry gone meanwhile
+/// (the connection ended by itself) is not an error.
 pub fn delete_here(connections: &[Connection]) -> Result<usize, ConntrackError> {
     let socket = open_socket()?;
     let mut buffer = vec![0; DATAGRAM];
-    let mut deleted = 0;
-    for (i, c) in connections.iter().enumerate() {
-        let seq = 2 + i as u32;
-        match exchange(
-            &socket,
-            "delete",
-            &delete_request(c, seq),
-            seq,
-            &mut buffer,
-            |_| {},
-        ) {
-            Ok(()) => deleted += 1,
-            Err(ConntrackError::Kernel { source, .. })
-                if source.raw_os_error() == Some(libc::ENOENT) => {}
+    let mut seq = 1u32;
+    let mut request = |what: &'static str, bytes: &dyn Fn(u32) -> Vec<u8>| {
+        seq = seq.wrapping_add(1);
+        exchange(&socket, what, &bytes(seq), seq, &mut buffer, |_| {})
+    };
+    let errno = |e: &ConntrackError| match e {
+        ConntrackError::Kernel { source, .. } => source.raw_os_error(),
+        _ => None,
+    };
+    let mut ended = 0;
+    for c in connections {
+        match request("delete", &|seq| delete_request(c, seq)) {
+            Ok(()) => ended += 1,
+            Err(e) if errno(&e) == Some(libc::ENOENT) => {}
             Err(e) => return Err(e),
         }
+        if c.flow.protocol != netwarden_engine::judge::IPPROTO_TCP {
+            continue;
+        }
+        for attempt in 1..=TOMBSTONE_ATTEMPTS {
+            match request("tombstone", &|seq| tombstone_request(c, seq)) {
+                Ok(()) => break,
+                // A packet of the connection re-created the entry in between: again.
+                Err(e) if errno(&e) == Some(libc::EEXIST) && attempt < TOMBSTONE_ATTEMPTS => {
+                    match request("delete", &|seq| delete_request(c, seq)) {
+                        Ok(()) => {}
+                        Err(e) if errno(&e) == Some(libc::ENOENT) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
-    Ok(deleted)
+    Ok(ended)
 }
 
 /// What [`revoke`] did in one netns.
@@ -434,7 +564,11 @@ pub fn revoke(
 ) -> Result<Revoked, ConntrackError> {
     netns.run(move || {
         let listed = list_here()?;
-        let doomed: Vec<Connection> = listed.iter().filter(|c| deny(&c.flow)).cloned().collect();
+        let doomed: Vec<Connection> = listed
+            .iter()
+            .filter(|c| !c.is_tombstone() && deny(&c.flow))
+            .cloned()
+            .collect();
         let deleted = delete_here(&doomed)?;
         Ok(Revoked {
             listed: listed.len(),
@@ -575,6 +709,61 @@ mod tests {
             (attrs[1].kind(), attrs[1].value()),
             (CTA_ZONE, &[0u8, 5][..])
         );
+    }
+
+    #[test]
+    fn a_tombstone_has_both_tuples_state_syn_sent_and_the_time_left() {
+        let orig = tuple(ip("10.98.0.1"), ip("10.98.0.2"), 6, 32808, 80);
+        let reply = tuple(ip("10.98.0.2"), ip("10.98.0.1"), 6, 80, 32808);
+        let c = parse_datagram(&entry(AF_INET, 1, &orig, &reply, &[]), 1)
+            .unwrap()
+            .connections
+            .remove(0);
+        assert_eq!(c.timeout, Some(431999));
+        let request = tombstone_request(&c, 3);
+        let header = NetlinkBuffer::new_checked(&request[..]).unwrap();
+        assert_eq!(header.message_type(), 1 << 8);
+        assert_eq!(
+            header.flags(),
+            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+        );
+        let attrs: Vec<_> = NlasIterator::new(&header.payload()[4..])
+            .map(Result::unwrap)
+            .collect();
+        let kinds: Vec<u16> = attrs.iter().map(|a| a.kind()).collect();
+        assert_eq!(
+            kinds,
+            [CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_TIMEOUT, CTA_PROTOINFO]
+        );
+        assert_eq!(attrs[0].value(), &orig[..]);
+        assert_eq!(attrs[1].value(), &reply[..]);
+        assert_eq!(attrs[2].value(), &431999u32.to_be_bytes());
+        assert_eq!(tcp_state_of(attrs[3].value()), Some(TCP_CONNTRACK_SYN_SENT));
+        // No status attribute: IPS_SEEN_REPLY stays clear.
+        assert!(!c.is_tombstone(), "an established entry");
+        let listed_back = Connection {
+            tcp_state: Some(TCP_CONNTRACK_SYN_SENT),
+            status: Some(0x8), // IPS_CONFIRMED only
+            timeout: Some(MIN_TOMBSTONE_SECS - 1),
+            ..c.clone()
+        };
+        assert!(listed_back.is_tombstone());
+        let handshake = Connection {
+            timeout: Some(119),
+            ..listed_back
+        };
+        assert!(
+            !handshake.is_tombstone(),
+            "a SYN_SENT entry of a real handshake"
+        );
+        let short = Connection {
+            timeout: Some(3),
+            ..c
+        };
+        let request = tombstone_request(&short, 4);
+        assert!(request
+            .windows(4)
+            .any(|w| w == MIN_TOMBSTONE_SECS.to_be_bytes()));
     }
 
     #[test]

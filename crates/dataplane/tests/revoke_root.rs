@@ -10,6 +10,12 @@
 //!
 //! The pod is isolated in both directions. Before: ingress TCP 8080, 9090 and UDP 7000 from
 //! the peer, egress TCP 6060, 5050 to it. After: ingress TCP 8080, egress TCP 6060 only.
+//! The revoked TCP connections leave tombstones that a second revocation leaves alone.
+//!
+//! A second case isolates the pod in ingress only and lets the **pod** speak first after the
+//! revocation: deleting the entry alone let that connection live on (the kernel picked it up
+//! again with the pod as originator, through the open egress); the tombstone ends it, and a new
+//! connection from the same ports is judged, and refused, by the rules.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, UdpSocket};
@@ -290,6 +296,21 @@ fn scenario<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool) {
     flows.sort();
     assert_eq!(flows, [(6, 5050), (6, 9090), (17, 7000)], "{revoked:?}");
     assert_eq!(revoked.deleted, 3, "{revoked:?}");
+    // The revoked TCP connections left tombstones, which a later revocation leaves alone.
+    let listed = Netns::open(&p)
+        .unwrap()
+        .run(conntrack::list_here)
+        .unwrap()
+        .unwrap();
+    let mut tombstones: Vec<u16> = listed
+        .iter()
+        .filter(|c| c.is_tombstone())
+        .map(|c| c.flow.dport)
+        .collect();
+    tombstones.sort();
+    assert_eq!(tombstones, [5050, 9090], "{listed:#?}");
+    let again = revoke(&p, &after());
+    assert!(again.flows.is_empty(), "{again:?}");
     in_kept.assert_passes("after");
     out_kept.assert_passes("after");
     let t_in = in_denied.assert_revoked();
@@ -370,4 +391,118 @@ fn keep_leaves_established_connections_alone() {
             false,
         );
     }
+}
+
+/// The pod is isolated in ingress only (its egress is open), and after the revocation the
+/// **pod** speaks first on the revoked connection. Its packet finds no conntrack entry and
+/// leaves through the open egress: the kernel's mid-stream pickup would track the connection
+/// anew with the pod as its originator, and the peer's packets, now replies, would be accepted
+/// as established — the connection would survive. The revocation leaves a tombstone in the
+/// entry's place so that it cannot (see `conntrack`'s module doc).
+fn pod_speaks_first<D: Dataplane>(mut dp: D, tag: &str, v6: bool) {
+    let topo = topology(tag);
+    let (p, q) = (topo.pod.clone(), topo.peer.clone());
+    let pod_ip = if v6 { POD_V6 } else { POD_V4 };
+    let ingress_only = |ports| {
+        let mut r = pod_rules(ports, vec![]);
+        r.interfaces[0].egress = netwarden_engine::DirectionRules::open();
+        r
+    };
+    let before = ingress_only(vec![tcp(8080), tcp(9090)]);
+    let after = ingress_only(vec![tcp(8080)]);
+    assert_eq!(
+        dp.apply(&p, &dp.render(&before).unwrap()).unwrap(),
+        ApplyOutcome::Applied
+    );
+    let mut kept = live("ingress 8080 (kept)", &q, &p, pod_ip, 8080);
+    let mut denied = live("ingress 9090 (denied)", &q, &p, pod_ip, 9090);
+    kept.assert_passes("before");
+    denied.assert_passes("before");
+    assert_eq!(
+        dp.apply(&p, &dp.render(&after).unwrap()).unwrap(),
+        ApplyOutcome::Applied
+    );
+    let revoked = revoke(&p, &after);
+    assert_eq!(revoked.flows.len(), 1, "{revoked:?}");
+    // The pod (the responder) writes first, then the peer answers.
+    let start = Instant::now();
+    let mut dead = None;
+    while start.elapsed() < WITHIN {
+        let mut buf = [0u8; 4];
+        let r = denied
+            .responder
+            .write_all(b"push")
+            .and_then(|()| denied.initiator.read_exact(&mut buf))
+            .and_then(|()| denied.initiator.write_all(b"back"))
+            .and_then(|()| denied.responder.read_exact(&mut buf));
+        match r {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => {
+                dead = Some((e, start.elapsed()));
+                break;
+            }
+        }
+    }
+    let (e, took) = dead.unwrap_or_else(|| {
+        panic!(
+            "{tag}: the revoked connection still passes {WITHIN:?} after, the pod speaking first"
+        )
+    });
+    kept.assert_passes("after");
+    // The refused peer opens a new connection on the very same ports: the rules judge it.
+    let local = denied.initiator.local_addr().unwrap();
+    drop(denied);
+    let target = addr(pod_ip, 9090);
+    let again = in_netns(&q, move || reuse_connect(local, target.parse().unwrap()));
+    assert!(
+        again.is_err(),
+        "{tag}: a new connection on the revoked ports got through"
+    );
+    eprintln!(
+        "{tag}: pod spoke first; the revoked connection failed after {:.1} ms ({e})",
+        took.as_secs_f64() * 1e3
+    );
+}
+
+#[test]
+fn nft_pod_speaking_first_does_not_revive_a_revoked_connection() {
+    if root_or_skip() {
+        pod_speaks_first(NftDataplane::new(RenderOptions::default()), "f4", false);
+        pod_speaks_first(NftDataplane::new(RenderOptions::default()), "f6", true);
+    }
+}
+
+#[test]
+fn iptables_pod_speaking_first_does_not_revive_a_revoked_connection() {
+    if root_or_skip() {
+        pod_speaks_first(
+            IptablesDataplane::new(RenderOptions::default()),
+            "g4",
+            false,
+        );
+        pod_speaks_first(IptablesDataplane::new(RenderOptions::default()), "g6", true);
+    }
+}
+
+/// A TCP connection from `local` (bound with `SO_REUSEADDR`) to `to`, within 1 s.
+fn reuse_connect(
+    local: std::net::SocketAddr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage};
+    use std::os::fd::AsRawFd;
+    let family = if local.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = nix::sys::socket::socket(family, SockType::Stream, SockFlag::empty(), None)?;
+    nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReuseAddr, &true)?;
+    // A refusal is a reset; a drop would hang: give up after 1 s.
+    let second = nix::sys::time::TimeVal::new(1, 0);
+    nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::SendTimeout, &second)?;
+    nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(local))?;
+    nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrStorage::from(to))?;
+    Ok(TcpStream::from(fd))
 }
