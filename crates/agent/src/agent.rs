@@ -77,6 +77,8 @@ pub struct AgentConfig {
     /// How often every programmed netns's rules are compared with what was applied, beside
     /// the comparisons the kernel's notifications trigger ([`crate::tamper_guard`]).
     pub verify_interval: Duration,
+    /// What happens to live connections an apply denies (`--established`, SPEC 5).
+    pub established: crate::sync::Established,
 }
 
 /// The default of [`AgentConfig::verify_interval`].
@@ -544,6 +546,7 @@ impl Agent {
         let handle = runtime.handle().clone();
         let engine = Engine::new(config.engine.clone());
         let mut syncer = for_backend(config.backend, config.render);
+        syncer.set_established(config.established);
         let monitor = if once {
             None
         } else {
@@ -857,10 +860,13 @@ impl Agent {
             monitor
                 .metrics
                 .observe_sync(report.duration, report.errors.is_empty());
+            for (pod, n) in &report.revoked {
+                monitor.metrics.add_revoked(&pod.to_string(), *n as u64);
+            }
             monitor.follow(&mut self.engine, self.syncer.as_ref());
             phases.mark("follow");
         }
-        for error in &report.errors {
+        for error in report.errors.iter().chain(&report.revoke_errors) {
             warn!("{error}");
         }
         report.errors.is_empty()

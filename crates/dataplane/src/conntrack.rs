@@ -152,6 +152,13 @@ pub enum ConntrackError {
     Malformed(String),
 }
 
+impl ConntrackError {
+    /// Whether the netns no longer exists (the pod is gone, its connections with it).
+    pub fn netns_gone(&self) -> bool {
+        matches!(self, ConntrackError::Netns(e) if crate::netns::netns_gone(e))
+    }
+}
+
 /// One reply datagram, read: the connections it lists and whether the reply ended.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Datagram {
