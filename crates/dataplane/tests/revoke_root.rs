@@ -255,7 +255,14 @@ fn revoke(ns: &Path, rules: &PodRules) -> conntrack::Revoked {
 }
 
 /// Every case for one backend and family; `revoke_on`: `--established=revoke` (else `keep`).
-fn scenario<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool) {
+fn scenario<D: Dataplane>(dp: D, tag: &str, v6: bool, revoke_on: bool) {
+    scenario_with(dp, tag, v6, revoke_on, true);
+}
+
+/// [`scenario`], with the kernel's TCP mid-stream pickup (`nf_conntrack_tcp_loose`, per netns)
+/// on or off in the pod netns. Off, a revoked connection's next packet is `invalid` instead of
+/// `new`: the rules must still see it and reject it with a reset, not drop it silently.
+fn scenario_with<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool, loose: bool) {
     let topo = topology(tag);
     let (p, q) = (topo.pod.clone(), topo.peer.clone());
     let (pod_ip, peer_ip) = if v6 {
@@ -265,6 +272,15 @@ fn scenario<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool) {
     };
     let before_rules = dp.render(&before()).unwrap();
     assert_eq!(dp.apply(&p, &before_rules).unwrap(), ApplyOutcome::Applied);
+    if !loose {
+        // The sysctl exists in the netns once a rule there uses conntrack (the apply above).
+        let out = netwarden_testing::run_in(
+            &p,
+            "sysctl",
+            &["-w", "net.netfilter.nf_conntrack_tcp_loose=0"],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
 
     let mut in_kept = live("ingress 8080 (kept)", &q, &p, pod_ip, 8080);
     let mut in_denied = live("ingress 9090 (denied)", &q, &p, pod_ip, 9090);
@@ -371,6 +387,26 @@ fn iptables_revokes_denied_connections_v6() {
             "i6",
             true,
             true,
+        );
+    }
+}
+
+#[test]
+fn revoked_packets_are_rejected_with_tcp_pickup_off() {
+    if root_or_skip() {
+        scenario_with(
+            NftDataplane::new(RenderOptions::default()),
+            "l4",
+            false,
+            true,
+            false,
+        );
+        scenario_with(
+            IptablesDataplane::new(RenderOptions::default()),
+            "l6",
+            true,
+            true,
+            false,
         );
     }
 }
