@@ -911,6 +911,18 @@ impl Agent {
                     );
                 }
                 guard.repaired(&pod, &netns, left.is_empty(), Instant::now());
+                // While the rules were gone, the pod could open connections they deny:
+                // established traffic is accepted before any rule, so they are ended too.
+                match self.syncer.revoke_now(&pod) {
+                    Some(Ok(0)) | None => {}
+                    Some(Ok(n)) => {
+                        info!("{pod}: revoked {n} live connection(s) its rules deny, opened while they were tampered with");
+                        if let Some(monitor) = self.monitor.as_ref() {
+                            monitor.metrics.add_revoked(&pod.to_string(), n as u64);
+                        }
+                    }
+                    Some(Err(e)) => warn!("{e}"),
+                }
             } else {
                 guard.repaired(&pod, &netns, false, Instant::now());
                 // Retried at the next sync of the pod (its netns is forgotten: a full apply).

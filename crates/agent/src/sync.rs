@@ -109,6 +109,11 @@ pub trait Reconciler: Send {
     /// What happens to live connections an apply denies (off, i.e. `Keep`, until set).
     fn set_established(&mut self, established: Established);
 
+    /// With [`Established::Revoke`], ends the live connections of programmed pod `pod` that
+    /// its rules in force deny: after a tamper repair, for what was opened while the rules
+    /// were gone. `None`: nothing to do (keep, or not programmed); else the number revoked.
+    fn revoke_now(&self, pod: &PodKey) -> Option<Result<usize, String>>;
+
     /// Removes netwarden's rules from every netns it programmed (used by the lab and tests).
     fn remove_all(&mut self) -> Vec<String>;
 
@@ -336,6 +341,19 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
 
     fn set_established(&mut self, established: Established) {
         self.established = established;
+    }
+
+    fn revoke_now(&self, pod: &PodKey) -> Option<Result<usize, String>> {
+        if self.established != Established::Revoke {
+            return None;
+        }
+        let netns = self.programmed.get(pod)?;
+        let rules = self.current.get(pod)?;
+        match D::revoke_connections(netns, rules) {
+            Ok(revoked) => Some(Ok(revoked.flows.len())),
+            Err(e) if e.netns_gone() => None,
+            Err(e) => Some(Err(format!("{pod}: revoking denied connections: {e}"))),
+        }
     }
 
     fn netns_changed(&mut self) -> BTreeSet<PodKey> {

@@ -161,8 +161,13 @@ fn revoke_e2e(backend: Backend, keep: bool) {
         &[("RUST_LOG", "info")],
         &logs.path.join("agent.log"),
     );
+    // The sync's end, not the first rules seen: the iptables backend restores IPv4 then IPv6,
+    // and a connection opened in between would not be tracked in IPv6 (conntrack starts with
+    // the first rule of a family that uses it), so it would have no entry to revoke.
+    let log_path = logs.path.join("agent.log");
     agent.wait_for("the server programmed", TIMEOUT, || {
         !netwarden_leftovers(backend.as_str(), &server).is_empty()
+            && std::fs::read_to_string(&log_path).is_ok_and(|t| t.contains(" 1 applied,"))
     });
     let (v4, v6) = (pod_def("server").v4, pod_def("server").v6);
     let listeners = [
@@ -237,6 +242,55 @@ fn revoke_e2e(backend: Backend, keep: bool) {
     }
     agent.wait_for("the revocations counted", TIMEOUT, || {
         revoked_total(metrics) >= 4.0
+    });
+
+    // 3. The pod (NET_ADMIN in its netns) lets everything in ahead of netwarden's rules;
+    // client-no connects before the repair; the repair puts the rules back and the revocation
+    // after it ends that connection. (Deleting the whole table would not do: conntrack stops
+    // tracking in a netns where no rule uses it, so a connection opened then has no entry and
+    // the repaired rules judge its next packet anyway.)
+    let wipe = match backend {
+        Backend::Nft => "nft insert rule inet netwarden input accept",
+        Backend::Iptables => "iptables -I INPUT -j ACCEPT",
+    };
+    let client_no = netns_of(&lab, "client-no");
+    let out = netwarden_testing::run_in(&server, "sh", &["-c", wipe]);
+    assert!(out.status.success(), "{out:?}");
+    let target = targets[0].clone();
+    let sneaked = in_netns(&client_no, move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(2) {
+            if let Ok(s) = TcpStream::connect(target.as_str()) {
+                return Some(s);
+            }
+        }
+        None
+    });
+    let stream = sneaked.expect("a connection while the rules were gone (the repair came first)");
+    let (mut echo, _) = listeners[0].accept().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        while let Ok(n) = echo.read(&mut buf) {
+            if n == 0 || echo.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut sneaked = Live {
+        what: "client-no, connected while the rules were gone".into(),
+        stream,
+    };
+    agent.wait_for(
+        "the sneaked connection reset after the repair",
+        TIMEOUT,
+        || sneaked.is_reset(),
+    );
+    agent.wait_for("the log says why", TIMEOUT, || {
+        std::fs::read_to_string(&log_path)
+            .is_ok_and(|t| t.contains("opened while they were tampered with"))
     });
     agent.assert_running();
     println!(
