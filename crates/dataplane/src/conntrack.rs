@@ -500,13 +500,22 @@ fn exchange(
 /// Every tracked connection of the calling thread's netns (run it on a [`Netns::run`]
 /// thread). A netns without conntrack (no rule there ever used it) lists nothing.
 pub fn list_here() -> Result<Vec<Connection>, ConntrackError> {
+    let mut all = Vec::new();
+    scan_here(|c| all.push(c))?;
+    Ok(all)
+}
+
+/// Dumps the calling thread's conntrack table, handing each connection to `each` as its
+/// datagram is read (a large table is never held whole); the number listed.
+fn scan_here(mut each: impl FnMut(Connection)) -> Result<usize, ConntrackError> {
     let socket = open_socket()?;
     let mut buffer = vec![0; DATAGRAM];
-    let mut all = Vec::new();
+    let mut listed = 0;
     exchange(&socket, "dump", &dump_request(1), 1, &mut buffer, |d| {
-        all.extend(d.connections)
+        listed += d.connections.len();
+        d.connections.into_iter().for_each(&mut each);
     })?;
-    Ok(all)
+    Ok(listed)
 }
 
 /// Ends `connections` in the calling thread's netns: deletes each entry and, for TCP, puts
@@ -570,15 +579,15 @@ pub fn revoke(
     deny: impl Fn(&TrackedFlow) -> bool + Send + 'static,
 ) -> Result<Revoked, ConntrackError> {
     netns.run(move || {
-        let listed = list_here()?;
-        let doomed: Vec<Connection> = listed
-            .iter()
-            .filter(|c| !c.is_tombstone() && deny(&c.flow))
-            .cloned()
-            .collect();
+        let mut doomed = Vec::new();
+        let listed = scan_here(|c| {
+            if !c.is_tombstone() && deny(&c.flow) {
+                doomed.push(c);
+            }
+        })?;
         let deleted = delete_here(&doomed)?;
         Ok(Revoked {
-            listed: listed.len(),
+            listed,
             flows: doomed.into_iter().map(|c| c.flow).collect(),
             deleted,
         })
