@@ -7,8 +7,9 @@
 //! first packet (see `netwarden_render::dispatch` and the nft module doc there):
 //!
 //! - a flow sent **to** one of the pod's addresses is ingress, judged by the `ingress` rules of
-//!   the interface owning that address (the input chain dispatches by destination address),
-//!   the source being the peer;
+//!   the interface owning that address (the input chain dispatches by destination address;
+//!   an address two interfaces claim belongs to the first by name with an ingress chain, as
+//!   there), the source being the peer;
 //! - a flow sent **from** one of the pod's addresses is egress, judged by the `egress` rules of
 //!   the interface owning that address, the destination being the peer. The output chain
 //!   dispatches by outgoing interface; the interface that owns the source address is the one
@@ -16,7 +17,8 @@
 //!   of another interface is judged here by the owner's rules);
 //! - loopback (a loopback address, or the pod's addresses at both ends: the kernel delivers
 //!   those over `lo`) and flows touching none of the pod's addresses (forwarded traffic,
-//!   broadcast) are never revoked.
+//!   broadcast) are never revoked; nor are flows to or from an IPv6 link-local address, which
+//!   is no pod address (the rules judge those by interface, which conntrack does not record).
 //!
 //! Only the **enforced** view counts: a monitored policy never changes what passes. TCP, UDP
 //! and SCTP are judged with their destination port; any other protocol (ICMP echo, GRE, ...)
@@ -103,11 +105,28 @@ pub fn judge(rules: &PodRules, flow: &TrackedFlow) -> Judgement {
     if flow.src.is_loopback() || flow.dst.is_loopback() {
         return Judgement::NotJudged;
     }
-    // The dispatch numbers interfaces by name: the first owner by name decides, as there.
+    // As the dispatch: interfaces in name order, and an address two interfaces claim belongs
+    // to the first that has a chain in that direction (fail closed), else to the first.
     let mut interfaces: Vec<&InterfaceRules> = rules.interfaces.iter().collect();
     interfaces.sort_by(|a, b| a.name.cmp(&b.name));
-    let owner = |ip: IpAddr| interfaces.iter().copied().find(|i| i.ips.contains(&ip));
-    let (iface, direction, peer) = match (owner(flow.dst), owner(flow.src)) {
+    let owner = |ip: IpAddr, direction: Direction| {
+        let owners = || {
+            interfaces
+                .iter()
+                .copied()
+                .filter(move |i| i.ips.contains(&ip))
+        };
+        owners()
+            .find(|i| {
+                let d = i.direction(direction);
+                d.enforced.is_isolated() || d.staged.is_isolated()
+            })
+            .or_else(|| owners().next())
+    };
+    let (iface, direction, peer) = match (
+        owner(flow.dst, Direction::Ingress),
+        owner(flow.src, Direction::Egress),
+    ) {
         (Some(_), Some(_)) | (None, None) => return Judgement::NotJudged,
         (Some(iface), None) => (iface, Direction::Ingress, flow.src),
         (None, Some(iface)) => (iface, Direction::Egress, flow.dst),
@@ -315,6 +334,25 @@ mod tests {
             Judgement::Allowed
         );
         assert!(judge(&r, &flow("10.0.2.5", "10.0.0.1", 6, 1, 80)).is_denied());
+    }
+
+    #[test]
+    fn an_address_two_interfaces_claim_is_judged_by_the_isolated_one() {
+        let mut r = web_rules();
+        // "a0" sorts first, is open, and claims eth0's address too.
+        let mut a0 = r.interfaces[0].clone();
+        a0.name = "a0".into();
+        a0.ingress = DirectionRules::open();
+        a0.egress = DirectionRules::open();
+        r.interfaces.insert(0, a0);
+        assert!(judge(&r, &flow("10.0.2.5", "10.0.0.1", 6, 1, 80)).is_denied());
+        assert!(judge(&r, &flow("10.0.0.1", "192.0.2.1", 6, 1, 80)).is_denied());
+        // Open everywhere: the first owner, open, allows.
+        r.interfaces[1].ingress = DirectionRules::open();
+        assert_eq!(
+            judge(&r, &flow("10.0.2.5", "10.0.0.1", 6, 1, 80)),
+            Judgement::Allowed
+        );
     }
 
     #[test]
