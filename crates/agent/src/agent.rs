@@ -77,6 +77,8 @@ pub struct AgentConfig {
     /// How often every programmed netns's rules are compared with what was applied, beside
     /// the comparisons the kernel's notifications trigger ([`crate::tamper_guard`]).
     pub verify_interval: Duration,
+    /// What happens to live connections an apply denies (`--established`, SPEC 5).
+    pub established: crate::sync::Established,
 }
 
 /// The default of [`AgentConfig::verify_interval`].
@@ -544,6 +546,7 @@ impl Agent {
         let handle = runtime.handle().clone();
         let engine = Engine::new(config.engine.clone());
         let mut syncer = for_backend(config.backend, config.render);
+        syncer.set_established(config.established);
         let monitor = if once {
             None
         } else {
@@ -857,10 +860,13 @@ impl Agent {
             monitor
                 .metrics
                 .observe_sync(report.duration, report.errors.is_empty());
+            for (pod, n) in &report.revoked {
+                monitor.metrics.add_revoked(&pod.to_string(), *n as u64);
+            }
             monitor.follow(&mut self.engine, self.syncer.as_ref());
             phases.mark("follow");
         }
-        for error in &report.errors {
+        for error in report.errors.iter().chain(&report.revoke_errors) {
             warn!("{error}");
         }
         report.errors.is_empty()
@@ -905,6 +911,18 @@ impl Agent {
                     );
                 }
                 guard.repaired(&pod, &netns, left.is_empty(), Instant::now());
+                // While the rules were gone, the pod could open connections they deny:
+                // established traffic is accepted before any rule, so they are ended too.
+                match self.syncer.revoke_now(&pod) {
+                    Some(Ok(0)) | None => {}
+                    Some(Ok(n)) => {
+                        info!("{pod}: revoked {n} live connection(s) its rules deny, opened while they were tampered with");
+                        if let Some(monitor) = self.monitor.as_ref() {
+                            monitor.metrics.add_revoked(&pod.to_string(), n as u64);
+                        }
+                    }
+                    Some(Err(e)) => warn!("{e}"),
+                }
             } else {
                 guard.repaired(&pod, &netns, false, Instant::now());
                 // Retried at the next sync of the pod (its netns is forgotten: a full apply).

@@ -8,6 +8,13 @@
 //! Fail closed: a pod whose rules cannot be rendered exactly (an interface the backend cannot
 //! match) is refused — reported as an error, retried, and its netns keeps what it had.
 //!
+//! Revocation (SPEC 5, `--established`): with [`Established::Revoke`], every netns whose
+//! rules an apply changed has its live connections judged against the new rules, and those
+//! they deny are ended ([`Dataplane::revoke_connections`]), all such netns side by side, right
+//! after the applies. A revocation that fails is logged and reported; it never undoes or holds
+//! back the apply. A removal (the pod no longer isolated) and an unchanged ruleset revoke
+//! nothing.
+//!
 //! [`Syncer`] is generic over the [`Dataplane`], so a ruleset is always the backend's own type;
 //! the commands hold it as a [`Reconciler`] chosen once from `--backend` ([`for_backend`]).
 
@@ -17,12 +24,25 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use netwarden_dataplane::apply::{run_parallel, APPLY_WORKERS};
+use netwarden_dataplane::conntrack::Revoked;
 use netwarden_dataplane::tamper::{Difference, VerifyScope};
 use netwarden_dataplane::{
     ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters, IptablesDataplane, NftDataplane,
 };
 use netwarden_engine::{Engine, PodKey, PodRules};
 use netwarden_render::RenderOptions;
+
+/// What happens to live connections that an apply denies (`--established`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Established {
+    /// They are ended (SPEC 5, the default of the agent).
+    #[default]
+    Revoke,
+    /// They go on: established traffic is accepted before any rule (what other
+    /// implementations do).
+    Keep,
+}
 
 /// What one sync did.
 #[derive(Debug, Default, Clone)]
@@ -39,6 +59,10 @@ pub struct SyncReport {
     /// The pods behind `errors`: nothing marks them dirty again, so the caller retries them
     /// (their netns may appear later, or the failure may pass).
     pub failed: BTreeSet<PodKey>,
+    /// Connections revoked, per pod whose netns had any (`--established=revoke`).
+    pub revoked: BTreeMap<PodKey, usize>,
+    /// Revocations that failed (the applies stand; logged, never retried on their own).
+    pub revoke_errors: Vec<String>,
     pub duration: Duration,
 }
 
@@ -82,6 +106,14 @@ pub trait Reconciler: Send {
     /// The agent's stop flag: a sync under way applies to no further netns once it is set.
     fn set_stop(&mut self, stop: Arc<AtomicBool>);
 
+    /// What happens to live connections an apply denies (off, i.e. `Keep`, until set).
+    fn set_established(&mut self, established: Established);
+
+    /// With [`Established::Revoke`], ends the live connections of programmed pod `pod` that
+    /// its rules in force deny: after a tamper repair, for what was opened while the rules
+    /// were gone. `None`: nothing to do (keep, or not programmed); else the number revoked.
+    fn revoke_now(&self, pod: &PodKey) -> Option<Result<usize, String>>;
+
     /// Removes netwarden's rules from every netns it programmed (used by the lab and tests).
     fn remove_all(&mut self) -> Vec<String>;
 
@@ -118,6 +150,7 @@ pub struct Syncer<D: Dataplane> {
     /// The rules in force per pod: updated only when they reached the kernel.
     current: BTreeMap<PodKey, PodRules>,
     converge_removals: bool,
+    established: Established,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -127,6 +160,40 @@ impl<D: Dataplane> Syncer<D> {
             programmed: BTreeMap::new(),
             current: BTreeMap::new(),
             converge_removals: false,
+            // Revocation enters connection tables: only an agent asks for it.
+            established: Established::Keep,
+        }
+    }
+
+    /// Revokes, side by side, the connections the new rules deny in each netns of `changed`
+    /// (see the module doc); the outcome goes to `report` and the log.
+    fn revoke(&self, changed: Vec<(PodKey, PathBuf, PodRules)>, report: &mut SyncReport) {
+        if self.established != Established::Revoke || changed.is_empty() {
+            return;
+        }
+        let results = run_parallel(&changed, APPLY_WORKERS, |(_, netns, rules)| {
+            D::revoke_connections(netns, rules)
+        });
+        for ((key, netns, _), result) in changed.into_iter().zip(results) {
+            match result {
+                Ok(Revoked { flows, deleted, .. }) if !flows.is_empty() => {
+                    tracing::info!(
+                        "{key}: revoked {} live connection(s) the new rules deny in {} ({deleted} entries deleted)",
+                        flows.len(),
+                        netns.display()
+                    );
+                    for flow in &flows {
+                        tracing::debug!("{key}: revoked {flow}");
+                    }
+                    report.revoked.insert(key, flows.len());
+                }
+                Ok(_) => {}
+                // The pod is gone, its connections with it.
+                Err(e) if e.netns_gone() => {}
+                Err(e) => report
+                    .revoke_errors
+                    .push(format!("{key}: revoking denied connections: {e}")),
+            }
         }
     }
 
@@ -229,11 +296,15 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             tracing::debug!("applying {} pod netns", items.len());
         }
         let results = self.dataplane.apply_many(&items);
+        let mut changed = Vec::new();
         for ((key, netns, rules, _), result) in batch.into_iter().zip(results) {
             match result {
                 Ok(outcome) => {
                     match outcome {
-                        ApplyOutcome::Applied => report.applied += 1,
+                        ApplyOutcome::Applied => {
+                            report.applied += 1;
+                            changed.push((key.clone(), netns.clone(), rules.clone()));
+                        }
                         ApplyOutcome::Unchanged => report.unchanged += 1,
                         ApplyOutcome::Removed => report.removed += 1,
                     }
@@ -247,6 +318,7 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
                 }
             }
         }
+        self.revoke(changed, &mut report);
         report.duration = start.elapsed();
         report
     }
@@ -265,6 +337,23 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
 
     fn set_stop(&mut self, stop: Arc<AtomicBool>) {
         self.dataplane.set_stop(stop);
+    }
+
+    fn set_established(&mut self, established: Established) {
+        self.established = established;
+    }
+
+    fn revoke_now(&self, pod: &PodKey) -> Option<Result<usize, String>> {
+        if self.established != Established::Revoke {
+            return None;
+        }
+        let netns = self.programmed.get(pod)?;
+        let rules = self.current.get(pod)?;
+        match D::revoke_connections(netns, rules) {
+            Ok(revoked) => Some(Ok(revoked.flows.len())),
+            Err(e) if e.netns_gone() => None,
+            Err(e) => Some(Err(format!("{pod}: revoking denied connections: {e}"))),
+        }
     }
 
     fn netns_changed(&mut self) -> BTreeSet<PodKey> {
@@ -441,6 +530,73 @@ mod tests {
         let report = syncer.sync(&mut e, dirty);
         assert_eq!(report.applied, 1, "{report}");
         assert_eq!(syncer.dataplane.op_count(), ops + 1);
+    }
+
+    /// `--established=revoke`: an apply that changed a netns's rules revokes there; an
+    /// unchanged ruleset, a removal and `keep` do not.
+    #[test]
+    fn revocation_follows_changed_applies_only() {
+        use netwarden_dataplane::fake::FAKE_REVOCATIONS;
+        let netns = PathBuf::from("/run/netns/revoking-web");
+        let calls = || {
+            FAKE_REVOCATIONS
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|p| **p == netns)
+                .count()
+        };
+        let engine = |ingress| {
+            let mut e = Engine::new(EngineOptions::default());
+            let mut p = pod("ns", "web", &[("app", "web")], &["10.0.0.1"]);
+            p.netns = Some(netns.to_string_lossy().into());
+            e.set_pod(p);
+            if let Some(ingress) = ingress {
+                e.set_policy(netpol(
+                    "ns",
+                    "p",
+                    selector(&[("app", "web")]),
+                    Some(ingress),
+                    None,
+                ));
+            }
+            e
+        };
+        let mut syncer = Syncer::new(FakeDataplane::new(RenderOptions::default()));
+        // Off until asked: the reconciler of the lab and of tests does not revoke.
+        let mut e = engine(Some(vec![]));
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!((report.applied, calls()), (1, 0), "{report}");
+        syncer.set_established(Established::Revoke);
+        let allow_80 = vec![netwarden_engine::testing::rule(
+            vec![],
+            vec![netwarden_engine::testing::tcp(80)],
+        )];
+        let mut e = engine(Some(allow_80.clone()));
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!((report.applied, calls()), (1, 1), "{report}");
+        assert!(
+            report.revoke_errors.is_empty(),
+            "{:?}",
+            report.revoke_errors
+        );
+        // Unchanged: nothing applied, nothing revoked.
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!((report.unchanged, calls()), (1, 1), "{report}");
+        // No longer isolated: the rules are removed, nothing revoked.
+        let mut e = engine(None);
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!((report.removed, calls()), (1, 1), "{report}");
+        // Keep: a change revokes nothing.
+        syncer.set_established(Established::Keep);
+        let mut e = engine(Some(vec![]));
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!((report.applied, calls()), (1, 1), "{report}");
     }
 
     #[test]

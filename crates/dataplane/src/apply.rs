@@ -16,6 +16,7 @@ use std::sync::Arc;
 use netwarden_engine::PodRules;
 use netwarden_render::{CounterKind, LogKey, RenderError};
 
+use crate::conntrack::{ConntrackError, Revoked};
 use crate::iptables_error::IptablesError;
 use crate::libnft::LibnftError;
 use crate::netns::{netns_gone, Netns, NetnsError, NetnsId};
@@ -306,6 +307,18 @@ pub trait Dataplane: Send {
     /// holds there now (what was added is removed too), atomically. Nothing applied: nothing
     /// to do.
     fn repair(&mut self, netns: &Path) -> Result<(), ApplyError>;
+
+    /// Ends the live connections of `netns` that the enforced view of `rules` denies
+    /// (revocation, SPEC 5; see [`crate::conntrack`]): run after an apply that changed the
+    /// netns's rules. The same for every backend — the conntrack table is the kernel's, not
+    /// the rules' — and an associated function, so a batch can run side by side.
+    fn revoke_connections(netns: &Path, rules: &PodRules) -> Result<Revoked, ConntrackError> {
+        let handle = Netns::open(netns)?;
+        let rules = rules.clone();
+        crate::conntrack::revoke(&handle, move |flow| {
+            netwarden_engine::judge(&rules, flow).is_denied()
+        })
+    }
 
     /// Forgets what was applied to `netns` (its next apply is a full one).
     fn forget(&mut self, netns: &Path);

@@ -23,6 +23,11 @@ use crate::nft_apply::NftRuleset;
 use crate::nft_plan::{plan, NftNetnsState, NftObjects};
 use crate::tamper::{Difference, Part, VerifyScope};
 
+/// The netns [`FakeDataplane`]'s `revoke_connections` was called for, in order, process-wide
+/// (an associated function has no `self` to record in). Tests that read it use netns paths of
+/// their own.
+pub static FAKE_REVOCATIONS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
 /// One call that reached the (fake) kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FakeOp {
@@ -189,6 +194,19 @@ impl Dataplane for FakeDataplane {
     /// No kernel counts anything here.
     fn read_counters(&self, _netns: &Path) -> Result<EvidenceCounters, ApplyError> {
         Ok(EvidenceCounters::new())
+    }
+
+    /// No kernel, no connections: the fake's netns hold none. Each call is counted in
+    /// [`FAKE_REVOCATIONS`] (the tests of the reconcile loop check when it revokes).
+    fn revoke_connections(
+        netns: &Path,
+        _rules: &PodRules,
+    ) -> Result<crate::conntrack::Revoked, crate::conntrack::ConntrackError> {
+        FAKE_REVOCATIONS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(netns.to_owned());
+        Ok(crate::conntrack::Revoked::default())
     }
 
     fn forget(&mut self, netns: &Path) {

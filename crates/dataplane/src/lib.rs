@@ -2,6 +2,8 @@
 //!
 //! - [`netns`]: opening a network namespace (only a real one, and never the agent's own unless
 //!   allowed), entering it on a dedicated thread, and running commands in it.
+//! - [`conntrack`]: the tracked connections of a netns (ctnetlink), and ending those a new
+//!   ruleset refuses (revocation).
 //! - [`discover`]: listing the interfaces and L3 addresses found inside a netns (rtnetlink).
 //! - [`apply`]: the [`Dataplane`] trait (render, apply, remove, read back one pod netns's
 //!   rules), one implementation per backend, each with its own ruleset type.
@@ -21,6 +23,7 @@
 #![deny(unsafe_code)]
 
 pub mod apply;
+pub mod conntrack;
 pub mod discover;
 pub mod fake;
 pub mod iptables_apply;

@@ -34,6 +34,7 @@ pub mod engine;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod generate;
+pub mod judge;
 pub mod rules;
 pub mod sorted;
 
@@ -43,4 +44,5 @@ pub use rules::*;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod verdict;
+pub use judge::{judge, Judgement, TrackedFlow};
 pub use verdict::{flow_verdict, side_allows, FlowEnd, FlowVerdict, SideVerdict};

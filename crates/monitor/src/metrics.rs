@@ -68,6 +68,8 @@ pub struct Metrics {
     events_unknown: AtomicU64,
     /// Tamper repairs, per pod (`ns/name`).
     tampered: Mutex<BTreeMap<String, u64>>,
+    /// Live connections ended because an apply denied them (revocation), per pod.
+    revoked: Mutex<BTreeMap<String, u64>>,
     syncs: AtomicU64,
     sync_errors: AtomicU64,
     sync_duration: Mutex<Histogram>,
@@ -225,6 +227,26 @@ impl Metrics {
             .unwrap_or(0)
     }
 
+    /// `n` connections of `pod` ended because an apply denied them (revocation).
+    pub fn add_revoked(&self, pod: &str, n: u64) {
+        *self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(pod.to_string())
+            .or_default() += n;
+    }
+
+    /// Connections of `pod` revoked so far.
+    pub fn revoked(&self, pod: &str) -> u64 {
+        self.revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod)
+            .copied()
+            .unwrap_or(0)
+    }
+
     pub fn add_unknown(&self) {
         self.events_unknown.fetch_add(1, Ordering::Relaxed);
     }
@@ -356,6 +378,23 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "netwarden_rules_tampered_total{{pod=\"{}\"}} {n}",
+                escape_label(pod)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP netwarden_connections_revoked_total Live connections ended because an apply denied them."
+        );
+        let _ = writeln!(out, "# TYPE netwarden_connections_revoked_total counter");
+        for (pod, n) in self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "netwarden_connections_revoked_total{{pod=\"{}\"}} {n}",
                 escape_label(pod)
             );
         }
@@ -602,6 +641,8 @@ mod tests {
         m.observe_sync(Duration::from_millis(3), true);
         m.observe_sync(Duration::from_secs(30), false);
         m.set_managed_pods(7);
+        m.add_revoked("shop/web", 2);
+        m.add_revoked("shop/web", 1);
         let text = m.render();
         let has = |line: &str| {
             assert!(
@@ -610,6 +651,8 @@ mod tests {
             );
         };
         has("# TYPE netwarden_would_deny_total counter");
+        has("# TYPE netwarden_connections_revoked_total counter");
+        has("netwarden_connections_revoked_total{pod=\"shop/web\"} 3");
         has("netwarden_would_deny_total{policy=\"shop/new\"} 2");
         has("netwarden_would_deny_total{policy=\"shop/b\\\"ad\"} 1");
         has("netwarden_deny_total{policy=\"shop/old\"} 1");

@@ -28,6 +28,25 @@ impl BackendArg {
     }
 }
 
+/// `--established`: what happens to live connections an apply denies.
+#[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
+pub enum EstablishedArg {
+    /// End them (their conntrack entries are deleted; the next packet is judged and refused).
+    #[default]
+    Revoke,
+    /// Let them go on: established traffic is accepted before any policy rule.
+    Keep,
+}
+
+impl EstablishedArg {
+    pub fn established(self) -> netwarden_agent::sync::Established {
+        match self {
+            EstablishedArg::Revoke => netwarden_agent::sync::Established::Revoke,
+            EstablishedArg::Keep => netwarden_agent::sync::Established::Keep,
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 pub struct DataplaneArgs {
     /// Rule backend.
@@ -184,6 +203,11 @@ pub struct RunArgs {
     /// notifications trigger at once (tamper repair).
     #[arg(long, default_value = "10s", value_parser = parse_interval)]
     pub verify_interval: std::time::Duration,
+    /// Live connections that a change of the rules denies (a policy, labels, a promotion
+    /// from monitor to enforce): `revoke` ends them within a second of the apply (a reset
+    /// for TCP), `keep` lets them go on (established traffic is accepted before any rule).
+    #[arg(long, value_enum, default_value_t = EstablishedArg::Revoke)]
+    pub established: EstablishedArg,
     /// Accept a pod netns that is netwarden's own network namespace (refused by default:
     /// programming it would firewall the node itself). For test beds only.
     #[arg(long)]

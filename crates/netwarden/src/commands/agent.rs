@@ -32,6 +32,7 @@ fn agent_config(args: &RunArgs, once: bool) -> Result<netwarden_agent::agent::Ag
         status_interval: args.status_interval,
         shutdown_timeout: args.shutdown_timeout,
         verify_interval: args.verify_interval,
+        established: args.established.established(),
     })
 }
 
