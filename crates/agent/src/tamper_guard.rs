@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use netwarden_dataplane::tamper::{summary, Difference, VerifyScope};
-use netwarden_dataplane::{Backend, Netns, Rules, RulesWatch};
+use netwarden_dataplane::{netns_id, Backend, Netns, NetnsId, Rules, RulesWatch};
 use netwarden_engine::PodKey;
 use netwarden_kube::{EventReason, PolicyEvent, PolicyObject};
 use netwarden_manifest::ClusterKey;
@@ -73,8 +73,9 @@ pub struct Repair {
 /// When to compare which netns (see the module doc).
 pub struct TamperGuard {
     watch: RulesWatch,
-    /// The netns watched, and the pod whose rules they hold.
-    watched: BTreeMap<PathBuf, PodKey>,
+    /// The netns watched, the pod whose rules they hold, and which namespace the path named
+    /// when it was watched (a sandbox restart puts a new one at the same path).
+    watched: BTreeMap<PathBuf, (PodKey, Option<NetnsId>)>,
     every: Duration,
     last_all: Option<Instant>,
     /// Netns repaired lately: when they may be compared again.
@@ -132,9 +133,18 @@ impl TamperGuard {
         }
         let mut out: BTreeMap<PathBuf, (PodKey, VerifyScope)> = BTreeMap::new();
         for (netns, pod) in &wanted {
-            if self.watched.get(*netns) == Some(pod) {
+            // The namespace the path names now: a sandbox restarted at the same path is
+            // watched anew (the old socket would keep the old namespace alive, its veth with
+            // it) and compared at once.
+            let id = netns_id(netns).ok();
+            if self
+                .watched
+                .get(*netns)
+                .is_some_and(|(watched_pod, watched_id)| watched_pod == *pod && *watched_id == id)
+            {
                 continue;
             }
+            self.watch.unwatch(netns);
             // A pod's netns not watchable (gone meanwhile) is compared anyway: the comparison
             // says it is gone, and the next sync handles it.
             if let Ok(handle) = Netns::open(netns) {
@@ -142,14 +152,14 @@ impl TamperGuard {
                     tracing::warn!("{pod}: cannot follow changes to its rules: {e}");
                 }
             }
-            self.watched.insert((*netns).clone(), (*pod).clone());
+            self.watched.insert((*netns).clone(), ((*pod).clone(), id));
             out.insert((*netns).clone(), ((*pod).clone(), VerifyScope::rules()));
         }
         for (netns, news) in self.watch.take_news() {
             if news.scope.is_empty() {
                 continue;
             }
-            if let Some(pod) = self.watched.get(&netns) {
+            if let Some((pod, _)) = self.watched.get(&netns) {
                 out.entry(netns)
                     .or_insert_with(|| (pod.clone(), VerifyScope::default()))
                     .1
@@ -158,7 +168,7 @@ impl TamperGuard {
         }
         if self.last_all.is_none_or(|at| at.elapsed() >= self.every) {
             self.last_all = Some(Instant::now());
-            for (netns, pod) in &self.watched {
+            for (netns, (pod, _)) in &self.watched {
                 out.entry(netns.clone())
                     .or_insert_with(|| (pod.clone(), VerifyScope::default()))
                     .1

@@ -296,7 +296,27 @@ fn recreated_netns_is_reprogrammed(backend: Backend, tag: &str) {
     agent.wait_for("the rules in the new netns", within, || {
         !leftovers(backend, &pod).is_empty()
     });
-    wait_reachable(&client, "10.231.94.1:8080");
+    let reached = netwarden_testing::wait_until(Duration::from_secs(30), || {
+        netwarden_testing::connect(&client, "10.231.94.1:8080").is_ok()
+    });
+    if !reached {
+        let show = |ns: &std::path::Path, args: &[&str]| {
+            let out = netwarden_testing::run_in(ns, args[0], &args[1..]);
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        panic!(
+            "the allowed port never reachable in the new netns\nrules:\n{}\naddresses:\n{}\n\
+             client:\n{}\nagent log:\n{}",
+            show(&pod, &["nft", "list", "ruleset"]),
+            show(&pod, &["ip", "addr"]),
+            show(&client, &["ip", "addr"]),
+            agent.log()
+        );
+    }
     assert_refused(&client, "10.231.94.1:8081", "rules of the recreated netns");
     // Not asserted: which path noticed it. Usually the netns identity check logs "recreated";
     // when the agent reads the new netns while it has no veth yet, the interface change alone
