@@ -885,13 +885,10 @@ impl Agent {
         }
         let mut repairs = Vec::new();
         for (pod, netns, scope) in due {
-            let differences = match self.syncer.verify(&netns, &scope) {
-                Ok(d) => d,
-                Err(e) if e.netns_gone() => continue,
-                Err(e) => {
-                    debug!("{pod}: cannot compare its rules with the kernel: {e}");
-                    continue;
-                }
+            let Some(differences) =
+                crate::tamper_guard::to_repair(self.syncer.verify(&netns, &scope))
+            else {
+                continue;
             };
             if differences.is_empty() {
                 continue;

@@ -276,6 +276,22 @@ pub fn pod_event(repair: &Repair, uid: Option<String>, now: SystemTime) -> Polic
     }
 }
 
+/// What a comparison's outcome asks of the agent: `None`, nothing (the rules are as applied,
+/// or the netns is gone with its pod); otherwise the differences to repair. A comparison that
+/// fails for any other reason (the kernel's listing refused or not understood, e.g. an object
+/// this nft cannot print) leaves what the rules let through unknown: it is a difference, and
+/// the whole table is put back — never skipped, which would leave a tampered pod open.
+pub fn to_repair(
+    compared: Result<Vec<Difference>, netwarden_dataplane::ApplyError>,
+) -> Option<Vec<Difference>> {
+    match compared {
+        Ok(differences) if differences.is_empty() => None,
+        Ok(differences) => Some(differences),
+        Err(e) if e.netns_gone() => None,
+        Err(e) => Some(vec![Difference::Unreadable(e.to_string())]),
+    }
+}
+
 /// One line about a repair.
 pub fn line(repair: &Repair) -> String {
     let what = summary(&repair.differences, 5);
@@ -299,6 +315,35 @@ pub fn line(repair: &Repair) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_comparison_that_fails_is_a_difference_unless_the_netns_is_gone() {
+        use netwarden_dataplane::tamper::Part;
+        use netwarden_dataplane::{ApplyError, NetnsError};
+        let netns = PathBuf::from("/run/netns/p");
+        assert_eq!(to_repair(Ok(Vec::new())), None);
+        let missing = vec![Difference::Missing(Part::Table)];
+        assert_eq!(to_repair(Ok(missing.clone())), Some(missing));
+        let gone = ApplyError::Netns {
+            netns: netns.clone(),
+            source: NetnsError::Open {
+                path: netns.clone(),
+                source: std::io::ErrorKind::NotFound.into(),
+            },
+        };
+        assert_eq!(to_repair(Err(gone)), None);
+        // Refused or not understood: unknown, so repaired (fail closed), never skipped.
+        let refused = ApplyError::Injected {
+            netns: netns.clone(),
+        };
+        let Some(differences) = to_repair(Err(refused)) else {
+            panic!("a failed comparison must be repaired");
+        };
+        assert!(
+            matches!(&differences[..], [Difference::Unreadable(why)] if why.contains("/run/netns/p")),
+            "{differences:?}"
+        );
+    }
 
     #[test]
     fn a_pod_tampering_in_a_loop_is_said_once_a_period_with_the_count() {

@@ -23,14 +23,17 @@ use std::sync::{Arc, Mutex};
 
 use netwarden_engine::PodRules;
 use netwarden_render::iptables::CHAIN_PREFIX;
-use netwarden_render::nft::{build_table, Table, TABLE_FAMILY, TABLE_NAME};
+use netwarden_render::nft::{
+    build_table, fallback_table_name, is_netwarden_table_name, Table, Transaction, TABLE_FAMILY,
+    TABLE_NAME,
+};
 use netwarden_render::{RenderError, RenderOptions};
 
 use crate::apply::{
     run_parallel, AppliedLog, ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters,
     SwitchCleanup, APPLY_WORKERS,
 };
-use crate::libnft::{NftContext, Output};
+use crate::libnft::{LibnftError, NftContext, Output};
 use crate::netns::{netns_gone, Netns};
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
 use crate::nft_plan::{
@@ -49,6 +52,8 @@ struct Job {
     ctx: Option<NftContext>,
     desired: NftRuleset,
     state: Option<NftNetnsState>,
+    /// The name of netwarden's table in this netns ([`TABLE_NAME`] unless a pod took it).
+    table_name: String,
 }
 
 struct JobDone {
@@ -59,6 +64,8 @@ struct JobDone {
 
 struct Committed {
     after: NftNetnsState,
+    /// The table's name now (another than the job's when the pod holds that one).
+    table_name: String,
     /// The iptables backend's chains were found in this netns.
     iptables_leftovers: bool,
 }
@@ -107,12 +114,55 @@ fn list_ruleset(ctx: &mut NftContext) -> Result<KernelTables, JobError> {
     Ok(parse_ruleset(&ctx.run("list ruleset", Output::JsonTerse)?)?)
 }
 
-/// What netwarden's table holds (names only; empty when there is none).
-fn netwarden_objects(tables: &KernelTables) -> NftObjects {
+/// What netwarden's table `inet NAME` holds (names only; empty when there is none).
+fn netwarden_objects(tables: &KernelTables, name: &str) -> NftObjects {
     tables
-        .get(&(TABLE_FAMILY.to_string(), TABLE_NAME.to_string()))
+        .get(&(TABLE_FAMILY.to_string(), name.to_string()))
         .cloned()
         .unwrap_or_default()
+}
+
+/// The tables of netwarden's names ([`is_netwarden_table_name`]) other than `name`: what an
+/// earlier agent left under another name, to delete once the rules are in place.
+fn other_netwarden_tables(tables: &KernelTables, name: &str) -> Vec<String> {
+    tables
+        .keys()
+        .filter(|(family, table)| {
+            family == TABLE_FAMILY && table != name && is_netwarden_table_name(table)
+        })
+        .map(|(_, table)| table.clone())
+        .collect()
+}
+
+/// Whether nft refused a transaction because a table it names belongs to another process.
+///
+/// A process may create a table with the `owner` flag: while its netlink socket lives, the
+/// kernel refuses every change to that table by anyone else with `EPERM` — root and
+/// `CAP_NET_ADMIN` included, and nothing else refuses netwarden that way. A pod with
+/// `CAP_NET_ADMIN` can delete netwarden's table and create its own of the same name so: the
+/// rules then go to a table of another name ([`fresh_table_name`]).
+fn refused_by_owner(e: &LibnftError) -> bool {
+    matches!(e, LibnftError::Refused(msg) if msg.contains("Operation not permitted"))
+}
+
+/// A new random [`fallback_table_name`].
+fn fresh_table_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // Random keys per `RandomState` (from the OS, then stepped per thread): a pod cannot know
+    // the name before netwarden creates it.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    fallback_table_name(hasher.finish())
+}
+
+/// Commits `tx` on table `inet NAME`.
+fn commit(ctx: &mut NftContext, tx: &Transaction<'_>, name: &str) -> Result<(), JobError> {
+    ctx.run(&tx.to_json_in(name), Output::Json)?;
+    Ok(())
 }
 
 /// Whether the iptables backend's chains are in this netns: in an nf_tables `filter` table
@@ -146,25 +196,49 @@ fn run_job(job: Job) -> JobDone {
         },
     };
     let result = (|| {
+        let mut name = job.table_name;
         // First contact (or after a failure): one cheap listing says what the kernel holds,
-        // and whether the iptables backend left chains here.
-        let (state, iptables_leftovers) = match job.state {
-            Some(state) => (state, false),
+        // whether the iptables backend left chains here, and which tables of netwarden's
+        // names an earlier agent left.
+        let (state, iptables_leftovers, others) = match job.state {
+            Some(state) => (state, false, Vec::new()),
             None => {
                 let tables = list_ruleset(&mut ctx)?;
                 (
-                    NftNetnsState::from_kernel(netwarden_objects(&tables)),
+                    NftNetnsState::from_kernel(netwarden_objects(&tables, &name)),
                     iptables_leftovers(&tables),
+                    other_netwarden_tables(&tables, &name),
                 )
             }
         };
-        let plan = plan(job.desired.as_deref(), &state);
+        // A new table (see below) is planned from nothing.
+        let empty = NftNetnsState::default();
+        let mut plan = plan(job.desired.as_deref(), &state);
         // New sets first, then the rules that use them (see `nft_plan`): each an atomic batch.
-        for tx in plan.transactions() {
-            ctx.run(&tx.to_json(), Output::Json)?;
+        let committed = plan
+            .transactions()
+            .try_for_each(|tx| commit(&mut ctx, tx, &name));
+        match committed {
+            Ok(()) => {}
+            // The pod holds a table of this name (see `refused_by_owner`): it is not ours. An
+            // open pod needs nothing; an isolated one gets its rules in a new table.
+            Err(JobError::Nft(e)) if refused_by_owner(&e) && job.desired.is_none() => {}
+            Err(JobError::Nft(e)) if refused_by_owner(&e) => {
+                name = fresh_table_name();
+                plan = crate::nft_plan::plan(job.desired.as_deref(), &empty);
+                plan.transactions()
+                    .try_for_each(|tx| commit(&mut ctx, tx, &name))?;
+            }
+            Err(e) => return Err(e),
+        }
+        // Once the rules are in place: an earlier agent's table under another name goes (one
+        // that a pod holds cannot, and is not ours).
+        for other in others.iter().filter(|other| **other != name) {
+            let _ = commit(&mut ctx, &Transaction::removal(), other);
         }
         Ok(Committed {
             after: plan.after,
+            table_name: name,
             iptables_leftovers,
         })
     })();
@@ -188,6 +262,10 @@ pub struct NftDataplane {
     /// The table last applied, per netns (what verification compares the kernel with, and
     /// what a repair puts back). Absent: nothing of ours known there.
     tables: HashMap<PathBuf, Arc<Table>>,
+    /// The name of netwarden's table, per netns where it is not [`TABLE_NAME`] (a pod holds a
+    /// table of that name: see `refused_by_owner`). Dropped with the state: the next full
+    /// apply tries [`TABLE_NAME`] again.
+    names: HashMap<PathBuf, String>,
     /// Evidence counter values a repair reset (it recreates the table), per netns: added to
     /// what the kernel counts from then on, so the counters stay cumulative.
     carried: HashMap<PathBuf, EvidenceCounters>,
@@ -220,6 +298,7 @@ impl NftDataplane {
             applied: AppliedLog::default(),
             state: HashMap::new(),
             tables: HashMap::new(),
+            names: HashMap::new(),
             carried: HashMap::new(),
             contexts: ContextPool::new(MAX_CONTEXTS),
             changed: Vec::new(),
@@ -254,6 +333,11 @@ impl NftDataplane {
         self.state.get(netns)
     }
 
+    /// The name of netwarden's table in `netns`.
+    pub fn table_name(&self, netns: &Path) -> &str {
+        self.names.get(netns).map_or(TABLE_NAME, String::as_str)
+    }
+
     /// Runs `f` with a fresh context inside `netns`.
     fn with_context<T: Send + 'static>(
         netns: &Path,
@@ -275,13 +359,14 @@ impl NftDataplane {
             .map_err(|e| e.into_apply_error(netns))
     }
 
-    /// The evidence counters of netwarden's table in `netns` (none when it has no table).
-    fn read_counters_in(netns: &Path) -> Result<EvidenceCounters, ApplyError> {
-        Self::with_context(netns, |ctx| {
+    /// The evidence counters of netwarden's table `inet NAME` in `netns` (none when it has no
+    /// table).
+    fn read_counters_in(netns: &Path, name: String) -> Result<EvidenceCounters, ApplyError> {
+        Self::with_context(netns, move |ctx| {
             // The terse ruleset holds the named counters with their values, without the
             // set elements `list counters table` would fetch (see `list_ruleset`).
             let listing = ctx.run("list ruleset", Output::JsonTerse)?;
-            Ok(parse_counters(&listing, TABLE_NAME)?)
+            Ok(parse_counters(&listing, &name)?)
         })
     }
 
@@ -291,52 +376,65 @@ impl NftDataplane {
         for netns in self.applied.take_changed() {
             self.state.remove(&netns);
             self.tables.remove(&netns);
+            self.names.remove(&netns);
             self.carried.remove(&netns);
             self.contexts.close(&netns);
             self.changed.push(netns);
         }
     }
 
-    /// Deletes table `inet netwarden` from `netns` if it is there, and nothing else (no
-    /// bookkeeping, no look at other tables): how a switch to the iptables backend removes what
-    /// the nft backend left ([`switch`](crate::switch)). Whether a table was deleted.
+    /// Deletes netwarden's tables (`inet netwarden`, and any under another of its names) from
+    /// `netns` if they are there, and nothing else (no bookkeeping, no look at other tables):
+    /// how a switch to the iptables backend removes what the nft backend left
+    /// ([`switch`](crate::switch)). Whether a table was deleted (one a pod holds is not
+    /// netwarden's: it stays).
     pub fn remove_table(netns: &Path) -> Result<bool, ApplyError> {
         Self::with_context(netns, |ctx| {
-            if !netwarden_objects(&list_ruleset(ctx)?).table {
-                return Ok(false);
+            let tables = list_ruleset(ctx)?;
+            let mut deleted = false;
+            for name in other_netwarden_tables(&tables, "") {
+                match commit(ctx, &Transaction::removal(), &name) {
+                    Ok(()) => deleted = true,
+                    Err(JobError::Nft(e)) if refused_by_owner(&e) => {}
+                    Err(e) => return Err(e),
+                }
             }
-            let removal = netwarden_render::nft::Transaction::removal().to_json();
-            ctx.run(&removal, Output::Json)?;
-            Ok(true)
+            Ok(deleted)
         })
     }
 
-    /// Whether table `inet netwarden` exists in `netns`.
+    /// Whether netwarden's table exists in `netns`.
     pub fn table_exists(&self, netns: &Path) -> Result<bool, ApplyError> {
-        Self::with_context(
-            netns,
-            |ctx| Ok(netwarden_objects(&list_ruleset(ctx)?).table),
-        )
+        self.kernel_objects(netns).map(|objects| objects.table)
     }
 
-    /// The sets and chains the table in `netns` holds (empty when there is no table).
+    /// The sets and chains netwarden's table in `netns` holds (empty when there is none).
     pub fn kernel_objects(&self, netns: &Path) -> Result<NftObjects, ApplyError> {
-        Self::with_context(netns, |ctx| Ok(netwarden_objects(&list_ruleset(ctx)?)))
+        let name = self.table_name(netns).to_string();
+        Self::with_context(netns, move |ctx| {
+            Ok(netwarden_objects(&list_ruleset(ctx)?, &name))
+        })
     }
 
     /// Checks `table`'s creation transaction against the kernel of `netns` without applying
     /// anything (`nft -c`).
     pub fn check(&self, netns: &Path, table: &Table) -> Result<(), ApplyError> {
-        let json = netwarden_render::nft::Transaction::create(table).to_json();
+        let json = Transaction::create(table).to_json_in(self.table_name(netns));
         Self::with_context(netns, move |ctx| Ok(ctx.check(&json, Output::Json)?))
     }
 
     /// The job for `netns`, taking its context and state out (a failure leaves both unknown).
     fn job(&mut self, netns: &Path, desired: &NftRuleset) -> Job {
+        let state = self.state.remove(netns);
+        if state.is_none() {
+            // Unknown state: the name is found again (see `names`).
+            self.names.remove(netns);
+        }
         Job {
             ctx: self.contexts.take(netns),
             desired: desired.clone(),
-            state: self.state.remove(netns),
+            state,
+            table_name: self.table_name(netns).to_string(),
         }
     }
 
@@ -358,6 +456,12 @@ impl NftDataplane {
             (self.switch_cleanup)(netns)?;
         }
         self.state.insert(netns.to_owned(), committed.after);
+        if committed.table_name == TABLE_NAME || ruleset.is_none() {
+            self.names.remove(netns);
+        } else {
+            self.names
+                .insert(netns.to_owned(), committed.table_name.clone());
+        }
         match ruleset {
             Some(table) => self.tables.insert(netns.to_owned(), table.clone()),
             None => {
@@ -402,22 +506,22 @@ impl NftDataplane {
 /// search array the kernel builds as the transaction commits (see `nft_plan`), so allowed
 /// packets arriving during the commit of a repair may be refused — in the netns that was
 /// tampered with, at the moment its rules were being put back.
-fn restore_transaction(table: &Table) -> String {
-    let mut tx = netwarden_render::nft::Transaction::removal();
-    tx.commands
-        .extend(netwarden_render::nft::Transaction::create(table).commands);
-    tx.to_json()
+fn restore_transaction(table: &Table, name: &str) -> String {
+    let mut tx = Transaction::removal();
+    tx.commands.extend(Transaction::create(table).commands);
+    tx.to_json_in(name)
 }
 
 /// [`Dataplane::verify`] inside the netns of `ctx`.
 fn verify_in(
     ctx: &mut NftContext,
     table: &Table,
+    name: &str,
     kept: &BTreeSet<String>,
     scope: &VerifyScope,
 ) -> Result<Vec<Difference>, JobError> {
     let listing = ctx.run("list ruleset", Output::JsonTerse)?;
-    let mut out = rule_differences(Some(table), kept, &listing)?;
+    let mut out = rule_differences(Some(table), name, kept, &listing)?;
     if out.contains(&Difference::Missing(Part::Table)) {
         return Ok(out);
     }
@@ -429,10 +533,10 @@ fn verify_in(
             continue;
         }
         let listing = ctx.run(
-            &format!("list set {TABLE_FAMILY} {TABLE_NAME} {}", set.name),
+            &format!("list set {TABLE_FAMILY} {name} {}", set.name),
             Output::Json,
         )?;
-        if elements_differ(set, &listing)? {
+        if elements_differ(set, name, &listing)? {
             out.push(Difference::Changed(Part::Elements(set.name.clone())));
         }
     }
@@ -588,12 +692,13 @@ impl Dataplane for NftDataplane {
     }
 
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
-        Self::with_context(netns, |ctx| {
-            if !netwarden_objects(&list_ruleset(ctx)?).table {
+        let name = self.table_name(netns).to_string();
+        Self::with_context(netns, move |ctx| {
+            if !netwarden_objects(&list_ruleset(ctx)?, &name).table {
                 return Ok(None);
             }
             Ok(Some(ctx.run(
-                &format!("list table {TABLE_FAMILY} {TABLE_NAME}"),
+                &format!("list table {TABLE_FAMILY} {name}"),
                 Output::Text,
             )?))
         })
@@ -602,14 +707,21 @@ impl Dataplane for NftDataplane {
     /// Named counters keep their values across chain refills (`add counter` of an existing
     /// one changes nothing), so the kernel's figures are cumulative already.
     fn read_counters(&self, netns: &Path) -> Result<EvidenceCounters, ApplyError> {
-        Self::read_counters_in(netns).map(|c| self.with_carried(netns, c))
+        Self::read_counters_in(netns, self.table_name(netns).to_string())
+            .map(|c| self.with_carried(netns, c))
     }
 
     /// Side by side, as applies run: each reading waits on its own netns thread and
     /// listing (about 10 ms each; 100 pods read one after the other held the agent's first
     /// status up for a second).
     fn read_counters_many(&self, netns: &[&Path]) -> Vec<Result<EvidenceCounters, ApplyError>> {
-        let read = run_parallel(netns, APPLY_WORKERS, |n| Self::read_counters_in(n));
+        let names: Vec<(&Path, String)> = netns
+            .iter()
+            .map(|n| (*n, self.table_name(n).to_string()))
+            .collect();
+        let read = run_parallel(&names, APPLY_WORKERS, |(n, name)| {
+            Self::read_counters_in(n, name.clone())
+        });
         read.into_iter()
             .zip(netns)
             .map(|(r, n)| r.map(|c| self.with_carried(n, c)))
@@ -627,7 +739,10 @@ impl Dataplane for NftDataplane {
             .get(netns)
             .map(|state| state.kernel.sets.clone())
             .unwrap_or_default();
-        Self::with_context(netns, move |ctx| verify_in(ctx, &table, &kept, &scope))
+        let name = self.table_name(netns).to_string();
+        Self::with_context(netns, move |ctx| {
+            verify_in(ctx, &table, &name, &kept, &scope)
+        })
     }
 
     fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
@@ -635,15 +750,37 @@ impl Dataplane for NftDataplane {
             return Ok(());
         };
         let restored = table.clone();
+        let name = self.table_name(netns).to_string();
         let before = Self::with_context(netns, move |ctx| {
-            // The counters' values first: recreating the table starts them from zero.
-            let listing = ctx.run("list ruleset", Output::JsonTerse)?;
-            let counters = parse_counters(&listing, TABLE_NAME)?;
-            ctx.run(&restore_transaction(&restored), Output::Json)?;
-            Ok(counters)
+            // The counters' values first: recreating the table starts them from zero. A
+            // listing that fails (what made the comparison fail, perhaps) does not hold the
+            // repair back: the rules matter, the monitor's counts restart from zero.
+            let counters = ctx
+                .run("list ruleset", Output::JsonTerse)
+                .ok()
+                .and_then(|listing| parse_counters(&listing, &name).ok())
+                .unwrap_or_default();
+            match ctx.run(&restore_transaction(&restored, &name), Output::Json) {
+                Ok(_) => Ok((counters, name)),
+                // The pod deleted the table and holds one of its name now (see
+                // `refused_by_owner`): the rules go to a new table.
+                Err(e) if refused_by_owner(&e) => {
+                    let fresh = fresh_table_name();
+                    commit(ctx, &Transaction::create(&restored), &fresh)?;
+                    Ok((counters, fresh))
+                }
+                Err(e) => Err(e.into()),
+            }
         });
         let before = match before {
-            Ok(before) => before,
+            Ok((before, name)) => {
+                if name == TABLE_NAME {
+                    self.names.remove(netns);
+                } else {
+                    self.names.insert(netns.to_owned(), name);
+                }
+                before
+            }
             Err(e) => {
                 // Whatever the kernel holds now is unknown: the next apply reads it.
                 self.forget(netns);
@@ -665,6 +802,7 @@ impl Dataplane for NftDataplane {
         self.applied.forget(netns);
         self.state.remove(netns);
         self.tables.remove(netns);
+        self.names.remove(netns);
         self.contexts.close(netns);
     }
 
@@ -672,6 +810,7 @@ impl Dataplane for NftDataplane {
         self.applied.forget_all();
         self.state.clear();
         self.tables.clear();
+        self.names.clear();
         self.contexts.close_all();
     }
 

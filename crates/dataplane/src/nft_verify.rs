@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use netwarden_engine::Family;
 use netwarden_render::nft::transaction::rule_json;
-use netwarden_render::nft::{AddrSetDef, Table, TABLE_FAMILY, TABLE_NAME};
+use netwarden_render::nft::{AddrSetDef, Table, TABLE_FAMILY};
 
 use crate::tamper::{Difference, Part};
 
@@ -35,11 +35,12 @@ struct Listed {
     objects: BTreeMap<String, Value>,
 }
 
-fn ours(item: &Value) -> bool {
-    item["family"] == TABLE_FAMILY && item["table"] == TABLE_NAME
+fn ours(item: &Value, name: &str) -> bool {
+    item["family"] == TABLE_FAMILY && item["table"] == name
 }
 
-fn listed(json: &str) -> Result<Listed, serde_json::Error> {
+/// What table `inet NAME` of a listing holds.
+fn listed(json: &str, table_name: &str) -> Result<Listed, serde_json::Error> {
     let listing: Value = serde_json::from_str(json)?;
     let mut out = Listed::default();
     let items = listing["nftables"].as_array().cloned().unwrap_or_default();
@@ -49,27 +50,27 @@ fn listed(json: &str) -> Result<Listed, serde_json::Error> {
         };
         let name = body["name"].as_str().unwrap_or_default().to_string();
         match kind.as_str() {
-            "table" if body["family"] == TABLE_FAMILY && body["name"] == TABLE_NAME => {
+            "table" if body["family"] == TABLE_FAMILY && body["name"] == table_name => {
                 out.table = true
             }
-            "chain" if ours(body) => {
+            "chain" if ours(body, table_name) => {
                 out.chains.insert(name, body.clone());
             }
-            "rule" if ours(body) => {
+            "rule" if ours(body, table_name) => {
                 let chain = body["chain"].as_str().unwrap_or_default().to_string();
                 out.rules
                     .entry(chain)
                     .or_default()
                     .push(body["expr"].clone());
             }
-            "set" if ours(body) => {
+            "set" if ours(body, table_name) => {
                 out.sets.insert(name, body.clone());
             }
-            "counter" | "limit" if ours(body) => {
+            "counter" | "limit" if ours(body, table_name) => {
                 out.objects.insert(format!("{kind} {name}"), body.clone());
             }
             // Anything else named in our table (a map, a quota, a flowtable, …) is not ours.
-            _ if ours(body) => {
+            _ if ours(body, table_name) => {
                 out.objects.insert(format!("{kind} {name}"), body.clone());
             }
             _ => {}
@@ -129,16 +130,17 @@ pub fn listed_form(exprs: Vec<Value>) -> Vec<Value> {
         .collect()
 }
 
-/// What differs between `table` (what was applied; `None`: nothing) and the terse ruleset
+/// What differs between `table` (what was applied as `inet NAME`; `None`: nothing) and the terse ruleset
 /// listing `json` (`list ruleset`, JSON, terse), set elements aside. `kept`: the sets the
 /// dataplane knowingly left in the kernel beside `table`'s (an earlier apply's, which rules may
 /// still walk, collected at the next apply; see `nft_plan`): not differences.
 pub fn rule_differences(
     table: Option<&Table>,
+    name: &str,
     kept: &BTreeSet<String>,
     json: &str,
 ) -> Result<Vec<Difference>, serde_json::Error> {
-    let kernel = listed(json)?;
+    let kernel = listed(json, name)?;
     let mut out = Vec::new();
     let Some(table) = table else {
         // Nothing applied: netwarden owns nothing here (a table of that name made by someone
@@ -240,15 +242,19 @@ fn set_type(family: Family) -> &'static str {
     }
 }
 
-/// Whether the elements `json` (a `list set` listing of `set`, JSON) holds are exactly the
-/// set's ranges. An element that cannot be read counts as a difference.
-pub fn elements_differ(set: &AddrSetDef, json: &str) -> Result<bool, serde_json::Error> {
+/// Whether the elements `json` (a `list set` listing of `set` in table `inet NAME`, JSON) holds
+/// are exactly the set's ranges. An element that cannot be read counts as a difference.
+pub fn elements_differ(
+    set: &AddrSetDef,
+    name: &str,
+    json: &str,
+) -> Result<bool, serde_json::Error> {
     let listing: Value = serde_json::from_str(json)?;
     let items = listing["nftables"].as_array().cloned().unwrap_or_default();
     let Some(body) = items
         .iter()
         .filter_map(|i| i.get("set"))
-        .find(|s| ours(s) && s["name"] == set.name.as_str())
+        .find(|s| ours(s, name) && s["name"] == set.name.as_str())
     else {
         return Ok(true);
     };
@@ -317,6 +323,7 @@ fn merge(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netwarden_render::nft::TABLE_NAME;
     use serde_json::json;
 
     #[test]
@@ -367,19 +374,19 @@ mod tests {
             {"range": ["10.0.0.128", "10.0.0.255"]},
             "10.0.3.232"
         ]));
-        assert!(!elements_differ(&def, &same).unwrap());
+        assert!(!elements_differ(&def, TABLE_NAME, &same).unwrap());
         let one_more = listing(json!([
             {"prefix": {"addr": "10.0.0.0", "len": 24}},
             "10.0.3.232",
             "10.9.9.9"
         ]));
-        assert!(elements_differ(&def, &one_more).unwrap());
+        assert!(elements_differ(&def, TABLE_NAME, &one_more).unwrap());
         let one_less = listing(json!([{"prefix": {"addr": "10.0.0.0", "len": 24}}]));
-        assert!(elements_differ(&def, &one_less).unwrap());
+        assert!(elements_differ(&def, TABLE_NAME, &one_less).unwrap());
         let unreadable = listing(json!([{"elem": {"val": "10.0.0.1", "timeout": 5}}]));
-        assert!(elements_differ(&def, &unreadable).unwrap());
+        assert!(elements_differ(&def, TABLE_NAME, &unreadable).unwrap());
         let gone = json!({"nftables": []}).to_string();
-        assert!(elements_differ(&def, &gone).unwrap());
+        assert!(elements_differ(&def, TABLE_NAME, &gone).unwrap());
     }
 
     #[test]
@@ -406,7 +413,7 @@ mod tests {
             {"rule": {"family": "inet", "table": "mine", "chain": "input", "expr": [{"accept": null}]}},
         ]});
         assert_eq!(
-            rule_differences(Some(&table), &none, &clean.to_string()).unwrap(),
+            rule_differences(Some(&table), TABLE_NAME, &none, &clean.to_string()).unwrap(),
             vec![]
         );
         let tampered = json!({"nftables": [
@@ -417,7 +424,7 @@ mod tests {
             {"set": {"family": "inet", "table": "netwarden", "name": "mine", "type": "ipv4_addr"}},
         ]});
         assert_eq!(
-            rule_differences(Some(&table), &none, &tampered.to_string()).unwrap(),
+            rule_differences(Some(&table), TABLE_NAME, &none, &tampered.to_string()).unwrap(),
             vec![
                 Difference::Changed(Part::Chain("input".into())),
                 Difference::Changed(Part::Rules("input".into())),
@@ -427,10 +434,13 @@ mod tests {
         );
         let flushed = json!({"nftables": []}).to_string();
         assert_eq!(
-            rule_differences(Some(&table), &none, &flushed).unwrap(),
+            rule_differences(Some(&table), TABLE_NAME, &none, &flushed).unwrap(),
             vec![Difference::Missing(Part::Table)]
         );
-        assert_eq!(rule_differences(None, &none, &flushed).unwrap(), vec![]);
+        assert_eq!(
+            rule_differences(None, TABLE_NAME, &none, &flushed).unwrap(),
+            vec![]
+        );
         // A set the dataplane kept from its last apply is not one.
         let kept_set = json!({"nftables": [
             {"table": {"family": "inet", "name": "netwarden"}},
@@ -441,11 +451,11 @@ mod tests {
         .to_string();
         let kept: BTreeSet<String> = ["p4_old".to_string()].into();
         assert_eq!(
-            rule_differences(Some(&table), &kept, &kept_set).unwrap(),
+            rule_differences(Some(&table), TABLE_NAME, &kept, &kept_set).unwrap(),
             vec![]
         );
         assert_eq!(
-            rule_differences(Some(&table), &none, &kept_set).unwrap(),
+            rule_differences(Some(&table), TABLE_NAME, &none, &kept_set).unwrap(),
             vec![Difference::Extra(Part::Set("p4_old".into()))]
         );
     }

@@ -96,6 +96,9 @@ pub enum Difference {
     Extra(Part),
     /// In both, not the same.
     Changed(Part),
+    /// The kernel's rules could not be read or understood (why): what they let through is
+    /// unknown, so they are treated as changed and put back (fail closed).
+    Unreadable(String),
 }
 
 impl fmt::Display for Difference {
@@ -104,6 +107,7 @@ impl fmt::Display for Difference {
             Difference::Missing(part) => write!(f, "{part} missing"),
             Difference::Extra(part) => write!(f, "{part} added"),
             Difference::Changed(part) => write!(f, "{part} changed"),
+            Difference::Unreadable(why) => write!(f, "rules unreadable ({why})"),
         }
     }
 }

@@ -275,8 +275,22 @@ impl Listen for Links {
 /// follows finds nothing, which is what tells them apart.
 pub struct Rules {
     /// The tables whose changes matter, as (nfproto family, name): `(1, "netwarden")` (inet)
-    /// for the nft backend; `(2, "filter")` and `(10, "filter")` for iptables-nft.
+    /// for the nft backend; `(2, "filter")` and `(10, "filter")` for iptables-nft. A name
+    /// matches its variants `NAME_…` too: netwarden's table moves to one in a netns where a pod
+    /// holds a table of its name (see `nft_apply`).
     pub tables: Vec<(u8, String)>,
+}
+
+impl Rules {
+    /// Whether changes to table `name` of `family` matter.
+    fn watches(&self, family: u8, name: &str) -> bool {
+        self.tables.iter().any(|(f, t)| {
+            *f == family
+                && name
+                    .strip_prefix(t.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+        })
+    }
 }
 
 /// What a netns's notifications asked to compare since the owner last took them.
@@ -371,7 +385,7 @@ impl Rules {
             // Every table-scoped message names its table: one that does not is unknown.
             return None;
         };
-        if !self.tables.iter().any(|(f, t)| *f == family && *t == table) {
+        if !self.watches(family, &table) {
             return Some(false);
         }
         match (msg, set) {
@@ -533,7 +547,14 @@ mod tests {
         // The pod's own table: not ours.
         assert!(!rules.read(&message(6, 1, "mine", None), &mut news));
         assert!(!rules.read(&message(6, 2, "netwarden", None), &mut news));
+        assert!(!rules.read(&message(6, 1, "netwardenx", None), &mut news));
         assert!(news.scope.is_empty());
+        // Ours under another name (a pod holds "netwarden"): ours.
+        assert!(rules.read(
+            &message(6, 1, "netwarden_0123456789abcdef", None),
+            &mut news
+        ));
+        let mut news = RulesNews::default();
         // A rule added to ours.
         assert!(rules.read(&message(6, 1, "netwarden", None), &mut news));
         assert!(news.scope.rules && news.scope.sets.is_empty());

@@ -317,6 +317,145 @@ fn nft_every_tamper_is_seen_and_repaired() {
     assert_eq!(dp.verify(&t.server, &VerifyScope::all()).unwrap(), vec![]);
 }
 
+/// A process holding a table with the `owner` flag in `ns` (an attacker's `nft -i`): while it
+/// lives, nobody else may change or delete that table. Killed on drop.
+struct HeldTable(std::process::Child);
+
+impl HeldTable {
+    /// Deletes `inet netwarden` and creates a table of that name, held, whose input chain
+    /// accepts everything.
+    fn take_netwardens_name(ns: &Path) -> HeldTable {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", ns.display()))
+            .args(["nft", "-i"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin
+            .write_all(
+                b"delete table inet netwarden\n\
+                  add table inet netwarden { flags owner; }\n\
+                  add chain inet netwarden in { type filter hook input priority 0; policy accept; }\n\
+                  add rule inet netwarden in accept\n",
+            )
+            .unwrap();
+        stdin.flush().unwrap();
+        let held = HeldTable(child);
+        let start = std::time::Instant::now();
+        while !text(ns, "nft", &["list", "ruleset"]).contains("flags owner") {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "the attacker's table never appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        held
+    }
+}
+
+impl Drop for HeldTable {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Netwarden's tables (its name and the names it moves to) in `ns`.
+fn netwarden_tables(ns: &Path) -> Vec<String> {
+    text(ns, "nft", &["list", "tables"])
+        .lines()
+        .filter_map(|l| l.strip_prefix("table inet "))
+        .filter(|name| netwarden_render::nft::is_netwarden_table_name(name))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A pod that deletes netwarden's table and creates one of that name with the `owner` flag
+/// (which nobody else may change or delete while its process lives) does not keep itself open:
+/// the repair puts the rules in a table of a new, random name; an agent started afresh does
+/// the same; once the pod lets its table go, the rules return to `inet netwarden` and the
+/// other table goes. Nothing of the pod's is deleted while it holds it.
+#[test]
+fn nft_a_table_held_by_the_pod_does_not_keep_it_open() {
+    if !root_or_skip() {
+        return;
+    }
+    let t = topology("o");
+    let _a = listen(&t.server, &format!("[::]:{ALLOWED}"));
+    let _d = listen(&t.server, &format!("[::]:{DENIED}"));
+    let rules = server_rules(true);
+    let mut dp = NftDataplane::new(RenderOptions::default());
+    let ruleset = dp.render(&rules).unwrap();
+    dp.apply(&t.server, &ruleset).unwrap();
+    probes_hold(&t, "applied");
+
+    let held = HeldTable::take_netwardens_name(&t.server);
+    assert_connects(
+        &t.client,
+        &format!("10.233.0.1:{DENIED}"),
+        "the held table replaced netwarden's: the denied port is open",
+    );
+    let seen = dp.verify(&t.server, &VerifyScope::all()).unwrap();
+    assert!(!seen.is_empty());
+    dp.repair(&t.server).unwrap();
+    let moved = dp.table_name(&t.server).to_string();
+    assert_ne!(
+        moved, "netwarden",
+        "the rules moved to a table of another name"
+    );
+    assert_eq!(dp.verify(&t.server, &VerifyScope::all()).unwrap(), vec![]);
+    probes_hold(&t, "repaired into a table of another name");
+    // The table of the new name is tampered with in turn: repaired under its name.
+    attack(&t.server, &format!("nft flush table inet {moved}"));
+    assert!(!dp
+        .verify(&t.server, &VerifyScope::all())
+        .unwrap()
+        .is_empty());
+    dp.repair(&t.server).unwrap();
+    assert_eq!(dp.table_name(&t.server), moved);
+    probes_hold(&t, "the moved table repaired");
+    // Counters still read (the monitored policy's evidence).
+    dp.read_counters(&t.server).unwrap();
+
+    // An agent started afresh (it knows nothing of the name): its apply moves the rules to a
+    // name of its own, then deletes the table the earlier one left.
+    let mut fresh = NftDataplane::new(RenderOptions::default());
+    assert_eq!(
+        fresh.apply(&t.server, &ruleset).unwrap(),
+        ApplyOutcome::Applied
+    );
+    let renamed = fresh.table_name(&t.server).to_string();
+    assert!(renamed != "netwarden" && renamed != moved, "{renamed}");
+    let mut tables = netwarden_tables(&t.server);
+    tables.sort();
+    let mut expected = vec!["netwarden".to_string(), renamed.clone()];
+    expected.sort();
+    assert_eq!(tables, expected, "the pod's table and the new one only");
+    assert_eq!(
+        fresh.verify(&t.server, &VerifyScope::all()).unwrap(),
+        vec![]
+    );
+    probes_hold(&t, "a fresh agent, the pod holding the name");
+
+    // The pod lets go: its table goes with its process; the next full apply returns to the
+    // name and deletes the other.
+    drop(held);
+    let mut back = NftDataplane::new(RenderOptions::default());
+    back.apply(&t.server, &ruleset).unwrap();
+    assert_eq!(back.table_name(&t.server), "netwarden");
+    assert_eq!(netwarden_tables(&t.server), vec!["netwarden".to_string()]);
+    assert_eq!(back.verify(&t.server, &VerifyScope::all()).unwrap(), vec![]);
+    probes_hold(&t, "back under netwarden's name");
+    // Removal leaves nothing of netwarden's.
+    back.remove(&t.server).unwrap();
+    assert_eq!(netwarden_tables(&t.server), Vec::<String>::new());
+}
+
 #[test]
 fn iptables_every_tamper_is_seen_and_repaired() {
     if !root_or_skip() {

@@ -122,6 +122,24 @@ pub use transaction::{Command, Transaction};
 pub const TABLE_FAMILY: &str = "inet";
 pub const TABLE_NAME: &str = "netwarden";
 
+/// A table name for netwarden's rules in a netns where [`TABLE_NAME`] cannot be used: a pod
+/// with `CAP_NET_ADMIN` deleted it and created its own of that name with the `owner` flag,
+/// which no other process may change or delete while the pod's netlink socket lives. The
+/// suffix is random (`seed`) so that a pod cannot take the next name in advance.
+pub fn fallback_table_name(seed: u64) -> String {
+    format!("{TABLE_NAME}_{:016x}", seed)
+}
+
+/// Whether `name` is [`TABLE_NAME`] or one of its [`fallback_table_name`]s.
+pub fn is_netwarden_table_name(name: &str) -> bool {
+    name == TABLE_NAME
+        || name.strip_prefix(TABLE_NAME).is_some_and(|rest| {
+            rest.len() == 17
+                && rest.starts_with('_')
+                && rest[1..].bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
 /// Which address of the packet is matched: the peer is the source on ingress, the destination
 /// on egress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -144,7 +144,12 @@ impl<'t> Transaction<'t> {
 
     /// nft syntax, one command per line.
     pub fn to_text(&self) -> String {
-        let t = format!("{TABLE_FAMILY} {TABLE_NAME}");
+        self.to_text_in(TABLE_NAME)
+    }
+
+    /// [`Transaction::to_text`] on the table named `table` (see [`super::fallback_table_name`]).
+    pub fn to_text_in(&self, table: &str) -> String {
+        let t = format!("{TABLE_FAMILY} {table}");
         let mut out = String::new();
         for c in &self.commands {
             let _ = match c {
@@ -201,7 +206,16 @@ impl<'t> Transaction<'t> {
 
     /// The libnftables JSON document (`{"nftables": [...]}`).
     pub fn to_json(&self) -> String {
-        let commands: Vec<Value> = self.commands.iter().map(command_json).collect();
+        self.to_json_in(TABLE_NAME)
+    }
+
+    /// [`Transaction::to_json`] on the table named `table` (see [`super::fallback_table_name`]).
+    pub fn to_json_in(&self, table: &str) -> String {
+        let commands: Vec<Value> = self
+            .commands
+            .iter()
+            .map(|c| command_json(c, table))
+            .collect();
         json!({ "nftables": commands }).to_string()
     }
 }
@@ -358,16 +372,16 @@ pub fn rule_text(rule: &Rule) -> String {
     out
 }
 
-fn object(kind: &str, fields: Value) -> Value {
-    let mut body = json!({ "family": TABLE_FAMILY, "table": TABLE_NAME });
+fn object(kind: &str, table: &str, fields: Value) -> Value {
+    let mut body = json!({ "family": TABLE_FAMILY, "table": table });
     if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), fields) {
         b.extend(extra);
     }
     json!({ kind: body })
 }
 
-fn table_object() -> Value {
-    json!({ "table": { "family": TABLE_FAMILY, "name": TABLE_NAME } })
+fn table_object(table: &str) -> Value {
+    json!({ "table": { "family": TABLE_FAMILY, "name": table } })
 }
 
 fn element_json(e: SetElement) -> Value {
@@ -378,26 +392,28 @@ fn element_json(e: SetElement) -> Value {
     }
 }
 
-fn command_json(c: &Command<'_>) -> Value {
+fn command_json(c: &Command<'_>, table: &str) -> Value {
     match c {
-        Command::AddTable => json!({ "add": table_object() }),
-        Command::DeleteTable => json!({ "delete": table_object() }),
-        Command::AddLimit(l) => json!({ "add": object("limit", json!({
+        Command::AddTable => json!({ "add": table_object(table) }),
+        Command::DeleteTable => json!({ "delete": table_object(table) }),
+        Command::AddLimit(l) => json!({ "add": object("limit", table, json!({
             "name": l.name, "rate": l.per_minute, "per": "minute", "burst": l.burst,
         })) }),
-        Command::AddSet(s) => json!({ "add": object("set", json!({
+        Command::AddSet(s) => json!({ "add": object("set", table, json!({
             "name": s.name, "type": set_type(s.family), "flags": ["interval"],
         })) }),
         Command::AddElements(s) => {
             let elem: Vec<Value> = s.elements().map(element_json).collect();
-            json!({ "add": object("element", json!({ "name": s.name, "elem": elem })) })
+            json!({ "add": object("element", table, json!({ "name": s.name, "elem": elem })) })
         }
         // No "dynamic": see `declare_some` (nft adds it for the rules that update the set).
-        Command::AddLearnSet(s) => json!({ "add": object("set", json!({
+        Command::AddLearnSet(s) => json!({ "add": object("set", table, json!({
             "name": s.name, "type": learn_set_type(s.family), "flags": ["timeout"],
             "timeout": s.timeout_secs, "size": s.size,
         })) }),
-        Command::AddCounter(name) => json!({ "add": object("counter", json!({ "name": name })) }),
+        Command::AddCounter(name) => {
+            json!({ "add": object("counter", table, json!({ "name": name })) })
+        }
         Command::AddChain(chain) => {
             let fields = match chain.hook {
                 Some(hook) => json!({
@@ -406,16 +422,20 @@ fn command_json(c: &Command<'_>) -> Value {
                 }),
                 None => json!({ "name": chain.name }),
             };
-            json!({ "add": object("chain", fields) })
+            json!({ "add": object("chain", table, fields) })
         }
-        Command::FlushChain(name) => json!({ "flush": object("chain", json!({ "name": name })) }),
-        Command::AddRule { chain, rule } => json!({ "add": object("rule", json!({
+        Command::FlushChain(name) => {
+            json!({ "flush": object("chain", table, json!({ "name": name })) })
+        }
+        Command::AddRule { chain, rule } => json!({ "add": object("rule", table, json!({
             "chain": chain, "expr": rule_json(rule),
         })) }),
         Command::DeleteChain(name) => {
-            json!({ "delete": object("chain", json!({ "name": name })) })
+            json!({ "delete": object("chain", table, json!({ "name": name })) })
         }
-        Command::DeleteSet(name) => json!({ "delete": object("set", json!({ "name": name })) }),
+        Command::DeleteSet(name) => {
+            json!({ "delete": object("set", table, json!({ "name": name })) })
+        }
     }
 }
 
@@ -549,6 +569,36 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn a_transaction_renders_on_another_table_name_alike() {
+        let name = crate::nft::fallback_table_name(0xfeed);
+        assert_eq!(name, "netwarden_000000000000feed");
+        assert!(crate::nft::is_netwarden_table_name(&name));
+        for other in [
+            "netwarden",
+            "netwarden_x",
+            "netwarden_000000000000feedx",
+            "mine",
+        ] {
+            assert_eq!(
+                crate::nft::is_netwarden_table_name(other),
+                other == "netwarden",
+                "{other}"
+            );
+        }
+        let tx = Transaction::removal();
+        assert_eq!(
+            tx.to_text_in(&name),
+            format!("add table inet {name}\ndelete table inet {name}\n")
+        );
+        let json: Value = serde_json::from_str(&tx.to_json_in(&name)).unwrap();
+        assert_eq!(
+            json["nftables"][1]["delete"]["table"]["name"],
+            name.as_str()
+        );
+        assert_eq!(tx.to_json(), tx.to_json_in(TABLE_NAME));
     }
 
     #[test]
