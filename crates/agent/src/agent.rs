@@ -149,9 +149,14 @@ impl Monitor {
     }
 
     /// A tamper repair: a record in the events stream and the counter.
+    /// Every repair is counted; the record is written when the repair is said (at most once
+    /// per pod per `SAY_EVERY`, with the count of those between).
     fn report_tamper(&self, repair: &crate::tamper_guard::Repair, backend: Backend) {
         let pod = repair.pod.to_string();
         self.metrics.add_tampered(&pod);
+        if !repair.say {
+            return;
+        }
         let record = netwarden_monitor::TamperRecord {
             time: Timestamp::now(),
             node: self.node.clone(),
@@ -162,6 +167,7 @@ impl Monitor {
             differences: repair.differences.iter().map(ToString::to_string).collect(),
             repaired: repair.result.is_ok(),
             error: repair.result.clone().err(),
+            repeats: repair.repeats,
         };
         if let Err(e) = self.sink.emit_tamper(&record) {
             warn!("cannot write the tamper record of {}: {e}", record.pod);

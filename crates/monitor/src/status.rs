@@ -56,6 +56,9 @@ pub struct TamperRecord {
     pub repaired: bool,
     /// Why not, when the repair failed (it is tried again).
     pub error: Option<String>,
+    /// Repairs of this pod since its previous record that were not recorded one by one (a
+    /// pod tampering in a loop: at most one record per pod per 10 s, like the log line).
+    pub repeats: u64,
 }
 
 impl TamperRecord {

@@ -206,6 +206,25 @@ fn tamper_e2e(backend: Backend) {
         repairs >= 2.0,
         "the loop's tampers were repaired: {repairs}"
     );
+    // The records are rate-limited like the log line (one per pod per 10 s, with the count of
+    // the others), the counter counts every repair.
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"record\":\"tamper\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bound = 2 + (wall.as_secs() / 10) as usize;
+    assert!(
+        records.len() <= bound,
+        "{} tamper records for {repairs} repairs in {wall:?}",
+        records.len()
+    );
+    let recorded: u64 = records
+        .iter()
+        .map(|r| 1 + r["repeats"].as_u64().unwrap())
+        .sum();
+    assert!(recorded as f64 <= repairs, "{recorded} > {repairs}");
 }
 
 #[test]
