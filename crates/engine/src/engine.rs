@@ -27,7 +27,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+mod tiers;
+
 use crate::addrset::AddrSet;
+use crate::admin::{AdminPolicy, AdminRef, Node, Tier};
 use crate::labelindex::{Candidates, LabelIndex};
 use crate::model::*;
 use crate::peersets::{PeerSetId, PeerSetKey, PeerSets};
@@ -228,6 +231,11 @@ pub struct Engine {
     ambiguous: HashSet<IpAddr>,
     /// Pods whose netns is locked down ([`Engine::set_lockdown`]), with why.
     lockdown: BTreeMap<PodKey, String>,
+    /// Admin policies (SPEC 8) and the Nodes their `nodes` peers select ([`tiers`]).
+    admin_policies: BTreeMap<AdminRef, Arc<AdminPolicy>>,
+    nodes: BTreeMap<String, Arc<Node>>,
+    /// The peers of each admin rule, by (policy, direction, rule index).
+    tier_peers: HashMap<(AdminRef, Direction, usize), Arc<tiers::TierPeers>>,
 }
 
 /// What changed in [`Engine::pods_by_address`] ([`Engine::take_address_changes`]).
@@ -380,8 +388,10 @@ impl Engine {
         if old_learn != namespace.learn {
             self.dirty_namespace_pods(&namespace.name);
         }
+        let name = namespace.name.clone();
         self.namespaces.insert(namespace.name.clone(), namespace);
         if old_labels != new_labels {
+            self.admin_namespace_changed(&name);
             self.forget_peer_sets();
             // Only a change of membership in a namespaceSelector matters.
             self.invalidate_rules_where(|_, peer| match peer {
@@ -400,6 +410,9 @@ impl Engine {
                 self.dirty_namespace_pods(name);
             }
             let new_labels = self.namespace_labels(name);
+            if old.labels != new_labels {
+                self.admin_namespace_changed(name);
+            }
             self.forget_peer_sets();
             self.invalidate_rules_where(|_, peer| match peer {
                 Peer::Pods {
@@ -955,6 +968,7 @@ impl Engine {
     /// A pod changed in a way other pods can see (`old` → `new`; the indexes hold `new`):
     /// drops the cached rules whose result changes with it, directly or through a Service.
     fn pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
+        self.admin_pod_changed(old, new);
         let versions = || old.into_iter().chain(new);
         // The rules whose peers can select the pod, before or after the change (none needed
         // while nothing is computed: objects still being fed).
@@ -1486,9 +1500,17 @@ impl Engine {
         }
         let mut interfaces = Vec::new();
         for iface in &pod.interfaces {
-            let ingress =
+            let mut ingress =
                 self.direction_rules(&pod, iface, Direction::Ingress, &policies, &replaced);
-            let egress = self.direction_rules(&pod, iface, Direction::Egress, &policies, &replaced);
+            let mut egress =
+                self.direction_rules(&pod, iface, Direction::Egress, &policies, &replaced);
+            for (rules, direction) in [
+                (&mut ingress, Direction::Ingress),
+                (&mut egress, Direction::Egress),
+            ] {
+                rules.admin = self.tier_rules(&pod, iface, direction, Tier::Admin);
+                rules.baseline = self.tier_rules(&pod, iface, direction, Tier::Baseline);
+            }
             interfaces.push(InterfaceRules {
                 name: iface.name.clone(),
                 network: iface.network.clone(),

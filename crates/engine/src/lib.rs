@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addrset;
+pub mod admin;
 pub mod hash;
 pub mod labelindex;
 pub mod labels;
@@ -28,6 +29,10 @@ mod peersets;
 pub mod selectorindex;
 
 pub use addrset::AddrSet;
+pub use admin::{
+    AdminAction, AdminKind, AdminPeer, AdminPolicy, AdminPort, AdminRef, AdminRule, Node,
+    PodsSelector, Tier,
+};
 pub use model::*;
 pub mod engine;
 // Fuzzing and its CI replays only (feature `fuzzing`): not compiled into the netwarden binary.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::addrset::AddrSet;
+use crate::admin::{AdminAction, AdminRef, Tier};
 use crate::model::{Direction, Mode, NetworkId, PodKey, PolicyRef, Protocol};
 
 /// Where an allow rule comes from: `policy`'s `direction` rule number `index` (0-based).
@@ -137,6 +138,109 @@ impl Isolation {
     }
 }
 
+/// Where an admin tier rule comes from: `policy`'s `direction` rule number `index`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct TierOrigin {
+    pub policy: AdminRef,
+    pub tier: Tier,
+    pub priority: u32,
+    pub direction: Direction,
+    pub index: usize,
+    /// The rule's `name`, when it has one.
+    pub name: Option<String>,
+    pub mode: Mode,
+}
+
+/// One admin or baseline rule resolved for one pod interface: the first rule of a tier whose
+/// clauses match decides with its action (SPEC 8).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TierRule {
+    pub origin: TierOrigin,
+    pub action: AdminAction,
+    /// Empty when nothing can match (an Allow that cannot be implemented, e.g. `domainNames`).
+    pub clauses: Vec<Clause>,
+}
+
+impl TierRule {
+    pub fn matches(&self, peer: IpAddr, protocol: Protocol, port: u16) -> bool {
+        self.clauses.iter().any(|c| c.matches(peer, protocol, port))
+    }
+}
+
+/// The admin policies' rules of one direction, in evaluation order, per view (the staged view
+/// adds monitored admin policies and leaves out those they replace).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct TierRules {
+    pub enforced: Arc<[TierRule]>,
+    pub staged: Arc<[TierRule]>,
+}
+
+impl TierRules {
+    pub fn view(&self, staged: bool) -> &[TierRule] {
+        if staged {
+            &self.staged
+        } else {
+            &self.enforced
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.enforced.is_empty() && self.staged.is_empty()
+    }
+
+    /// Whether the views differ (the kernel then needs the staged evaluation).
+    pub fn differ(&self) -> bool {
+        self.enforced != self.staged
+    }
+
+    /// The first rule of `view` that matches.
+    pub fn first_match(
+        &self,
+        staged: bool,
+        peer: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> Option<&TierRule> {
+        self.view(staged)
+            .iter()
+            .find(|r| r.matches(peer, protocol, port))
+    }
+}
+
+/// What decided one direction of a flow (SPEC 8: Admin → namespaced → Baseline → allow).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision<'a> {
+    /// An Admin tier rule allowed or denied (Pass goes on, and is not a decision).
+    Admin(&'a TierRule),
+    /// Section 3's policies isolate the direction: allowed iff one of these rules matches
+    /// (empty: denied).
+    Namespaced(Vec<&'a AllowRule>),
+    /// A Baseline tier rule allowed or denied.
+    Baseline(&'a TierRule),
+    /// Nothing decided: allowed.
+    Default,
+}
+
+impl Decision<'_> {
+    pub fn allowed(&self) -> bool {
+        match self {
+            Decision::Admin(rule) | Decision::Baseline(rule) => rule.action == AdminAction::Allow,
+            Decision::Namespaced(rules) => !rules.is_empty(),
+            Decision::Default => true,
+        }
+    }
+
+    /// The tier's name as `explain` prints it.
+    pub fn tier(&self) -> &'static str {
+        match self {
+            Decision::Admin(_) => "Admin",
+            Decision::Namespaced(_) => "Namespaced",
+            Decision::Baseline(_) => "Baseline",
+            Decision::Default => "Default",
+        }
+    }
+}
+
 /// Why the staged view denies what the enforced view allows (SPEC 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -192,6 +296,10 @@ pub struct DirectionRules {
     pub log_denies: bool,
     /// Outgoing DNS allowed without a rule, per view (egress only).
     pub implicit_dns: ImplicitDns,
+    /// The Admin tier's rules, evaluated before `enforced`/`staged` (SPEC 8).
+    pub admin: TierRules,
+    /// The Baseline tier's rules, evaluated when no namespaced policy isolates the direction.
+    pub baseline: TierRules,
 }
 
 impl DirectionRules {
@@ -204,13 +312,66 @@ impl DirectionRules {
             replaced_policies: Vec::new(),
             log_denies: false,
             implicit_dns: ImplicitDns::default(),
+            admin: TierRules::default(),
+            baseline: TierRules::default(),
+        }
+    }
+
+    /// The namespaced tier of `view`.
+    pub fn isolation(&self, staged: bool) -> &Isolation {
+        if staged {
+            &self.staged
+        } else {
+            &self.enforced
+        }
+    }
+
+    /// Whether any admin policy (either tier, either view) has rules here.
+    pub fn has_tiers(&self) -> bool {
+        !self.admin.is_empty() || !self.baseline.is_empty()
+    }
+
+    /// Whether the kernel must evaluate anything here: isolated by a namespaced policy in
+    /// either view, or an admin rule in either tier.
+    pub fn needs_rules(&self) -> bool {
+        self.enforced.is_isolated() || self.staged.is_isolated() || self.has_tiers()
+    }
+
+    /// What decides a packet of this direction from/to `peer` in `view` (SPEC 8): the first
+    /// matching Admin rule (Pass goes on), the namespaced tier if it isolates, the first
+    /// matching Baseline rule, else allowed. The implicit DNS allowance belongs to the
+    /// namespaced tier and is not seen here (see `verdict`).
+    pub fn decide(
+        &self,
+        staged: bool,
+        peer: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> Decision<'_> {
+        if let Some(rule) = self.admin.first_match(staged, peer, protocol, port) {
+            if rule.action != AdminAction::Pass {
+                return Decision::Admin(rule);
+            }
+        }
+        match self.isolation(staged) {
+            Isolation::Isolated(_) => {
+                let (_, rules) = self.isolation(staged).evaluate(peer, protocol, port);
+                Decision::Namespaced(rules)
+            }
+            Isolation::Open => match self.baseline.first_match(staged, peer, protocol, port) {
+                Some(rule) => Decision::Baseline(rule),
+                None => Decision::Default,
+            },
         }
     }
 
     /// Whether the staged view differs from the enforced one, so the kernel needs the monitor
     /// evaluation. Pods without it carry no extra rules.
     pub fn has_monitor(&self) -> bool {
-        !self.monitored_policies.is_empty() || !self.replaced_policies.is_empty()
+        !self.monitored_policies.is_empty()
+            || !self.replaced_policies.is_empty()
+            || self.admin.differ()
+            || self.baseline.differ()
     }
 
     /// The cause recorded on a would-deny event.
@@ -241,10 +402,12 @@ impl InterfaceRules {
         }
     }
 
+    /// Whether the kernel must evaluate anything on this interface (a namespaced policy
+    /// isolates it, or an admin policy has rules for it).
     pub fn is_isolated(&self) -> bool {
         [&self.ingress, &self.egress]
             .iter()
-            .any(|d| d.enforced.is_isolated() || d.staged.is_isolated())
+            .any(|d| d.needs_rules())
     }
 }
 

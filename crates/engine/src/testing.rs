@@ -181,3 +181,50 @@ pub fn named(protocol: Protocol, name: &str) -> PolicyPort {
 pub fn rule(peers: Vec<Peer>, ports: Vec<PolicyPort>) -> PolicyRule {
     PolicyRule { peers, ports }
 }
+
+/// An admin policy of `kind` (its tier follows: ClusterNetworkPolicy builds the Admin tier; set
+/// `tier` after for Baseline) selecting `subject`, enforced, on the primary network.
+pub fn admin_policy(
+    kind: crate::admin::AdminKind,
+    name: &str,
+    priority: u32,
+    subject: crate::admin::PodsSelector,
+    ingress: Vec<crate::admin::AdminRule>,
+    egress: Vec<crate::admin::AdminRule>,
+) -> crate::admin::AdminPolicy {
+    crate::admin::AdminPolicy {
+        kind,
+        name: name.into(),
+        tier: match kind {
+            crate::admin::AdminKind::BaselineAdminNetworkPolicy => crate::admin::Tier::Baseline,
+            _ => crate::admin::Tier::Admin,
+        },
+        priority,
+        subject,
+        ingress,
+        egress,
+        scope: PolicyScope::Primary,
+        mode: Mode::Enforce,
+        replaces: None,
+        log_denies: false,
+    }
+}
+
+/// An admin rule with `action` over `peers`, every port unless `ports`.
+pub fn admin_rule(
+    action: crate::admin::AdminAction,
+    peers: Vec<crate::admin::AdminPeer>,
+    ports: Option<Vec<crate::admin::AdminPort>>,
+) -> crate::admin::AdminRule {
+    crate::admin::AdminRule {
+        name: None,
+        action,
+        peers,
+        ports,
+    }
+}
+
+/// Pods of the namespaces labelled `pairs`.
+pub fn in_namespaces(pairs: &[(&str, &str)]) -> crate::admin::PodsSelector {
+    crate::admin::PodsSelector::namespaces(selector(pairs))
+}

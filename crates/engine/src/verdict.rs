@@ -6,8 +6,9 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
+use crate::admin::AdminAction;
 use crate::model::{Direction, PodKey, PolicyRef, Protocol};
-use crate::rules::{DirectionRules, InterfaceRules, Isolation, RuleOrigin, StagedCause};
+use crate::rules::{Decision, DirectionRules, InterfaceRules, RuleOrigin, StagedCause, TierOrigin};
 
 /// Why a side allows traffic without looking at any rule (SPEC 3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,6 +31,20 @@ pub struct SideVerdict {
     pub matched: Vec<RuleOrigin>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub always_allowed: Option<AlwaysAllowed>,
+    /// The admin policy rule that decided (SPEC 8: an Admin tier Allow or Deny before the
+    /// namespaced tier, or a Baseline rule when no namespaced policy isolates), if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier_rule: Option<TierDecision>,
+    /// Admin tier rules that matched with Pass before the namespaced tier decided.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passed: Vec<TierOrigin>,
+}
+
+/// An admin policy rule's decision on one side of a flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TierDecision {
+    pub origin: TierOrigin,
+    pub action: AdminAction,
 }
 
 /// A side in both views.
@@ -103,12 +118,7 @@ fn side(
     port: u16,
     implicit: Implicit,
 ) -> SideVerdict {
-    let isolation = if staged {
-        &rules.staged
-    } else {
-        &rules.enforced
-    };
-    let (allowed, matched) = isolation.evaluate(peer, protocol, port);
+    let isolation = rules.isolation(staged);
     let policies = if staged {
         let mut p: Vec<PolicyRef> = rules
             .enforced_policies
@@ -122,17 +132,58 @@ fn side(
         rules.enforced_policies.clone()
     };
     let isolated = isolation.is_isolated();
-    let always = if isolated {
-        implicit.in_view(rules, staged)
-    } else {
-        None
+    // A pod talking to itself goes through `lo`, before any tier (SPEC 3.1 and 8).
+    if implicit.loopback {
+        return SideVerdict {
+            allowed: true,
+            isolated,
+            policies,
+            matched: Vec::new(),
+            // Said where a rule would otherwise have been consulted (as before tiers).
+            always_allowed: (isolated || rules.has_tiers()).then_some(AlwaysAllowed::Loopback),
+            tier_rule: None,
+            passed: Vec::new(),
+        };
+    }
+    let passed: Vec<TierOrigin> = rules
+        .admin
+        .view(staged)
+        .iter()
+        .take_while(|r| !(r.matches(peer, protocol, port) && r.action != AdminAction::Pass))
+        .filter(|r| r.matches(peer, protocol, port))
+        .map(|r| r.origin.clone())
+        .collect();
+    let decided = |rule: &crate::rules::TierRule| TierDecision {
+        origin: rule.origin.clone(),
+        action: rule.action,
     };
-    SideVerdict {
-        allowed: allowed || always.is_some(),
-        isolated,
-        policies,
-        matched: matched.into_iter().map(|r| r.origin.clone()).collect(),
-        always_allowed: always,
+    match rules.decide(staged, peer, protocol, port) {
+        Decision::Namespaced(matched) => {
+            // The implicit DNS allowance belongs to the namespaced tier (an admin Deny
+            // blocks DNS too).
+            let always = implicit.in_view(rules, staged);
+            SideVerdict {
+                allowed: !matched.is_empty() || always.is_some(),
+                isolated,
+                policies,
+                matched: matched.into_iter().map(|r| r.origin.clone()).collect(),
+                always_allowed: always,
+                tier_rule: None,
+                passed,
+            }
+        }
+        decision => SideVerdict {
+            allowed: decision.allowed(),
+            isolated,
+            policies,
+            matched: Vec::new(),
+            always_allowed: None,
+            tier_rule: match decision {
+                Decision::Admin(rule) | Decision::Baseline(rule) => Some(decided(rule)),
+                _ => None,
+            },
+            passed,
+        },
     }
 }
 
@@ -168,19 +219,17 @@ pub fn side_allows(
     port: u16,
     loopback: bool,
 ) -> bool {
-    let isolation = if staged {
-        &rules.staged
-    } else {
-        &rules.enforced
-    };
-    match isolation {
-        Isolation::Open => true,
-        Isolation::Isolated(allow) => {
-            allow.iter().any(|r| r.matches(peer, protocol, port))
+    if loopback {
+        return true;
+    }
+    match rules.decide(staged, peer, protocol, port) {
+        Decision::Namespaced(matched) => {
+            !matched.is_empty()
                 || Implicit::of(direction, loopback, protocol, port)
                     .in_view(rules, staged)
                     .is_some()
         }
+        decision => decision.allowed(),
     }
 }
 

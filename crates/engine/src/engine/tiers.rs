@@ -1,0 +1,666 @@
+//! The admin policies' tiers in the engine (SPEC 8): feeding admin policies and Nodes, which
+//! pods their changes make dirty, and each pod interface's Admin and Baseline rules
+//! ([`TierRules`]), resolved to address sets like section 3's rules.
+//!
+//! The peers' address sets are cached per (policy, direction, rule): a subject pod's rules
+//! reuse them, so a `namespaces: {}` subject costs one set per rule, not one per pod. A pod
+//! change drops the sets whose peers select the pod (before or after the change) and makes the
+//! subjects of those policies dirty; a namespace relabel or a Node change drops what it can
+//! affect.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::addrset::AddrSet;
+use crate::admin::{AdminPeer, AdminPolicy, AdminPort, AdminRef, Node, PodsSelector, Tier};
+use crate::model::{Direction, Mode, Pod, PodInterface, PodKey, Protocol};
+use crate::rules::{Clause, PeerMatch, PortMatch, PortRange, TierOrigin, TierRule, TierRules};
+
+use super::Engine;
+
+/// A cached rule's peers: the union of their addresses, and the pods behind the pod peers
+/// (egress named ports resolve on them).
+#[derive(Debug)]
+pub(super) struct TierPeers {
+    addrs: Arc<AddrSet>,
+    pods: Vec<PodKey>,
+}
+
+impl Engine {
+    /// Sets an admin policy (SPEC 8); the pods it or its previous version selects are dirty.
+    pub fn set_admin_policy(&mut self, policy: impl Into<Arc<AdminPolicy>>) {
+        let policy: Arc<AdminPolicy> = policy.into();
+        let reference = policy.reference();
+        if self.admin_policies.get(&reference) == Some(&policy) {
+            return;
+        }
+        self.remove_admin_policy(&reference);
+        self.mark_admin_subjects_dirty(&policy);
+        self.admin_policies.insert(reference, policy);
+    }
+
+    pub fn remove_admin_policy(&mut self, reference: &AdminRef) {
+        let Some(old) = self.admin_policies.remove(reference) else {
+            return;
+        };
+        self.tier_peers.retain(|(r, _, _), _| r != reference);
+        self.mark_admin_subjects_dirty(&old);
+    }
+
+    pub fn admin_policies(&self) -> impl Iterator<Item = &Arc<AdminPolicy>> {
+        self.admin_policies.values()
+    }
+
+    pub fn admin_policy(&self, reference: &AdminRef) -> Option<&Arc<AdminPolicy>> {
+        self.admin_policies.get(reference)
+    }
+
+    /// Sets a Node (its labels and addresses matter to `nodes` peers).
+    pub fn set_node(&mut self, node: Node) {
+        if self.nodes.get(&node.name).map(|n| &**n) == Some(&node) {
+            return;
+        }
+        self.nodes.insert(node.name.clone(), Arc::new(node));
+        self.node_changed();
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        if self.nodes.remove(name).is_some() {
+            self.node_changed();
+        }
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.nodes.values()
+    }
+
+    /// The pods an admin policy applies to: its subject, with an interface it covers, never
+    /// host-network pods.
+    pub fn admin_subjects(&self, policy: &AdminPolicy) -> Vec<PodKey> {
+        self.pods_selected(&policy.subject)
+            .into_iter()
+            .filter(|pod| pod.interfaces.iter().any(|i| policy.covers_interface(i)))
+            .map(|pod| pod.key.clone())
+            .collect()
+    }
+
+    /// The pods (never host-network ones) `selector` selects, in key order.
+    fn pods_selected(&self, selector: &PodsSelector) -> Vec<&Pod> {
+        let namespaces: Vec<&String> = self
+            .pods_by_namespace
+            .keys()
+            .filter(|ns| selector.namespaces.matches(&self.namespace_labels_ref(ns)))
+            .collect();
+        namespaces
+            .into_iter()
+            .flat_map(|ns| self.candidates_in(ns, &selector.pods))
+            .filter(|pod| !pod.host_network && selector.pods.matches(&pod.labels))
+            .collect()
+    }
+
+    fn mark_admin_subjects_dirty(&mut self, policy: &AdminPolicy) {
+        let mut subjects = self.admin_subjects(policy);
+        // A monitored policy replacing another changes the staged view of the other's pods.
+        if let Some(replaced) = &policy.replaces {
+            let other = AdminRef {
+                kind: policy.kind,
+                name: replaced.clone(),
+            };
+            if let Some(other) = self.admin_policies.get(&other) {
+                subjects.extend(self.admin_subjects(other));
+            }
+        }
+        self.dirty.extend(subjects);
+    }
+
+    /// Drops the cached peers of the admin rules `stale` names, marking their subjects dirty.
+    fn invalidate_tiers(&mut self, stale: BTreeSet<AdminRef>) {
+        if stale.is_empty() {
+            return;
+        }
+        self.tier_peers.retain(|(r, _, _), _| !stale.contains(r));
+        for reference in stale {
+            if let Some(policy) = self.admin_policies.get(&reference).cloned() {
+                self.mark_admin_subjects_dirty(&policy);
+            }
+        }
+    }
+
+    /// A pod changed in a way other pods can see: the admin rules whose pod peers select it
+    /// (before or after) are stale.
+    pub(super) fn admin_pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
+        if self.admin_policies.is_empty() {
+            return;
+        }
+        let versions: Vec<(&Pod, crate::labels::Labels)> = old
+            .into_iter()
+            .chain(new)
+            .filter(|pod| !pod.host_network)
+            .map(|pod| (pod, self.namespace_labels(&pod.key.namespace)))
+            .collect();
+        let stale: BTreeSet<AdminRef> = self
+            .admin_policies
+            .values()
+            .filter(|policy| {
+                [Direction::Ingress, Direction::Egress]
+                    .iter()
+                    .flat_map(|d| policy.rules(*d))
+                    .flat_map(|rule| &rule.peers)
+                    .any(|peer| match peer {
+                        AdminPeer::Pods(selector) => versions
+                            .iter()
+                            .any(|(pod, ns_labels)| selector.matches(ns_labels, &pod.labels)),
+                        _ => false,
+                    })
+            })
+            .map(|policy| policy.reference())
+            .collect();
+        self.invalidate_tiers(stale);
+    }
+
+    /// A namespace's labels changed: every admin policy may select other pods now, as
+    /// subjects or as peers.
+    pub(super) fn admin_namespace_changed(&mut self, namespace: &str) {
+        if self.admin_policies.is_empty() {
+            return;
+        }
+        // Its pods may have become or stopped being subjects.
+        self.dirty_namespace_pods(namespace);
+        let all: BTreeSet<AdminRef> = self.admin_policies.keys().cloned().collect();
+        self.invalidate_tiers(all);
+    }
+
+    fn node_changed(&mut self) {
+        let stale: BTreeSet<AdminRef> = self
+            .admin_policies
+            .values()
+            .filter(|p| {
+                p.egress
+                    .iter()
+                    .flat_map(|r| &r.peers)
+                    .any(|peer| matches!(peer, AdminPeer::Nodes(_)))
+            })
+            .map(|p| p.reference())
+            .collect();
+        self.invalidate_tiers(stale);
+    }
+
+    /// The Admin or Baseline rules of one direction of `iface` of `pod`, per view.
+    pub(super) fn tier_rules(
+        &mut self,
+        pod: &Pod,
+        iface: &PodInterface,
+        direction: Direction,
+        tier: Tier,
+    ) -> TierRules {
+        if pod.host_network || self.admin_policies.is_empty() {
+            return TierRules::default();
+        }
+        let ns_labels = self.namespace_labels(&pod.key.namespace);
+        let mut applicable: Vec<Arc<AdminPolicy>> = self
+            .admin_policies
+            .values()
+            .filter(|p| {
+                p.tier == tier
+                    && !p.rules(direction).is_empty()
+                    && p.subject.matches(&ns_labels, &pod.labels)
+                    && p.covers_interface(iface)
+            })
+            .cloned()
+            .collect();
+        if applicable.is_empty() {
+            return TierRules::default();
+        }
+        applicable.sort_by(|a, b| a.order(b));
+        // Enforced policies a monitored one replaces leave the staged view.
+        let replaced: BTreeSet<AdminRef> = self
+            .admin_policies
+            .values()
+            .filter(|p| p.mode == Mode::Monitor)
+            .filter_map(|p| {
+                p.replaces.as_ref().map(|name| AdminRef {
+                    kind: p.kind,
+                    name: name.clone(),
+                })
+            })
+            .collect();
+        let staged_differs = applicable
+            .iter()
+            .any(|p| p.mode == Mode::Monitor || replaced.contains(&p.reference()));
+        let mut enforced = Vec::new();
+        let mut staged = Vec::new();
+        for policy in applicable {
+            let rules = self.resolve_tier_rules(&policy, direction, pod);
+            match policy.mode {
+                Mode::Enforce => {
+                    if staged_differs && !replaced.contains(&policy.reference()) {
+                        staged.extend(rules.iter().cloned());
+                    }
+                    enforced.extend(rules);
+                }
+                Mode::Monitor => staged.extend(rules),
+            }
+        }
+        let enforced: Arc<[TierRule]> = enforced.into();
+        TierRules {
+            staged: if staged_differs {
+                staged.into()
+            } else {
+                enforced.clone()
+            },
+            enforced,
+        }
+    }
+
+    /// `policy`'s rules of `direction` for the subject `pod`.
+    fn resolve_tier_rules(
+        &mut self,
+        policy: &AdminPolicy,
+        direction: Direction,
+        pod: &Pod,
+    ) -> Vec<TierRule> {
+        let reference = policy.reference();
+        (0..policy.rules(direction).len())
+            .map(|index| {
+                let rule = &policy.rules(direction)[index];
+                let peers = self.tier_peers(policy, direction, index);
+                let clauses = match &rule.ports {
+                    None => vec![Clause {
+                        peers: PeerMatch::Addrs(peers.addrs.clone()),
+                        ports: PortMatch::Any,
+                    }],
+                    Some(ports) => self.tier_port_clauses(ports, &peers, direction, pod),
+                };
+                TierRule {
+                    origin: TierOrigin {
+                        policy: reference.clone(),
+                        tier: policy.tier,
+                        priority: policy.priority,
+                        direction,
+                        index,
+                        name: rule.name.clone(),
+                        mode: policy.mode,
+                    },
+                    action: rule.action,
+                    clauses: clauses
+                        .into_iter()
+                        .filter(|c| !matches!(&c.peers, PeerMatch::Addrs(a) if a.is_empty()))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Clauses for a rule with `ports`: numbers and ranges apply to every peer; a named port
+    /// resolves on the destination — the subject on ingress, each peer pod on egress (peers
+    /// on which it resolves to one number form one clause).
+    fn tier_port_clauses(
+        &self,
+        ports: &[AdminPort],
+        peers: &TierPeers,
+        direction: Direction,
+        pod: &Pod,
+    ) -> Vec<Clause> {
+        let mut numbers: Vec<PortRange> = Vec::new();
+        let mut named: Vec<&str> = Vec::new();
+        for port in ports {
+            match port {
+                AdminPort::Numbers(range) => numbers.push(*range),
+                AdminPort::Named(name) => named.push(name),
+            }
+        }
+        let resolve = |target: &Pod, name: &str| -> Vec<PortRange> {
+            Protocol::ALL
+                .iter()
+                .filter_map(|protocol| {
+                    target.named_port(name, *protocol).map(|port| PortRange {
+                        protocol: *protocol,
+                        ports: Some((port, port)),
+                    })
+                })
+                .collect()
+        };
+        let mut clauses = Vec::new();
+        if direction == Direction::Ingress {
+            numbers.extend(named.iter().flat_map(|name| resolve(pod, name)));
+        } else if !named.is_empty() {
+            // Peer pods grouped by what the names resolve to on them.
+            let mut groups: std::collections::BTreeMap<Vec<PortRange>, Vec<std::net::IpAddr>> =
+                Default::default();
+            for key in &peers.pods {
+                let Some(target) = self.pod(key) else {
+                    continue;
+                };
+                let mut resolved: Vec<PortRange> = named
+                    .iter()
+                    .flat_map(|name| resolve(target, name))
+                    .collect();
+                if resolved.is_empty() {
+                    continue;
+                }
+                resolved.sort();
+                resolved.dedup();
+                let addrs = target
+                    .interfaces
+                    .iter()
+                    .flat_map(|i| i.ips.iter().copied())
+                    .filter(|ip| peers.addrs.contains(*ip));
+                groups.entry(resolved).or_default().extend(addrs);
+            }
+            for (ranges, addrs) in groups {
+                clauses.push(Clause {
+                    peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(addrs))),
+                    ports: PortMatch::Only(ranges),
+                });
+            }
+        }
+        if !numbers.is_empty() {
+            clauses.insert(
+                0,
+                Clause {
+                    peers: PeerMatch::Addrs(peers.addrs.clone()),
+                    ports: PortMatch::Only(numbers),
+                },
+            );
+        }
+        clauses
+    }
+
+    /// The peers of `policy`'s rule `index` of `direction` (cached).
+    fn tier_peers(
+        &mut self,
+        policy: &AdminPolicy,
+        direction: Direction,
+        index: usize,
+    ) -> Arc<TierPeers> {
+        let key = (policy.reference(), direction, index);
+        if let Some(found) = self.tier_peers.get(&key) {
+            return found.clone();
+        }
+        let networks = policy.peer_networks();
+        let mut sets: Vec<AddrSet> = Vec::new();
+        let mut pods: BTreeSet<PodKey> = BTreeSet::new();
+        for peer in &policy.rules(direction)[index].peers {
+            match peer {
+                AdminPeer::Pods(selector) => {
+                    let selected = self.pods_selected(selector);
+                    let addrs = selected.iter().flat_map(|pod| {
+                        pod.interfaces
+                            .iter()
+                            .filter(|i| networks.contains(&i.network))
+                            .flat_map(|i| i.ips.iter().copied())
+                    });
+                    sets.push(AddrSet::from_addrs(addrs));
+                    pods.extend(selected.iter().map(|pod| pod.key.clone()));
+                }
+                AdminPeer::Networks(cidrs) => {
+                    sets.extend(cidrs.iter().map(AddrSet::from_net));
+                }
+                AdminPeer::Nodes(selector) => {
+                    let addrs = self
+                        .nodes
+                        .values()
+                        .filter(|node| selector.matches(&node.labels))
+                        .flat_map(|node| node.addresses.iter().copied());
+                    sets.push(AddrSet::from_addrs(addrs));
+                }
+                // Matches nothing until names are resolved (SPEC 8).
+                AdminPeer::DomainNames(_) => {}
+            }
+        }
+        let peers = Arc::new(TierPeers {
+            addrs: Arc::new(AddrSet::union_of(sets)),
+            pods: pods.into_iter().collect(),
+        });
+        self.tier_peers.insert(key, peers.clone());
+        peers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::admin::{AdminAction, AdminKind, AdminPeer, AdminPort, PodsSelector, Tier};
+    use crate::rules::{Decision, PortRange};
+    use crate::testing::*;
+    use crate::{Engine, EngineOptions, PodKey, Protocol};
+
+    /// Namespaces `a` (team=a) and `b` (team=b); pods a/x (10.0.0.1), a/y (10.0.0.2), b/z
+    /// (10.0.1.1, serving `web` on TCP 8080).
+    fn cluster() -> Engine {
+        let mut e = Engine::new(EngineOptions::default());
+        e.set_namespace(namespace("a", &[("team", "a")]));
+        e.set_namespace(namespace("b", &[("team", "b")]));
+        e.set_pod(pod("a", "x", &[("app", "x")], &["10.0.0.1"]));
+        e.set_pod(pod("a", "y", &[("app", "y")], &["10.0.0.2"]));
+        e.set_pod(with_port(
+            pod("b", "z", &[("app", "z")], &["10.0.1.1"]),
+            "web",
+            8080,
+            Protocol::Tcp,
+        ));
+        e
+    }
+
+    fn ingress_of(e: &mut Engine, ns: &str, name: &str) -> crate::rules::DirectionRules {
+        e.pod_rules(&PodKey::new(ns, name)).unwrap().interfaces[0]
+            .ingress
+            .clone()
+    }
+
+    fn allowed(rules: &crate::rules::DirectionRules, from: &str, port: u16) -> bool {
+        rules
+            .decide(false, from.parse().unwrap(), Protocol::Tcp, port)
+            .allowed()
+    }
+
+    #[test]
+    fn admin_deny_beats_a_network_policy_allow_and_pass_hands_over() {
+        let mut e = cluster();
+        // b's pods allow everything from anywhere (namespaced tier).
+        e.set_policy(netpol(
+            "b",
+            "all",
+            selector(&[]),
+            Some(vec![rule(vec![], vec![])]),
+            None,
+        ));
+        let deny_a = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "deny-a",
+            10,
+            in_namespaces(&[("team", "b")]),
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", "a")]))],
+                None,
+            )],
+            vec![],
+        );
+        e.set_admin_policy(deny_a.clone());
+        let z = ingress_of(&mut e, "b", "z");
+        assert!(!allowed(&z, "10.0.0.1", 80));
+        assert!(matches!(
+            z.decide(false, "10.0.0.1".parse().unwrap(), Protocol::Tcp, 80),
+            Decision::Admin(_)
+        ));
+        // A Pass at a lower priority number from a/x hands it to the namespaced tier.
+        let pass_x = admin_policy(
+            AdminKind::ClusterNetworkPolicy,
+            "pass-x",
+            5,
+            in_namespaces(&[("team", "b")]),
+            vec![admin_rule(
+                AdminAction::Pass,
+                vec![AdminPeer::Pods(PodsSelector {
+                    namespaces: selector(&[]),
+                    pods: selector(&[("app", "x")]),
+                })],
+                None,
+            )],
+            vec![],
+        );
+        e.set_admin_policy(pass_x);
+        let z = ingress_of(&mut e, "b", "z");
+        assert!(
+            allowed(&z, "10.0.0.1", 80),
+            "passed, then allowed by the NetworkPolicy"
+        );
+        assert!(!allowed(&z, "10.0.0.2", 80), "still denied");
+        // Without the NetworkPolicy, the pass goes on to Baseline, then default allow.
+        e.remove_policy(&netpol("b", "all", selector(&[]), None, None).reference());
+        let mut baseline = admin_policy(
+            AdminKind::BaselineAdminNetworkPolicy,
+            "default",
+            0,
+            in_namespaces(&[]),
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[]))],
+                None,
+            )],
+            vec![],
+        );
+        e.set_admin_policy(baseline.clone());
+        let z = ingress_of(&mut e, "b", "z");
+        assert!(
+            !allowed(&z, "10.0.0.1", 80),
+            "the baseline denies what passed"
+        );
+        assert!(matches!(
+            z.decide(false, "10.0.0.1".parse().unwrap(), Protocol::Tcp, 80),
+            Decision::Baseline(_)
+        ));
+        // Monitored, the baseline leaves enforcement alone and shows in the staged view.
+        baseline.mode = crate::Mode::Monitor;
+        e.set_admin_policy(baseline);
+        let z = ingress_of(&mut e, "b", "z");
+        assert!(allowed(&z, "10.0.0.1", 80));
+        assert!(!z
+            .decide(true, "10.0.0.1".parse().unwrap(), Protocol::Tcp, 80)
+            .allowed());
+        assert!(z.has_monitor());
+        assert_eq!(z.baseline.enforced.len(), 0);
+        assert_eq!(z.baseline.staged[0].origin.tier, Tier::Baseline);
+    }
+
+    #[test]
+    fn priorities_order_policies_and_rules_keep_their_order() {
+        let mut e = cluster();
+        let subject = in_namespaces(&[("team", "b")]);
+        let from_a = || vec![AdminPeer::Pods(in_namespaces(&[("team", "a")]))];
+        e.set_admin_policy(admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "later",
+            20,
+            subject.clone(),
+            vec![admin_rule(AdminAction::Allow, from_a(), None)],
+            vec![],
+        ));
+        e.set_admin_policy(admin_policy(
+            AdminKind::ClusterNetworkPolicy,
+            "first",
+            10,
+            subject,
+            vec![
+                admin_rule(
+                    AdminAction::Allow,
+                    from_a(),
+                    Some(vec![AdminPort::Numbers(PortRange {
+                        protocol: Protocol::Tcp,
+                        ports: Some((8000, 8100)),
+                    })]),
+                ),
+                admin_rule(AdminAction::Deny, from_a(), None),
+            ],
+            vec![],
+        ));
+        let z = ingress_of(&mut e, "b", "z");
+        assert!(allowed(&z, "10.0.0.1", 8080), "the range allows");
+        assert!(
+            !allowed(&z, "10.0.0.1", 9000),
+            "the second rule of the first policy denies"
+        );
+        assert!(allowed(&z, "10.9.9.9", 9000), "not a peer: default allow");
+    }
+
+    #[test]
+    fn named_ports_resolve_on_the_destination_and_changes_reach_subjects() {
+        let mut e = cluster();
+        // Egress of a's pods: deny to b's pods on the port named `web`.
+        e.set_admin_policy(admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "no-web",
+            1,
+            in_namespaces(&[("team", "a")]),
+            vec![],
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", "b")]))],
+                Some(vec![AdminPort::Named("web".into())]),
+            )],
+        ));
+        let egress = |e: &mut Engine| {
+            e.pod_rules(&PodKey::new("a", "x")).unwrap().interfaces[0]
+                .egress
+                .clone()
+        };
+        let x = egress(&mut e);
+        let to = |r: &crate::rules::DirectionRules, ip: &str, port| {
+            r.decide(false, ip.parse().unwrap(), Protocol::Tcp, port)
+                .allowed()
+        };
+        assert!(!to(&x, "10.0.1.1", 8080));
+        assert!(to(&x, "10.0.1.1", 8081));
+        e.take_dirty();
+        // A new pod in b is a peer at once: a's pods are recomputed.
+        e.set_pod(with_port(
+            pod("b", "w", &[], &["10.0.1.2"]),
+            "web",
+            9090,
+            Protocol::Tcp,
+        ));
+        let dirty = e.take_dirty();
+        assert!(dirty.contains(&PodKey::new("a", "x")), "{dirty:?}");
+        let x = egress(&mut e);
+        assert!(!to(&x, "10.0.1.2", 9090));
+        assert!(
+            to(&x, "10.0.1.2", 8080),
+            "the name resolves per destination"
+        );
+        // Relabelling namespace b takes its pods out of the peers.
+        e.set_namespace(namespace("b", &[("team", "c")]));
+        let x = egress(&mut e);
+        assert!(to(&x, "10.0.1.1", 8080));
+    }
+
+    #[test]
+    fn nodes_peers_match_node_addresses_never_pods() {
+        let mut e = cluster();
+        e.set_admin_policy(admin_policy(
+            AdminKind::ClusterNetworkPolicy,
+            "no-nodes",
+            1,
+            in_namespaces(&[]),
+            vec![],
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Nodes(selector(&[]))],
+                None,
+            )],
+        ));
+        e.set_node(crate::admin::Node {
+            name: "n1".into(),
+            labels: labels(&[]),
+            addresses: vec!["192.168.0.1".parse().unwrap()],
+        });
+        let x = e.pod_rules(&PodKey::new("a", "x")).unwrap().interfaces[0]
+            .egress
+            .clone();
+        let to = |ip: &str| {
+            x.decide(false, ip.parse().unwrap(), Protocol::Tcp, 80)
+                .allowed()
+        };
+        assert!(!to("192.168.0.1"));
+        assert!(to("10.0.1.1"));
+    }
+}
