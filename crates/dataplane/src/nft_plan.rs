@@ -139,7 +139,7 @@ impl NftObjects {
                             u.insert(set.clone());
                         }
                     }
-                    if let netwarden_render::nft::Verdict::Jump(target) = &rule.verdict {
+                    if let Some(target) = rule.verdict.target() {
                         known_chain(&next, target)?;
                         if let Some(u) = used.as_mut() {
                             u.insert(format!("chain:{target}"));

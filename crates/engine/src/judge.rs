@@ -32,10 +32,11 @@
 
 use std::net::IpAddr;
 
+use crate::admin::{AdminAction, Tier};
 use crate::model::{Direction, Protocol};
 use crate::rules::{
     AllowRule, Clause, DirectionRules, InterfaceRules, Isolation, PeerMatch, PodRules, PortMatch,
-    PortRange,
+    PortRange, TierRule,
 };
 
 /// IP protocol numbers of the protocols policies name by port.
@@ -117,10 +118,7 @@ pub fn judge(rules: &PodRules, flow: &TrackedFlow) -> Judgement {
                 .filter(move |i| i.ips.contains(&ip))
         };
         owners()
-            .find(|i| {
-                let d = i.direction(direction);
-                d.enforced.is_isolated() || d.staged.is_isolated()
-            })
+            .find(|i| i.direction(direction).needs_rules())
             .or_else(|| owners().next())
     };
     let (iface, direction, peer) = match (
@@ -141,10 +139,29 @@ pub fn judge(rules: &PodRules, flow: &TrackedFlow) -> Judgement {
     }
 }
 
-/// Whether one direction's enforced view lets `flow` (with `peer` at the other end) start.
+/// The action of the first rule of `tier` that matches `flow`, if one does (a Pass in the
+/// Baseline tier, which the edge refuses, decides nothing: see `DirectionRules::decide`).
+fn first_tier_match(tier: &[TierRule], peer: IpAddr, flow: &TrackedFlow) -> Option<AdminAction> {
+    tier.iter()
+        .filter(|r| r.origin.tier == Tier::Admin || r.action != AdminAction::Pass)
+        .find(|r| r.clauses.iter().any(|c| clause_allows(c, peer, flow)))
+        .map(|r| r.action)
+}
+
+/// Whether one direction's enforced view lets `flow` (with `peer` at the other end) start:
+/// the Admin tier, then the namespaced tier, or the Baseline tier when no namespaced policy
+/// isolates (SPEC 8), as the kernel's chains decide.
 fn direction_allows(rules: &DirectionRules, peer: IpAddr, flow: &TrackedFlow) -> bool {
+    match first_tier_match(&rules.admin.enforced, peer, flow) {
+        Some(AdminAction::Allow) => return true,
+        Some(AdminAction::Deny) => return false,
+        Some(AdminAction::Pass) | None => {}
+    }
     let allow: &[AllowRule] = match &rules.enforced {
-        Isolation::Open => return true,
+        Isolation::Open => {
+            return first_tier_match(&rules.baseline.enforced, peer, flow)
+                != Some(AdminAction::Deny);
+        }
         Isolation::Isolated(allow) => allow,
     };
     // The implicit DNS clause of the renderer: TCP and UDP 53 to any peer.

@@ -358,7 +358,13 @@ impl DirectionRules {
                 let (_, rules) = self.isolation(staged).evaluate(peer, protocol, port);
                 Decision::Namespaced(rules)
             }
-            Isolation::Open => match self.baseline.first_match(staged, peer, protocol, port) {
+            // A Pass in the Baseline tier (refused at the edge) decides nothing.
+            Isolation::Open => match self
+                .baseline
+                .view(staged)
+                .iter()
+                .find(|r| r.action != AdminAction::Pass && r.matches(peer, protocol, port))
+            {
                 Some(rule) => Decision::Baseline(rule),
                 None => Decision::Default,
             },

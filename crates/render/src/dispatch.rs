@@ -64,9 +64,10 @@ pub struct DispatchPlan {
     pub output: Option<DirectionPlan>,
 }
 
-/// Whether a direction has a policy chain: isolated in the enforced or the staged view.
+/// Whether a direction has a policy chain: isolated in the enforced or the staged view, or an
+/// admin policy has rules for it (SPEC 8).
 pub fn has_chain(dr: &DirectionRules) -> bool {
-    dr.enforced.is_isolated() || dr.staged.is_isolated()
+    dr.needs_rules()
 }
 
 /// Whether a policy chain ends in an explicit accept: isolated only in the staged view (its

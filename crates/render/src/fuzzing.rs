@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use netwarden_engine::{
-    AddrSet, AllowRule, Clause, Direction, DirectionRules, ImplicitDns, InterfaceRules, IpBlock,
-    Isolation, Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch,
-    PortRange, Protocol, RuleOrigin,
+    AddrSet, AdminAction, AdminKind, AdminRef, AllowRule, Clause, Direction, DirectionRules,
+    ImplicitDns, InterfaceRules, IpBlock, Isolation, Mode, NetworkId, ObjectKey, PeerMatch,
+    PodRules, PolicyKind, PolicyRef, PortMatch, PortRange, Protocol, RuleOrigin, Tier, TierOrigin,
+    TierRule, TierRules,
 };
 // Reading past the end gives zeros: every input decodes to pod rules.
 use netwarden_fuzzbytes::Bytes;
@@ -197,6 +198,59 @@ fn direction(b: &mut Bytes, direction: Direction) -> DirectionRules {
     dr
 }
 
+/// Admin policy rules of one tier (SPEC 8): up to four, each with an action and up to two
+/// clauses; with `monitored`, the staged view differs (a rule of a
+/// monitored policy added, or the last enforced one left out as replaced).
+fn tier(b: &mut Bytes, direction: Direction, tier: Tier) -> TierRules {
+    // Pass in the Baseline tier is refused at the edge; were one to get through, every
+    // consumer must agree that it decides nothing.
+    let actions: &[AdminAction] = match tier {
+        Tier::Admin => &[AdminAction::Allow, AdminAction::Deny, AdminAction::Pass],
+        Tier::Baseline => &[
+            AdminAction::Allow,
+            AdminAction::Deny,
+            AdminAction::Deny,
+            AdminAction::Pass,
+        ],
+    };
+    let rule = |b: &mut Bytes, index: usize, mode: Mode| TierRule {
+        origin: TierOrigin {
+            policy: AdminRef {
+                kind: AdminKind::ClusterNetworkPolicy,
+                name: name(b),
+            },
+            tier,
+            priority: b.below(1001) as u32,
+            direction,
+            index,
+            name: b.bool().then(|| name(b)),
+            mode,
+        },
+        action: *b.pick(actions),
+        clauses: (0..b.below(3))
+            .map(|_| Clause {
+                peers: peers(b),
+                ports: ports(b),
+            })
+            .collect(),
+    };
+    let enforced: Vec<TierRule> = (0..b.below(5)).map(|i| rule(b, i, Mode::Enforce)).collect();
+    let staged = match b.below(4) {
+        0 => {
+            let mut staged = enforced.clone();
+            let at = b.below(staged.len() + 1);
+            staged.insert(at, rule(b, at, Mode::Monitor));
+            staged
+        }
+        1 if !enforced.is_empty() => enforced[..enforced.len() - 1].to_vec(),
+        _ => enforced.clone(),
+    };
+    TierRules {
+        enforced: enforced.into(),
+        staged: staged.into(),
+    }
+}
+
 /// Pod rules decoded from arbitrary bytes: one to three interfaces with names from
 /// [`IFNAMES`], each direction open, enforced, monitored or both.
 pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
@@ -229,13 +283,27 @@ pub fn pod_rules_from_bytes(data: &[u8]) -> PodRules {
             egress: direction(&mut b, Direction::Egress),
         })
         .collect();
-    PodRules {
+    let mut rules = PodRules {
         pod: ObjectKey::new(MARK, MARK),
         netns: None,
         interfaces,
         // Decoded last, so the earlier fields read the bytes they always did.
         learn: b.bool(),
+    };
+    // Admin policy tiers, decoded after everything older (same reason).
+    if b.bool() {
+        for iface in &mut rules.interfaces {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                let dr = match direction {
+                    Direction::Ingress => &mut iface.ingress,
+                    Direction::Egress => &mut iface.egress,
+                };
+                dr.admin = tier(&mut b, direction, Tier::Admin);
+                dr.baseline = tier(&mut b, direction, Tier::Baseline);
+            }
+        }
     }
+    rules
 }
 
 /// What rendering `rules` gave, for the kernel checks.
@@ -280,7 +348,9 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
             );
             None
         }
-        Err(e @ RenderError::LearnNeedsNft { .. }) => panic!("the nft backend refused: {e}"),
+        Err(e @ (RenderError::LearnNeedsNft { .. } | RenderError::AdminNeedsNft { .. })) => {
+            panic!("the nft backend refused: {e}")
+        }
     };
     if let Some((json, text)) = &nft {
         assert!(!json.contains(MARK), "object text in the nft JSON: {json}");
@@ -349,6 +419,16 @@ pub fn check_render(rules: &PodRules, opts: &RenderOptions) -> Rendered {
             assert!(
                 rules.learn,
                 "{pod}: refused for learn mode though it does not learn"
+            );
+            None
+        }
+        Err(RenderError::AdminNeedsNft { pod }) => {
+            assert!(
+                rules
+                    .interfaces
+                    .iter()
+                    .any(|i| i.ingress.has_tiers() || i.egress.has_tiers()),
+                "{pod}: refused for admin policies though none applies"
             );
             None
         }

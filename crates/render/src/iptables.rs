@@ -665,6 +665,15 @@ pub fn render_iptables(
             pod: rules.pod.clone(),
         });
     }
+    if rules
+        .interfaces
+        .iter()
+        .any(|i| i.ingress.has_tiers() || i.egress.has_tiers())
+    {
+        return Err(RenderError::AdminNeedsNft {
+            pod: rules.pod.clone(),
+        });
+    }
     if !rules.is_isolated() {
         return Ok(IptablesRuleset::empty());
     }

@@ -217,6 +217,15 @@ fn run_chain(st: &mut State<'_>, chain: &Chain, depth: usize) -> Outcome {
                     return Outcome::Final(v);
                 }
             }
+            // The rest of this chain is skipped: what the target returns, this chain returns.
+            Verdict::Goto(target) => {
+                let target = st
+                    .table
+                    .chain(target)
+                    .unwrap_or_else(|| panic!("goto to missing chain {target}"));
+                return run_chain(st, target, depth + 1);
+            }
+            Verdict::Return => return Outcome::Return,
         }
     }
     Outcome::Return

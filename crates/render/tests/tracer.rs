@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use netwarden_engine::{Direction, PodRules, Protocol};
+use netwarden_engine::{side_allows, Direction, PodRules, Protocol};
 use netwarden_render::tracer::{trace, TracePacket, TraceProtocol, TraceVerdict};
 use netwarden_render::{log_key_for, log_prefix, LogAction, RenderOptions};
 
@@ -659,8 +659,9 @@ fn tracer_agrees_with_engine_views() {
                                 continue;
                             }
                             let r = trace(&rules, &opts, &p).unwrap();
-                            let (enf, _) = dr.enforced.evaluate(ip(peer), proto, port);
-                            let (stg, _) = dr.staged.evaluate(ip(peer), proto, port);
+                            // Admin tiers included (SPEC 8): what the engine decides.
+                            let enf = side_allows(dir, dr, false, ip(peer), proto, port, false);
+                            let stg = side_allows(dir, dr, true, ip(peer), proto, port, false);
                             assert_eq!(r.accepted, enf, "{name} {p:?}");
                             let wd = enf && !stg;
                             assert_eq!(r.logged == Some(LogAction::WouldDeny), wd, "{name} {p:?}");
@@ -707,6 +708,21 @@ fn every_policy_chain_ends_with_a_verdict() {
         for chain in table.chains.iter().filter(|c| c.hook.is_none()) {
             let last = chain.rules.last().expect("a policy chain has rules");
             assert!(last.matches.is_empty(), "{name}/{}: {last:?}", chain.name);
+            if chain_has_tiers(&rules, &chain.name) {
+                // The tier pipelines (SPEC 8): every chain ends in a decision or hands over.
+                assert!(
+                    matches!(
+                        last.verdict,
+                        Verdict::Accept
+                            | Verdict::RejectPortUnreachable
+                            | Verdict::Goto(_)
+                            | Verdict::Return
+                    ),
+                    "{name}/{}: {last:?}",
+                    chain.name
+                );
+                continue;
+            }
             let iface_enforced = chain_enforced(&rules, &chain.name);
             if iface_enforced {
                 assert_eq!(
@@ -727,20 +743,29 @@ fn every_policy_chain_ends_with_a_verdict() {
     );
 }
 
-/// Whether the direction behind policy chain `in_<n>`/`out_<n>` is enforced-isolated (chains
-/// are numbered by interface name order).
-fn chain_enforced(rules: &PodRules, chain: &str) -> bool {
+/// The direction behind policy chain `in_<n>`/`out_<n>` (or one of its tier chains,
+/// `in_<n>_…`); chains are numbered by interface name order.
+fn chain_direction<'r>(rules: &'r PodRules, chain: &str) -> &'r netwarden_engine::DirectionRules {
     let mut ifaces: Vec<_> = rules.interfaces.iter().collect();
     ifaces.sort_by(|a, b| a.name.cmp(&b.name));
-    let (dir, n) = match chain.split_once('_').unwrap() {
-        ("in", n) => (Ingress, n),
-        ("out", n) => (Egress, n),
+    let mut parts = chain.split('_');
+    let dir = match parts.next() {
+        Some("in") => Ingress,
+        Some("out") => Egress,
         other => panic!("{other:?}"),
     };
-    ifaces[n.parse::<usize>().unwrap()]
-        .direction(dir)
-        .enforced
-        .is_isolated()
+    let n: usize = parts.next().unwrap().parse().unwrap();
+    ifaces[n].direction(dir)
+}
+
+/// Whether the direction behind a policy chain is enforced-isolated.
+fn chain_enforced(rules: &PodRules, chain: &str) -> bool {
+    chain_direction(rules, chain).enforced.is_isolated()
+}
+
+/// Whether admin policy rules apply to the direction behind a policy chain.
+fn chain_has_tiers(rules: &PodRules, chain: &str) -> bool {
+    chain_direction(rules, chain).has_tiers()
 }
 
 /// The defect of issue 20 (3a) as a trace: the pod's primary address reached through a

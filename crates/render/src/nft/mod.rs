@@ -107,8 +107,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::hash::Hasher;
 
 use netwarden_engine::{
-    AddrSet, Clause, Direction, DirectionRules, Family, Isolation, PeerMatch, PodKey, PodRules,
-    PortMatch, PortRange, Protocol, RuleOrigin,
+    AddrSet, AdminAction, Clause, Direction, DirectionRules, Family, Isolation, PeerMatch, PodKey,
+    PodRules, PortMatch, PortRange, Protocol, RuleOrigin, TierRule,
 };
 
 use crate::dispatch;
@@ -300,6 +300,22 @@ pub enum Verdict {
     RejectPortUnreachable,
     /// `jump in_0`: run that chain, then go on here unless it decided.
     Jump(String),
+    /// `goto in_0_ns`: run that chain instead of the rest of this one; when it returns, this
+    /// chain's caller goes on (the hand-off of an admin Pass and of the tiers, SPEC 8).
+    Goto(String),
+    /// `return`: back to the calling chain (a monitored pipeline's decision, recorded in the
+    /// mark).
+    Return,
+}
+
+impl Verdict {
+    /// The chain this verdict runs, if any.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Verdict::Jump(chain) | Verdict::Goto(chain) => Some(chain),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -491,6 +507,12 @@ pub enum RenderError {
         "{pod}: learn mode (netwarden.io/learn or --learn) needs the nft backend; the iptables backend refuses this pod (use --backend nft, or stop learning on it)"
     )]
     LearnNeedsNft { pod: PodKey },
+    /// The admin policies' tiers (SPEC 8) are compiled for the nft backend only so far: the
+    /// iptables backend refuses a pod they apply to rather than leave their rules out.
+    #[error(
+        "{pod}: admin policies (ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy) apply to this pod and need the nft backend; the iptables backend refuses it (use --backend nft)"
+    )]
+    AdminNeedsNft { pod: PodKey },
 }
 
 /// Why nftables cannot match interface `name` exactly, if it cannot.
@@ -641,6 +663,14 @@ struct Builder<'a> {
     used_limits: [bool; 2],
     /// The evidence counters the monitored chains use ([`CounterKind`]), in order of use.
     counters: Vec<String>,
+}
+
+/// What a tier pipeline does with its decision: accept or go to the deny chain (enforced
+/// only), or record it in a mark bit and return (monitored).
+struct TierOutcome {
+    allow_stmts: Vec<Stmt>,
+    allow: Verdict,
+    deny: Verdict,
 }
 
 /// The clause outgoing DNS is allowed by when a view implies it (SPEC 3.1).
@@ -806,6 +836,166 @@ impl Builder<'_> {
         matches.push(Match::Ct(CtMatch::New));
         let counter = self.counter(kind, key);
         Rule::new(matches, vec![Stmt::Counter(counter)], Verdict::Continue)
+    }
+
+    /// The rules of `tier` (an Admin or Baseline view) as the first-match list SPEC 8 asks
+    /// for: each rule's expansions in order, with the verdict of its action (`pass`: what a
+    /// Pass does here).
+    fn tier_rules(
+        &mut self,
+        tier: &[TierRule],
+        end: AddrEnd,
+        outcome: &TierOutcome,
+        pass: &Verdict,
+    ) -> Vec<Rule> {
+        let mut out = Vec::new();
+        for rule in tier {
+            let (stmts, verdict) = match rule.action {
+                AdminAction::Allow => (outcome.allow_stmts.clone(), outcome.allow.clone()),
+                AdminAction::Deny => (Vec::new(), outcome.deny.clone()),
+                AdminAction::Pass => (Vec::new(), pass.clone()),
+            };
+            for clause in &rule.clauses {
+                for matches in self.clause_matches(clause, end) {
+                    out.push(Rule::new(matches, stmts.clone(), verdict.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// One view's tier pipeline (SPEC 8) as chains: `entry` holds the Admin tier's rules and
+    /// hands over to `<entry>_ns` (a Pass, or no Admin rule matched) with a `goto`; that chain
+    /// holds the namespaced tier when a namespaced policy isolates the direction, else the
+    /// Baseline tier's rules and the default allow. Every path ends in `outcome`.
+    fn pipeline(
+        &mut self,
+        dr: &DirectionRules,
+        staged: bool,
+        end: AddrEnd,
+        outcome: &TierOutcome,
+        entry: &str,
+    ) -> Vec<Chain> {
+        let mut namespaced = match dr.isolation(staged) {
+            iso @ Isolation::Isolated(_) => {
+                let dns = dr.implicit_dns.in_view(staged);
+                let mut rules =
+                    self.view_rules(iso, dns, end, &outcome.allow_stmts, &outcome.allow);
+                rules.push(Rule::new(vec![], vec![], outcome.deny.clone()));
+                rules
+            }
+            Isolation::Open => {
+                // Pass is refused in the Baseline tier at the edge; were one here, it would
+                // decide nothing.
+                let mut rules =
+                    self.tier_rules(dr.baseline.view(staged), end, outcome, &Verdict::Continue);
+                rules.push(Rule::new(
+                    vec![],
+                    outcome.allow_stmts.clone(),
+                    outcome.allow.clone(),
+                ));
+                rules
+            }
+        };
+        let admin = dr.admin.view(staged);
+        if admin.is_empty() {
+            return vec![Chain {
+                name: entry.to_string(),
+                hook: None,
+                rules: std::mem::take(&mut namespaced),
+            }];
+        }
+        let handover = Verdict::Goto(format!("{entry}_ns"));
+        let mut rules = self.tier_rules(admin, end, outcome, &handover);
+        rules.push(Rule::new(vec![], vec![], handover));
+        vec![
+            Chain {
+                name: entry.to_string(),
+                hook: None,
+                rules,
+            },
+            Chain {
+                name: format!("{entry}_ns"),
+                hook: None,
+                rules: namespaced,
+            },
+        ]
+    }
+
+    /// The chains of one (interface, direction) with admin policy rules (SPEC 8), `name`
+    /// first (the one the base chain jumps to). Enforced only: the pipeline itself, accepting
+    /// or going to `<name>_deny` (log, reject). With a monitored view: the staged and the
+    /// enforced pipelines each record their decision in a mark bit and return, then the
+    /// monitor bookkeeping of [`Builder::direction_chain`] and the enforced decision.
+    fn tier_chains(
+        &mut self,
+        dr: &DirectionRules,
+        direction: Direction,
+        key: LogKey,
+        name: &str,
+    ) -> Vec<Chain> {
+        let end = match direction {
+            Direction::Ingress => AddrEnd::Src,
+            Direction::Egress => AddrEnd::Dst,
+        };
+        let mut deny = Vec::new();
+        if dr.log_denies {
+            deny.push(self.log_rule(direction, vec![], LogAction::Deny, key));
+        }
+        deny.extend(Self::reject_rules());
+        if !dr.has_monitor() {
+            let deny_chain = format!("{name}_deny");
+            let outcome = TierOutcome {
+                allow_stmts: Vec::new(),
+                allow: Verdict::Accept,
+                deny: Verdict::Goto(deny_chain.clone()),
+            };
+            let mut chains = self.pipeline(dr, false, end, &outcome, name);
+            chains.push(Chain {
+                name: deny_chain,
+                hook: None,
+                rules: deny,
+            });
+            return chains;
+        }
+        let staged = self.opts.staged_mark;
+        let allow = self.opts.allow_mark;
+        let bits = self.opts.monitor_bits();
+        let recorded = |bit: u32| TierOutcome {
+            allow_stmts: vec![Stmt::SetMark(bit)],
+            allow: Verdict::Return,
+            deny: Verdict::Return,
+        };
+        let (staged_entry, enforced_entry) = (format!("{name}_s"), format!("{name}_e"));
+        let mut rules = vec![
+            self.count_new(vec![], CounterKind::Connections, key),
+            Rule::new(vec![], vec![Stmt::ClearMark(bits)], Verdict::Continue),
+            Rule::new(vec![], vec![], Verdict::Jump(staged_entry.clone())),
+            Rule::new(vec![], vec![], Verdict::Jump(enforced_entry.clone())),
+        ];
+        let would_deny = Match::Mark {
+            mask: bits,
+            value: allow,
+        };
+        rules.push(self.count_new(vec![would_deny.clone()], CounterKind::WouldDeny, key));
+        rules.push(self.log_rule(direction, vec![would_deny], LogAction::WouldDeny, key));
+        rules.push(Rule::new(
+            vec![Match::Mark {
+                mask: allow,
+                value: allow,
+            }],
+            vec![Stmt::ClearMark(bits)],
+            Verdict::Accept,
+        ));
+        rules.extend(deny);
+        let mut chains = vec![Chain {
+            name: name.to_string(),
+            hook: None,
+            rules,
+        }];
+        chains.extend(self.pipeline(dr, true, end, &recorded(staged), &staged_entry));
+        chains.extend(self.pipeline(dr, false, end, &recorded(allow), &enforced_entry));
+        chains
     }
 
     fn reject_rules() -> Vec<Rule> {
@@ -1022,6 +1212,10 @@ pub fn build_table(rules: &PodRules, opts: &RenderOptions) -> Result<Option<Tabl
             }
             any_enforced |= dr.enforced.is_isolated();
             let key = keys[&(iface.name.clone(), direction)];
+            if dr.has_tiers() {
+                chains.extend(b.tier_chains(dr, direction, key, &chain_name(direction, n)));
+                continue;
+            }
             let chain_rules = b.direction_chain(dr, direction, key);
             chains.push(Chain {
                 name: chain_name(direction, n),

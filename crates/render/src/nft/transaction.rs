@@ -346,6 +346,8 @@ fn verdict_text(v: &Verdict, out: &mut String) {
         Verdict::RejectTcpReset => write!(out, "reject with tcp reset"),
         Verdict::RejectPortUnreachable => write!(out, "reject with icmpx type port-unreachable"),
         Verdict::Jump(chain) => write!(out, "jump {chain}"),
+        Verdict::Goto(chain) => write!(out, "goto {chain}"),
+        Verdict::Return => write!(out, "return"),
     };
 }
 
@@ -515,6 +517,8 @@ pub fn rule_json(rule: &Rule) -> Vec<Value> {
             "type": "icmpx", "expr": "port-unreachable",
         } })),
         Verdict::Jump(chain) => expr.push(json!({ "jump": { "target": chain } })),
+        Verdict::Goto(chain) => expr.push(json!({ "goto": { "target": chain } })),
+        Verdict::Return => expr.push(json!({ "return": null })),
     }
     expr
 }

@@ -6,9 +6,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use netwarden_engine::{
-    AddrSet, AllowRule, Clause, Direction, DirectionRules, ImplicitDns, InterfaceRules, IpBlock,
-    Isolation, Mode, NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch,
-    PortRange, Protocol, RuleOrigin,
+    AddrSet, AdminAction, AdminKind, AdminRef, AllowRule, Clause, Direction, DirectionRules,
+    ImplicitDns, InterfaceRules, IpBlock, Isolation, Mode, NetworkId, ObjectKey, PeerMatch,
+    PodRules, PolicyKind, PolicyRef, PortMatch, PortRange, Protocol, RuleOrigin, Tier, TierOrigin,
+    TierRule, TierRules,
 };
 
 pub fn pref(name: &str) -> PolicyRef {
@@ -62,6 +63,41 @@ pub fn rule(origin: RuleOrigin, clauses: Vec<Clause>) -> AllowRule {
     AllowRule { origin, clauses }
 }
 
+/// Rule `index` of admin policy `policy` (a ClusterNetworkPolicy of `tier`, priority 10).
+pub fn tier_rule(
+    policy: &str,
+    tier: Tier,
+    direction: Direction,
+    index: usize,
+    action: AdminAction,
+    clauses: Vec<Clause>,
+) -> TierRule {
+    TierRule {
+        origin: TierOrigin {
+            policy: AdminRef {
+                kind: AdminKind::ClusterNetworkPolicy,
+                name: policy.into(),
+            },
+            tier,
+            priority: 10,
+            direction,
+            index,
+            name: None,
+            mode: Mode::Enforce,
+        },
+        action,
+        clauses,
+    }
+}
+
+/// A tier whose views are `enforced` and `staged`.
+pub fn tiers(enforced: Vec<TierRule>, staged: Vec<TierRule>) -> TierRules {
+    TierRules {
+        enforced: enforced.into(),
+        staged: staged.into(),
+    }
+}
+
 /// A direction isolated by enforced policies only.
 pub fn enforced(policies: &[&str], rules: Vec<AllowRule>) -> DirectionRules {
     let iso = Isolation::Isolated(rules.into());
@@ -73,6 +109,7 @@ pub fn enforced(policies: &[&str], rules: Vec<AllowRule>) -> DirectionRules {
         replaced_policies: vec![],
         log_denies: false,
         implicit_dns: ImplicitDns::default(),
+        ..DirectionRules::open()
     }
 }
 
@@ -132,6 +169,7 @@ pub fn monitored(
         replaced_policies: replaced.iter().map(|p| pref(p)).collect(),
         log_denies: false,
         implicit_dns: ImplicitDns::default(),
+        ..DirectionRules::open()
     }
 }
 
@@ -500,6 +538,91 @@ pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
         },
         o(),
     ));
+
+    // Admin policies (SPEC 8), enforced: ingress Allow web from .2, Pass .3 (on to the
+    // NetworkPolicy, which allows .3 on 443), Deny the rest of 10.0.0.0/24; egress: a Baseline
+    // Deny to 10.1.0.0/16, no NetworkPolicy (so Baseline decides).
+    {
+        let admin = vec![
+            tier_rule(
+                "admins",
+                Tier::Admin,
+                Ingress,
+                0,
+                AdminAction::Allow,
+                vec![clause(addrs(&["10.0.0.2"]), ports(&[tcp(80)]))],
+            ),
+            tier_rule(
+                "admins",
+                Tier::Admin,
+                Ingress,
+                1,
+                AdminAction::Pass,
+                vec![clause(addrs(&["10.0.0.3"]), PortMatch::Any)],
+            ),
+            tier_rule(
+                "admins",
+                Tier::Admin,
+                Ingress,
+                2,
+                AdminAction::Deny,
+                vec![clause(block("10.0.0.0/24", &[]), PortMatch::Any)],
+            ),
+        ];
+        let mut ingress = enforced(
+            &["allow-web"],
+            vec![rule(
+                origin("allow-web", Ingress, 0, Enforce),
+                vec![clause(addrs(&["10.0.0.3"]), ports(&[tcp(443)]))],
+            )],
+        );
+        ingress.admin = tiers(admin.clone(), admin);
+        let baseline = vec![tier_rule(
+            "default",
+            Tier::Baseline,
+            Egress,
+            0,
+            AdminAction::Deny,
+            vec![clause(block("10.1.0.0/16", &[]), PortMatch::Any)],
+        )];
+        let mut egress = open();
+        egress.baseline = tiers(baseline.clone(), baseline);
+        v.push((
+            "admin_tiers",
+            pod(vec![iface("eth0", &["10.0.0.1"], ingress, egress)]),
+            o(),
+        ));
+    }
+
+    // A monitored Baseline policy (SPEC 8 and 4): enforced, an Admin Deny of .9 only; staged,
+    // also a Baseline Deny of 10.0.0.0/24 (would-denies counted and logged, nothing refused).
+    {
+        let admin = vec![tier_rule(
+            "admins",
+            Tier::Admin,
+            Ingress,
+            0,
+            AdminAction::Deny,
+            vec![clause(addrs(&["10.0.0.9"]), PortMatch::Any)],
+        )];
+        let mut monitored = tier_rule(
+            "default",
+            Tier::Baseline,
+            Ingress,
+            0,
+            AdminAction::Deny,
+            vec![clause(block("10.0.0.0/24", &[]), PortMatch::Any)],
+        );
+        monitored.origin.mode = Mode::Monitor;
+        let mut ingress = open();
+        ingress.admin = tiers(admin.clone(), admin);
+        ingress.baseline = tiers(vec![], vec![monitored]);
+        v.push((
+            "admin_tiers_monitor",
+            pod(vec![iface("eth0", &["10.0.0.1"], ingress, open())]),
+            o(),
+        ));
+    }
 
     // Learn mode beside an enforced ingress policy, with a short window and a small set.
     v.push((
