@@ -71,8 +71,8 @@ use std::fmt::Write as _;
 
 use ipnet::IpNet;
 use netwarden_engine::{
-    AddrSet, Direction, DirectionRules, Family, InterfaceRules, Isolation, PeerMatch, PodRules,
-    PortMatch, PortRange, Protocol,
+    AddrSet, AdminAction, Direction, DirectionRules, Family, InterfaceRules, Isolation, PeerMatch,
+    PodRules, PortMatch, PortRange, Protocol, TierRule,
 };
 
 use crate::dispatch::{self, Target};
@@ -310,6 +310,12 @@ impl SetRegistry {
     }
 }
 
+/// The targets of a tier pipeline's decisions (see `FamilyRenderer::pipeline`).
+struct TierTargets {
+    allow: String,
+    deny: String,
+}
+
 /// What the allow rules of a chain do.
 #[derive(Clone, Copy)]
 enum AllowAction {
@@ -439,10 +445,180 @@ impl FamilyRenderer<'_> {
         dns: bool,
         action: AllowAction,
     ) {
-        let target = action.target();
+        self.allow_rules_to(chain, dir, isolation, dns, &action.target());
+    }
+
+    /// The peer match of a clause in this family (`Some("")` for any peer), `None` when the
+    /// clause names no address of this family (it matches nothing here).
+    fn peer_match(&mut self, dir: Direction, peers: &PeerMatch) -> Option<String> {
+        let side = match dir {
+            Direction::Ingress => "src",
+            Direction::Egress => "dst",
+        };
+        match peers {
+            PeerMatch::Any => Some(String::new()),
+            PeerMatch::Addrs(set) => {
+                let cidrs = ipset_cidrs(self.family, set);
+                if cidrs.is_empty() {
+                    return None;
+                }
+                Some(format!(
+                    "-m set --match-set {} {side} ",
+                    self.sets.name_for(self.family, cidrs)
+                ))
+            }
+        }
+    }
+
+    /// A tier's rules (SPEC 8) in order, each expansion with its action's target (`pass`: a
+    /// Pass's; `None`: a Pass decides nothing here).
+    fn tier_rules(
+        &mut self,
+        chain: &str,
+        dir: Direction,
+        tier: &[TierRule],
+        outcome: &TierTargets,
+        pass: Option<&str>,
+    ) {
+        for rule in tier {
+            let target = match rule.action {
+                AdminAction::Allow => outcome.allow.as_str(),
+                AdminAction::Deny => outcome.deny.as_str(),
+                AdminAction::Pass => match pass {
+                    Some(pass) => pass,
+                    None => continue,
+                },
+            }
+            .to_string();
+            for clause in &rule.clauses {
+                let Some(peer) = self.peer_match(dir, &clause.peers) else {
+                    continue;
+                };
+                for ports in port_matches(&clause.ports) {
+                    let spec = if ports.is_empty() {
+                        format!("{peer}{target}")
+                    } else {
+                        format!("{peer}{ports} {target}")
+                    };
+                    self.rule(chain, &spec);
+                }
+            }
+        }
+    }
+
+    /// One view's tier pipeline, as the nft backend's (`Builder::pipeline` there): `entry`
+    /// holds the Admin rules and hands over to `<entry>_NS` with a goto (`-g`), which holds the
+    /// namespaced tier, or the Baseline rules and the default allow.
+    fn pipeline(
+        &mut self,
+        entry: &str,
+        dir: Direction,
+        dr: &DirectionRules,
+        staged: bool,
+        outcome: &TierTargets,
+    ) {
+        let admin = dr.admin.view(staged);
+        let namespaced = if admin.is_empty() {
+            entry.to_string()
+        } else {
+            let ns = format!("{entry}_NS");
+            self.chains.push(entry.to_string());
+            let handover = format!("-g {ns}");
+            self.tier_rules(entry, dir, admin, outcome, Some(&handover));
+            self.rule(entry, &handover);
+            ns
+        };
+        self.chains.push(namespaced.clone());
+        match dr.isolation(staged) {
+            iso @ Isolation::Isolated(_) => {
+                let dns = dr.implicit_dns.in_view(staged);
+                self.allow_rules_to(&namespaced, dir, iso, dns, &outcome.allow);
+                self.rule(&namespaced, &outcome.deny);
+            }
+            Isolation::Open => {
+                self.tier_rules(&namespaced, dir, dr.baseline.view(staged), outcome, None);
+                self.rule(&namespaced, &outcome.allow);
+            }
+        }
+    }
+
+    /// The chains of one direction with admin policy rules (SPEC 8), as the nft backend's
+    /// (`Builder::tier_chains` there): enforced only, the pipeline accepting or going to
+    /// `<chain>_D` (log, reject); monitored, each view's pipeline records its allow in a mark
+    /// bit (a goto to a one-rule chain that sets it; falling off its end returns) and the
+    /// bookkeeping of [`FamilyRenderer::direction_chain`] follows.
+    fn tier_chains(&mut self, chain: &str, dir: Direction, dr: &DirectionRules, key: Option<u32>) {
+        let deny_key = if dr.log_denies { key } else { None };
+        if !dr.has_monitor() {
+            let deny = format!("{chain}_D");
+            self.pipeline(
+                chain,
+                dir,
+                dr,
+                false,
+                &TierTargets {
+                    allow: "-j ACCEPT".into(),
+                    deny: format!("-g {deny}"),
+                },
+            );
+            self.chains.push(deny.clone());
+            self.log(&deny, None, LogAction::Deny, deny_key);
+            self.reject(&deny);
+            return;
+        }
+        let (allow, staged) = (self.opts.allow_mark, self.opts.staged_mark);
+        let both = allow | staged;
+        self.chains.push(chain.to_string());
+        if let Some(key) = key {
+            let count = counter_comment(CounterKind::Connections, key);
+            self.rule(chain, &format!("-m conntrack --ctstate NEW {count}"));
+        }
+        self.rule(chain, &format!("-j MARK --set-xmark 0x0/{both:#x}"));
+        for (view, bit, tag) in [(true, staged, "S"), (false, allow, "E")] {
+            let entry = format!("{chain}_{tag}");
+            let marker = format!("{chain}_{tag}A");
+            self.rule(chain, &format!("-j {entry}"));
+            self.pipeline(
+                &entry,
+                dir,
+                dr,
+                view,
+                &TierTargets {
+                    allow: format!("-g {marker}"),
+                    deny: "-j RETURN".into(),
+                },
+            );
+            self.chains.push(marker.clone());
+            self.rule(&marker, &format!("-j MARK --set-xmark {bit:#x}/{bit:#x}"));
+        }
+        if let Some(key) = key {
+            let count = counter_comment(CounterKind::WouldDeny, key);
+            self.rule(
+                chain,
+                &format!("-m mark --mark {allow:#x}/{both:#x} -m conntrack --ctstate NEW {count}"),
+            );
+        }
+        self.log(chain, Some((allow, both)), LogAction::WouldDeny, key);
+        self.rule(
+            chain,
+            &format!("-m mark --mark {allow:#x}/{allow:#x} -j ACCEPT"),
+        );
+        self.log(chain, None, LogAction::Deny, deny_key);
+        self.reject(chain);
+    }
+
+    /// [`FamilyRenderer::allow_rules`] with any target.
+    fn allow_rules_to(
+        &mut self,
+        chain: &str,
+        dir: Direction,
+        isolation: &Isolation,
+        dns: bool,
+        target: &str,
+    ) {
         let rules = match isolation {
             Isolation::Open => {
-                self.rule(chain, &target);
+                self.rule(chain, target);
                 return;
             }
             Isolation::Isolated(rules) => rules,
@@ -452,24 +628,10 @@ impl FamilyRenderer<'_> {
                 self.rule(chain, &format!("-p {proto} -m {proto} --dport 53 {target}"));
             }
         }
-        let side = match dir {
-            Direction::Ingress => "src",
-            Direction::Egress => "dst",
-        };
         let mut seen = BTreeSet::new();
         for clause in rules.iter().flat_map(|r| &r.clauses) {
-            let peer = match &clause.peers {
-                PeerMatch::Any => String::new(),
-                PeerMatch::Addrs(set) => {
-                    let cidrs = ipset_cidrs(self.family, set);
-                    if cidrs.is_empty() {
-                        continue; // matches nothing in this family
-                    }
-                    format!(
-                        "-m set --match-set {} {side} ",
-                        self.sets.name_for(self.family, cidrs)
-                    )
-                }
+            let Some(peer) = self.peer_match(dir, &clause.peers) else {
+                continue; // matches nothing in this family
             };
             for ports in port_matches(&clause.ports) {
                 let spec = if ports.is_empty() {
@@ -492,6 +654,10 @@ impl FamilyRenderer<'_> {
         dr: &DirectionRules,
         key: Option<u32>,
     ) {
+        if dr.has_tiers() {
+            self.tier_chains(chain, dir, dr, key);
+            return;
+        }
         self.chains.push(chain.to_string());
         let deny_key = if dr.log_denies && dr.enforced.is_isolated() {
             key
@@ -662,15 +828,6 @@ pub fn render_iptables(
 ) -> Result<IptablesRuleset, RenderError> {
     if rules.learn {
         return Err(RenderError::LearnNeedsNft {
-            pod: rules.pod.clone(),
-        });
-    }
-    if rules
-        .interfaces
-        .iter()
-        .any(|i| i.ingress.has_tiers() || i.egress.has_tiers())
-    {
-        return Err(RenderError::AdminNeedsNft {
             pod: rules.pod.clone(),
         });
     }
