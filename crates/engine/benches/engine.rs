@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
-use netwarden_engine::generate::{cluster, pod_ip};
-use netwarden_engine::{Engine, EngineOptions, Service};
+use netwarden_engine::generate::{admin_policies, cluster, pod_ip, Cluster};
+use netwarden_engine::{AdminAction, AdminPolicy, Engine, EngineOptions, Service};
 use netwarden_testing::heap::{live_mib, CountingAllocator};
 
 /// A size line of `/proc/self/status` (`VmHWM`, `VmRSS`), in MiB.
@@ -179,6 +179,84 @@ fn run(pods: usize, policies: usize, steps: usize) {
     );
 }
 
+/// An engine fed `c` (and `admins`), every pod's rules computed: the time it took.
+fn full_computation(c: &Cluster, admins: &[AdminPolicy]) -> (Engine, Duration) {
+    let start = Instant::now();
+    let mut engine = Engine::new(EngineOptions::default());
+    for ns in &c.namespaces {
+        engine.set_namespace(ns.clone());
+    }
+    for p in &c.pods {
+        engine.set_pod(p.clone());
+    }
+    for p in &c.policies {
+        engine.set_policy(p.clone());
+    }
+    for s in &c.services {
+        engine.set_service(s.clone());
+    }
+    for a in admins {
+        engine.set_admin_policy(a.clone());
+    }
+    std::hint::black_box(engine.all_pod_rules());
+    (engine, start.elapsed())
+}
+
+/// Admin policies (issue 23): the full computation with `admins` admin policies beside the
+/// same cluster without them, alternated (median of 3 each); then one admin policy changed
+/// (action or priority) and the dirty pods of one node (110) recomputed, p50/p99.
+fn run_admin(pods: usize, policies: usize, admins: usize, steps: usize) {
+    let c = cluster(pods, policies, 42);
+    let generated = admin_policies(admins, 7);
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let mut engine = None;
+    for _ in 0..3 {
+        without.push(full_computation(&c, &[]).1);
+        let (e, t) = full_computation(&c, &generated);
+        with.push(t);
+        engine = Some(e);
+    }
+    without.sort();
+    with.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "pods={pods:6} policies={policies:5} admin policies={admins:4} full: without {:8.1} ms, with {:8.1} ms (median of 3), ratio {:.3}",
+        ms(without[1]),
+        ms(with[1]),
+        with[1].as_secs_f64() / without[1].as_secs_f64()
+    );
+    let mut engine = engine.expect("three rounds");
+    let mut times = Vec::new();
+    let mut dirty_total = 0;
+    for i in 0..steps {
+        let mut changed = generated[(i * 13) % (generated.len() - 1)].clone();
+        if i.is_multiple_of(2) {
+            changed.priority = (changed.priority + 500) % 1000;
+        } else if let Some(rule) = changed.ingress.first_mut() {
+            rule.action = match rule.action {
+                AdminAction::Deny => AdminAction::Allow,
+                _ => AdminAction::Deny,
+            };
+        }
+        let start = Instant::now();
+        engine.set_admin_policy(changed);
+        let dirty = engine.take_dirty();
+        dirty_total += dirty.len();
+        // One node's share: its 110 pods among those named dirty.
+        for key in dirty.iter().step_by((dirty.len() / 110).max(1)).take(110) {
+            std::hint::black_box(engine.pod_rules(key));
+        }
+        times.push(start.elapsed());
+    }
+    times.sort();
+    println!(
+        "  one admin policy changed, a node's 110 dirty pods recomputed: p50 {:8.3} ms p99 {:8.3} ms (avg {:.0} pods dirty cluster-wide)",
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.99)),
+        dirty_total as f64 / steps as f64
+    );
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs it once small.
     let quick = std::env::args().all(|a| a != "--bench");
@@ -188,6 +266,16 @@ fn main() {
         .unwrap_or(200);
     if quick {
         run(1_000, 200, 20);
+        run_admin(1_000, 200, 20, 10);
+        return;
+    }
+    // `NETWARDEN_BENCH_ADMIN=<pods>`: only the admin policy benchmark, at that size (policies
+    // at a fifth of the pods, 200 admin policies).
+    if let Some(pods) = std::env::var("NETWARDEN_BENCH_ADMIN")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        run_admin(pods, pods / 5, 200, steps);
         return;
     }
     // `NETWARDEN_BENCH_MAX_PODS` / `_MIN_PODS` skip the larger / smaller sizes (default: every
@@ -210,5 +298,9 @@ fn main() {
         if (min_pods..=max_pods).contains(&pods) {
             run(pods, policies, steps);
         }
+    }
+    // Issue 23's target size: 100,000 pods, 20,000 policies, 200 admin policies.
+    if (min_pods..=max_pods).contains(&100_000) {
+        run_admin(100_000, 20_000, 200, steps);
     }
 }

@@ -236,6 +236,12 @@ pub struct Engine {
     nodes: BTreeMap<String, Arc<Node>>,
     /// The peers of each admin rule, by (policy, direction, rule index).
     tier_peers: HashMap<(AdminRef, Direction, usize), Arc<tiers::TierPeers>>,
+    /// Per namespace, the admin policies whose subject selects it, in evaluation order.
+    admin_by_namespace: HashMap<String, Arc<[Arc<AdminPolicy>]>>,
+    /// Resolved tier lists shared by the pods the same policies apply to.
+    tier_lists: HashMap<tiers::TierListKey, TierRules>,
+    /// The addresses of the pods an admin peer selector selects, per selector and networks.
+    selector_addrs: HashMap<(crate::admin::PodsSelector, Vec<NetworkId>), Arc<AddrSet>>,
 }
 
 /// What changed in [`Engine::pods_by_address`] ([`Engine::take_address_changes`]).

@@ -289,3 +289,105 @@ pub fn cluster(pods: usize, policies: usize, seed: u64) -> Cluster {
             .collect(),
     }
 }
+
+/// `count` admin policies of the kinds an administrator writes (SPEC 8), over the namespaces
+/// [`cluster`] labels (`team0`…`team9`, `env` prod/dev): whole-namespace subjects (`team`),
+/// whole-namespace and pod-label peers, a few CIDRs; actions Allow/Deny/Pass in the Admin tier
+/// (priorities spread over 0–999, ClusterNetworkPolicy and AdminNetworkPolicy alike), and one
+/// BaselineAdminNetworkPolicy `default` denying cross-team ingress. Each has 5 rules per
+/// direction, so 200 policies carry 2,000 rules.
+pub fn admin_policies(count: usize, seed: u64) -> Vec<crate::admin::AdminPolicy> {
+    use crate::admin::{
+        AdminAction, AdminKind, AdminPeer, AdminPolicy, AdminPort, AdminRule, PodsSelector, Tier,
+    };
+    let mut rng = Lcg(seed ^ 0xad31);
+    let team = |i: usize| LabelSelector {
+        match_labels: labels(&[("team", &format!("team{}", i % 10))]),
+        match_expressions: Vec::new(),
+    };
+    let mut out = Vec::with_capacity(count);
+    for n in 0..count.saturating_sub(1) {
+        let action = |rng: &mut Lcg| match rng.below(3) {
+            0 => AdminAction::Allow,
+            1 => AdminAction::Deny,
+            _ => AdminAction::Pass,
+        };
+        let peer = |rng: &mut Lcg| match rng.below(4) {
+            0 | 1 => AdminPeer::Pods(PodsSelector::namespaces(team(rng.below(10)))),
+            2 => AdminPeer::Pods(PodsSelector {
+                namespaces: LabelSelector::default(),
+                pods: LabelSelector {
+                    match_labels: labels(&[("app", &format!("app{}", rng.below(500)))]),
+                    match_expressions: Vec::new(),
+                },
+            }),
+            _ => AdminPeer::Networks(vec![format!("10.{}.0.0/16", rng.below(200))
+                .parse()
+                .expect("a CIDR")]),
+        };
+        let rules = |rng: &mut Lcg, egress: bool| -> Vec<AdminRule> {
+            (0..5)
+                .map(|i| {
+                    let mut peers = vec![peer(rng)];
+                    if !egress {
+                        peers.retain(|p| !matches!(p, AdminPeer::Networks(_)));
+                        if peers.is_empty() {
+                            peers.push(AdminPeer::Pods(PodsSelector::namespaces(team(i))));
+                        }
+                    }
+                    AdminRule {
+                        name: Some(format!("r{i}")),
+                        action: action(rng),
+                        peers,
+                        ports: rng.below(2).eq(&0).then(|| {
+                            vec![AdminPort::Numbers(crate::rules::PortRange {
+                                protocol: Protocol::Tcp,
+                                ports: Some((80, 80 + rng.below(1000) as u16)),
+                            })]
+                        }),
+                    }
+                })
+                .collect()
+        };
+        out.push(AdminPolicy {
+            kind: if n % 2 == 0 {
+                AdminKind::ClusterNetworkPolicy
+            } else {
+                AdminKind::AdminNetworkPolicy
+            },
+            name: format!("admin{n}"),
+            tier: Tier::Admin,
+            priority: rng.below(1000) as u32,
+            subject: PodsSelector::namespaces(team(n)),
+            ingress: rules(&mut rng, false),
+            egress: rules(&mut rng, true),
+            scope: PolicyScope::Primary,
+            mode: Mode::Enforce,
+            replaces: None,
+            log_denies: false,
+        });
+    }
+    if count > 0 {
+        out.push(AdminPolicy {
+            kind: AdminKind::BaselineAdminNetworkPolicy,
+            name: "default".into(),
+            tier: Tier::Baseline,
+            priority: 0,
+            subject: PodsSelector::namespaces(LabelSelector::default()),
+            ingress: (0..10)
+                .map(|i| AdminRule {
+                    name: None,
+                    action: AdminAction::Deny,
+                    peers: vec![AdminPeer::Pods(PodsSelector::namespaces(team(i)))],
+                    ports: None,
+                })
+                .collect(),
+            egress: Vec::new(),
+            scope: PolicyScope::Primary,
+            mode: Mode::Enforce,
+            replaces: None,
+            log_denies: false,
+        });
+    }
+    out
+}

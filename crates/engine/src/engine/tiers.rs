@@ -13,13 +13,19 @@ use std::sync::Arc;
 
 use crate::addrset::AddrSet;
 use crate::admin::{AdminPeer, AdminPolicy, AdminPort, AdminRef, Node, PodsSelector, Tier};
-use crate::model::{Direction, Mode, Pod, PodInterface, PodKey, Protocol};
+use crate::model::{Direction, Mode, NetworkId, Pod, PodInterface, PodKey, Protocol};
 use crate::rules::{Clause, PeerMatch, PortMatch, PortRange, TierOrigin, TierRule, TierRules};
 
 use super::Engine;
 
-/// A cached rule's peers: the union of their addresses, and the pods behind the pod peers
-/// (egress named ports resolve on them).
+/// The key of a cached tier list: the policies that apply (by the address of the engine's
+/// `Arc`, stable while the list lives: any admin policy change drops every list), in order,
+/// one direction, one tier. Pods that the same policies apply to share one list (all the pods
+/// of a namespace, as a rule), so the rules are resolved once for them all.
+pub(super) type TierListKey = (Vec<usize>, Direction, Tier);
+
+/// A cached rule's peers: the union of their addresses, and (for an egress rule with named
+/// ports, which resolve on them) the pods behind the pod peers.
 #[derive(Debug)]
 pub(super) struct TierPeers {
     addrs: Arc<AddrSet>,
@@ -37,6 +43,14 @@ impl Engine {
         self.remove_admin_policy(&reference);
         self.mark_admin_subjects_dirty(&policy);
         self.admin_policies.insert(reference, policy);
+        self.forget_tier_lists();
+    }
+
+    /// Drops the lists of applicable policies per namespace and the resolved tier lists (an
+    /// admin policy, a namespace's labels, a peer or a Node changed).
+    fn forget_tier_lists(&mut self) {
+        self.admin_by_namespace.clear();
+        self.tier_lists.clear();
     }
 
     pub fn remove_admin_policy(&mut self, reference: &AdminRef) {
@@ -45,6 +59,7 @@ impl Engine {
         };
         self.tier_peers.retain(|(r, _, _), _| r != reference);
         self.mark_admin_subjects_dirty(&old);
+        self.forget_tier_lists();
     }
 
     pub fn admin_policies(&self) -> impl Iterator<Item = &Arc<AdminPolicy>> {
@@ -99,16 +114,28 @@ impl Engine {
     }
 
     fn mark_admin_subjects_dirty(&mut self, policy: &AdminPolicy) {
-        let mut subjects = self.admin_subjects(policy);
+        let mut policies = vec![policy];
         // A monitored policy replacing another changes the staged view of the other's pods.
-        if let Some(replaced) = &policy.replaces {
-            let other = AdminRef {
-                kind: policy.kind,
-                name: replaced.clone(),
-            };
-            if let Some(other) = self.admin_policies.get(&other) {
-                subjects.extend(self.admin_subjects(other));
-            }
+        let other = policy.replaces.as_ref().and_then(|replaced| {
+            self.admin_policies
+                .get(&AdminRef {
+                    kind: policy.kind,
+                    name: replaced.clone(),
+                })
+                .cloned()
+        });
+        policies.extend(other.as_deref());
+        let mut subjects = Vec::new();
+        for policy in policies {
+            // Pods already dirty (every pod while the cluster is first fed) are not copied
+            // again: a whole-namespace subject names thousands.
+            subjects.extend(
+                self.pods_selected(&policy.subject)
+                    .into_iter()
+                    .filter(|pod| !self.dirty.contains(&pod.key))
+                    .filter(|pod| pod.interfaces.iter().any(|i| policy.covers_interface(i)))
+                    .map(|pod| pod.key.clone()),
+            );
         }
         self.dirty.extend(subjects);
     }
@@ -119,6 +146,7 @@ impl Engine {
             return;
         }
         self.tier_peers.retain(|(r, _, _), _| !stale.contains(r));
+        self.forget_tier_lists();
         for reference in stale {
             if let Some(policy) = self.admin_policies.get(&reference).cloned() {
                 self.mark_admin_subjects_dirty(&policy);
@@ -138,6 +166,11 @@ impl Engine {
             .filter(|pod| !pod.host_network)
             .map(|pod| (pod, self.namespace_labels(&pod.key.namespace)))
             .collect();
+        self.selector_addrs.retain(|(selector, _), _| {
+            !versions
+                .iter()
+                .any(|(pod, ns_labels)| selector.matches(ns_labels, &pod.labels))
+        });
         let stale: BTreeSet<AdminRef> = self
             .admin_policies
             .values()
@@ -164,8 +197,9 @@ impl Engine {
         if self.admin_policies.is_empty() {
             return;
         }
-        // Its pods may have become or stopped being subjects.
+        // Its pods may have become or stopped being subjects, or peers.
         self.dirty_namespace_pods(namespace);
+        self.selector_addrs.clear();
         let all: BTreeSet<AdminRef> = self.admin_policies.keys().cloned().collect();
         self.invalidate_tiers(all);
     }
@@ -196,14 +230,13 @@ impl Engine {
         if pod.host_network || self.admin_policies.is_empty() {
             return TierRules::default();
         }
-        let ns_labels = self.namespace_labels(&pod.key.namespace);
-        let mut applicable: Vec<Arc<AdminPolicy>> = self
-            .admin_policies
-            .values()
+        let applicable: Vec<Arc<AdminPolicy>> = self
+            .admin_for_namespace(&pod.key.namespace)
+            .iter()
             .filter(|p| {
                 p.tier == tier
                     && !p.rules(direction).is_empty()
-                    && p.subject.matches(&ns_labels, &pod.labels)
+                    && p.subject.pods.matches(&pod.labels)
                     && p.covers_interface(iface)
             })
             .cloned()
@@ -211,7 +244,24 @@ impl Engine {
         if applicable.is_empty() {
             return TierRules::default();
         }
-        applicable.sort_by(|a, b| a.order(b));
+        // Named ports of ingress rules resolve on this pod: its list is its own.
+        let shared = direction == Direction::Egress
+            || !applicable.iter().any(|p| {
+                p.ingress
+                    .iter()
+                    .flat_map(|r| r.ports.iter().flatten())
+                    .any(|port| matches!(port, AdminPort::Named(_)))
+            });
+        let key: Option<TierListKey> = shared.then(|| {
+            (
+                applicable.iter().map(|p| Arc::as_ptr(p) as usize).collect(),
+                direction,
+                tier,
+            )
+        });
+        if let Some(found) = key.as_ref().and_then(|k| self.tier_lists.get(k)) {
+            return found.clone();
+        }
         // Enforced policies a monitored one replaces leave the staged view.
         let replaced: BTreeSet<AdminRef> = self
             .admin_policies
@@ -242,14 +292,38 @@ impl Engine {
             }
         }
         let enforced: Arc<[TierRule]> = enforced.into();
-        TierRules {
+        let rules = TierRules {
             staged: if staged_differs {
                 staged.into()
             } else {
                 enforced.clone()
             },
             enforced,
+        };
+        if let Some(key) = key {
+            self.tier_lists.insert(key, rules.clone());
         }
+        rules
+    }
+
+    /// The admin policies whose subject's namespace selector selects `namespace`, in
+    /// evaluation order (cached until an admin policy or a namespace's labels change).
+    fn admin_for_namespace(&mut self, namespace: &str) -> Arc<[Arc<AdminPolicy>]> {
+        if let Some(found) = self.admin_by_namespace.get(namespace) {
+            return found.clone();
+        }
+        let labels = self.namespace_labels(namespace);
+        let mut list: Vec<Arc<AdminPolicy>> = self
+            .admin_policies
+            .values()
+            .filter(|p| p.subject.namespaces.matches(&labels))
+            .cloned()
+            .collect();
+        list.sort_by(|a, b| a.order(b));
+        let list: Arc<[Arc<AdminPolicy>]> = list.into();
+        self.admin_by_namespace
+            .insert(namespace.to_string(), list.clone());
+        list
     }
 
     /// `policy`'s rules of `direction` for the subject `pod`.
@@ -366,6 +440,24 @@ impl Engine {
         clauses
     }
 
+    /// The addresses on `networks` of the pods `selector` selects, shared by every admin rule
+    /// that names the same selector (administrators reuse a few namespace selectors).
+    fn selector_addrs(&mut self, selector: &PodsSelector, networks: &[NetworkId]) -> Arc<AddrSet> {
+        let key = (selector.clone(), networks.to_vec());
+        if let Some(found) = self.selector_addrs.get(&key) {
+            return found.clone();
+        }
+        let addrs = self.pods_selected(selector).into_iter().flat_map(|pod| {
+            pod.interfaces
+                .iter()
+                .filter(|i| networks.contains(&i.network))
+                .flat_map(|i| i.ips.iter().copied())
+        });
+        let set = Arc::new(AddrSet::from_addrs(addrs));
+        self.selector_addrs.insert(key, set.clone());
+        set
+    }
+
     /// The peers of `policy`'s rule `index` of `direction` (cached).
     fn tier_peers(
         &mut self,
@@ -378,23 +470,27 @@ impl Engine {
             return found.clone();
         }
         let networks = policy.peer_networks();
-        let mut sets: Vec<AddrSet> = Vec::new();
+        let rule = &policy.rules(direction)[index];
+        // The pods are kept only where a named port resolves on them (egress).
+        let keep_pods = direction == Direction::Egress
+            && rule
+                .ports
+                .iter()
+                .flatten()
+                .any(|port| matches!(port, AdminPort::Named(_)));
+        let mut sets: Vec<Arc<AddrSet>> = Vec::new();
         let mut pods: BTreeSet<PodKey> = BTreeSet::new();
-        for peer in &policy.rules(direction)[index].peers {
+        for peer in &rule.peers {
             match peer {
                 AdminPeer::Pods(selector) => {
-                    let selected = self.pods_selected(selector);
-                    let addrs = selected.iter().flat_map(|pod| {
-                        pod.interfaces
-                            .iter()
-                            .filter(|i| networks.contains(&i.network))
-                            .flat_map(|i| i.ips.iter().copied())
-                    });
-                    sets.push(AddrSet::from_addrs(addrs));
-                    pods.extend(selected.iter().map(|pod| pod.key.clone()));
+                    if keep_pods {
+                        let selected = self.pods_selected(selector);
+                        pods.extend(selected.iter().map(|pod| pod.key.clone()));
+                    }
+                    sets.push(self.selector_addrs(selector, &networks));
                 }
                 AdminPeer::Networks(cidrs) => {
-                    sets.extend(cidrs.iter().map(AddrSet::from_net));
+                    sets.extend(cidrs.iter().map(|c| Arc::new(AddrSet::from_net(c))));
                 }
                 AdminPeer::Nodes(selector) => {
                     let addrs = self
@@ -402,14 +498,19 @@ impl Engine {
                         .values()
                         .filter(|node| selector.matches(&node.labels))
                         .flat_map(|node| node.addresses.iter().copied());
-                    sets.push(AddrSet::from_addrs(addrs));
+                    sets.push(Arc::new(AddrSet::from_addrs(addrs)));
                 }
                 // Matches nothing until names are resolved (SPEC 8).
                 AdminPeer::DomainNames(_) => {}
             }
         }
+        // One peer (the usual case): its set as it is, shared.
+        let addrs = match <[Arc<AddrSet>; 1]>::try_from(sets) {
+            Ok([one]) => one,
+            Err(sets) => Arc::new(AddrSet::union_of(sets.iter().map(|s| &**s))),
+        };
         let peers = Arc::new(TierPeers {
-            addrs: Arc::new(AddrSet::union_of(sets)),
+            addrs,
             pods: pods.into_iter().collect(),
         });
         self.tier_peers.insert(key, peers.clone());
