@@ -249,6 +249,9 @@ pub enum StagedCause {
     NewIsolation,
     /// The enforced allow came only from a policy a monitored one replaces.
     ReplacedAllow,
+    /// A monitored admin policy (or one replacing an enforced admin policy) changes the
+    /// Admin or Baseline tier's decision (SPEC 8).
+    AdminTier,
 }
 
 impl StagedCause {
@@ -256,6 +259,7 @@ impl StagedCause {
         match self {
             StagedCause::NewIsolation => "new-isolation",
             StagedCause::ReplacedAllow => "replaced-allow",
+            StagedCause::AdminTier => "admin-tier",
         }
     }
 }
@@ -326,6 +330,17 @@ impl DirectionRules {
         }
     }
 
+    /// The monitored admin policies with rules here (either tier), in evaluation order.
+    pub fn monitored_admin(&self) -> Vec<AdminRef> {
+        let mut out: Vec<AdminRef> = Vec::new();
+        for rule in self.admin.staged.iter().chain(self.baseline.staged.iter()) {
+            if rule.origin.mode == Mode::Monitor && !out.contains(&rule.origin.policy) {
+                out.push(rule.origin.policy.clone());
+            }
+        }
+        out
+    }
+
     /// Whether any admin policy (either tier, either view) has rules here.
     pub fn has_tiers(&self) -> bool {
         !self.admin.is_empty() || !self.baseline.is_empty()
@@ -382,7 +397,11 @@ impl DirectionRules {
 
     /// The cause recorded on a would-deny event.
     pub fn staged_cause(&self) -> StagedCause {
-        if self.enforced.is_isolated() {
+        let namespaced_monitor =
+            !self.monitored_policies.is_empty() || !self.replaced_policies.is_empty();
+        if !namespaced_monitor && (self.admin.differ() || self.baseline.differ()) {
+            StagedCause::AdminTier
+        } else if self.enforced.is_isolated() {
             StagedCause::ReplacedAllow
         } else {
             StagedCause::NewIsolation

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::admin::AdminAction;
+use crate::admin::{AdminAction, AdminRef};
 use crate::model::{Direction, PodKey, PolicyRef, Protocol};
 use crate::rules::{Decision, DirectionRules, InterfaceRules, RuleOrigin, StagedCause, TierOrigin};
 
@@ -68,6 +68,9 @@ pub struct FlowVerdict {
     pub cause: Option<StagedCause>,
     /// Monitored policies concerned (isolating a side of a would-deny).
     pub monitored_policies: Vec<PolicyRef>,
+    /// Monitored admin policies concerned (with rules on a side of a would-deny, SPEC 8).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub monitored_admin: Vec<AdminRef>,
 }
 
 /// One end of a flow: a pod, one of its interfaces (with rules) and the address used.
@@ -261,6 +264,7 @@ pub fn flow_verdict(
     let staged_allowed = egress.staged.allowed && ingress.staged.allowed;
     let mut cause = None;
     let mut monitored_policies = Vec::new();
+    let mut monitored_admin = Vec::new();
     if allowed && !staged_allowed {
         for (sv, end, dir) in [
             (&egress, src, Direction::Egress),
@@ -270,6 +274,7 @@ pub fn flow_verdict(
                 let rules = end.interface.direction(dir);
                 cause.get_or_insert(rules.staged_cause());
                 monitored_policies.extend(rules.monitored_policies.iter().cloned());
+                monitored_admin.extend(rules.monitored_admin());
             }
         }
     }
@@ -280,5 +285,6 @@ pub fn flow_verdict(
         ingress,
         cause,
         monitored_policies,
+        monitored_admin,
     }
 }

@@ -53,6 +53,7 @@ fn main() {
             kind: PolicyKind::NetworkPolicy,
             key: ObjectKey::new("shop", "new-web"),
         }],
+        monitored_admin: Vec::new(),
         enforced_policies: vec![PolicyRef {
             kind: PolicyKind::NetworkPolicy,
             key: ObjectKey::new("shop", "old-web"),

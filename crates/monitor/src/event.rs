@@ -73,6 +73,8 @@ impl From<LogAction> for EventAction {
 pub enum Cause {
     NewIsolation,
     ReplacedAllow,
+    /// A monitored admin policy's tier would deny (SPEC 8).
+    AdminTier,
     Denied,
 }
 
@@ -81,6 +83,7 @@ impl From<StagedCause> for Cause {
         match c {
             StagedCause::NewIsolation => Cause::NewIsolation,
             StagedCause::ReplacedAllow => Cause::ReplacedAllow,
+            StagedCause::AdminTier => Cause::AdminTier,
         }
     }
 }
@@ -203,7 +206,14 @@ pub fn build_event(
         sport: packet.sport,
         dport: packet.dport,
         protocol: packet.protocol.name().into_owned(),
-        policies: policy_names(&info.monitored_policies),
+        // Monitored admin policies are named `Kind/name` (they have no namespace).
+        policies: {
+            let mut names = policy_names(&info.monitored_policies);
+            if !observed {
+                names.extend(info.monitored_admin.iter().map(ToString::to_string));
+            }
+            names
+        },
         enforced_policies: policy_names(&info.enforced_policies),
         cause: match action {
             EventAction::WouldDeny => Some(info.cause.into()),

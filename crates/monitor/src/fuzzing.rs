@@ -898,6 +898,7 @@ fn context() -> PodContext {
         network,
         direction,
         monitored_policies: vec![policy("new\u{7f}")],
+        monitored_admin: Vec::new(),
         enforced_policies: vec![policy("old\\")],
         cause: StagedCause::NewIsolation,
     };

@@ -83,6 +83,7 @@ fn context(pod: &str) -> PodContext {
         network: NetworkId::Primary,
         direction: Direction::Ingress,
         monitored_policies: vec![],
+        monitored_admin: Vec::new(),
         enforced_policies: vec![],
         cause: StagedCause::NewIsolation,
     };

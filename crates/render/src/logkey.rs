@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use netwarden_engine::{Direction, NetworkId, PodRules, PolicyRef, StagedCause};
+use netwarden_engine::{AdminRef, Direction, NetworkId, PodRules, PolicyRef, StagedCause};
 
 use netwarden_engine::hash::hash_parts;
 
@@ -142,6 +142,8 @@ pub struct LogKeyInfo {
     pub network: NetworkId,
     pub direction: Direction,
     pub monitored_policies: Vec<PolicyRef>,
+    /// Monitored admin policies with rules on this direction (SPEC 8).
+    pub monitored_admin: Vec<AdminRef>,
     pub enforced_policies: Vec<PolicyRef>,
     /// Why a would-deny happened (meaningless for deny messages).
     pub cause: StagedCause,
@@ -202,6 +204,7 @@ pub fn log_keys(rules: &PodRules) -> BTreeMap<u32, LogKeyInfo> {
                 network: iface.network.clone(),
                 direction: dir,
                 monitored_policies: dr.monitored_policies.clone(),
+                monitored_admin: dr.monitored_admin(),
                 enforced_policies: dr.enforced_policies.clone(),
                 cause: dr.staged_cause(),
             });

@@ -642,6 +642,15 @@ mod tests {
         assert!(z.has_monitor());
         assert_eq!(z.baseline.enforced.len(), 0);
         assert_eq!(z.baseline.staged[0].origin.tier, Tier::Baseline);
+        // Would-denies name it and say why.
+        assert_eq!(z.staged_cause(), crate::rules::StagedCause::AdminTier);
+        assert_eq!(
+            z.monitored_admin()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["BaselineAdminNetworkPolicy/default"]
+        );
     }
 
     #[test]
