@@ -102,6 +102,27 @@ pub fn known_crds() -> Vec<ResourceType> {
             "multi-networkpolicies",
             true,
         ),
+        ResourceType::new(
+            "policy.networking.k8s.io",
+            "v1alpha2",
+            "ClusterNetworkPolicy",
+            "clusternetworkpolicies",
+            false,
+        ),
+        ResourceType::new(
+            "policy.networking.k8s.io",
+            "v1alpha1",
+            "AdminNetworkPolicy",
+            "adminnetworkpolicies",
+            false,
+        ),
+        ResourceType::new(
+            "policy.networking.k8s.io",
+            "v1alpha1",
+            "BaselineAdminNetworkPolicy",
+            "baselineadminnetworkpolicies",
+            false,
+        ),
     ]
 }
 
@@ -111,6 +132,7 @@ pub fn builtin() -> Vec<ResourceType> {
     ns.short_names = vec!["ns".into()];
     let mut pod = ResourceType::new("", "v1", "Pod", "pods", true);
     pod.short_names = vec!["po".into()];
+    let node = ResourceType::new("", "v1", "Node", "nodes", false);
     let mut svc = ResourceType::new("", "v1", "Service", "services", true);
     svc.short_names = vec!["svc".into()];
     let mut ev = ResourceType::new("", "v1", "Event", "events", true);
@@ -127,6 +149,7 @@ pub fn builtin() -> Vec<ResourceType> {
     ev2.short_names = vec!["ev".into()];
     vec![
         ns,
+        node,
         pod,
         svc,
         ev,

@@ -98,6 +98,40 @@ pub const WATCHED_KINDS: &[WatchedKind] = &[
         namespaced: true,
         optional: false,
     },
+    // Admin policies (SPEC 8): sigs.k8s.io/network-policy-api's CRDs, installed by the cluster
+    // (v1alpha2, v1alpha1, or both side by side), and the Nodes their `nodes` peers select.
+    WatchedKind {
+        group: "policy.networking.k8s.io",
+        versions: &["v1alpha2"],
+        kind: "ClusterNetworkPolicy",
+        plural: "clusternetworkpolicies",
+        namespaced: false,
+        optional: true,
+    },
+    WatchedKind {
+        group: "policy.networking.k8s.io",
+        versions: &["v1alpha1"],
+        kind: "AdminNetworkPolicy",
+        plural: "adminnetworkpolicies",
+        namespaced: false,
+        optional: true,
+    },
+    WatchedKind {
+        group: "policy.networking.k8s.io",
+        versions: &["v1alpha1"],
+        kind: "BaselineAdminNetworkPolicy",
+        plural: "baselineadminnetworkpolicies",
+        namespaced: false,
+        optional: true,
+    },
+    WatchedKind {
+        group: "",
+        versions: &["v1"],
+        kind: "Node",
+        plural: "nodes",
+        namespaced: false,
+        optional: false,
+    },
 ];
 
 /// The kinds watched with `network_policy` on or off (`--no-network-policy`).

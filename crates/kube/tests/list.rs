@@ -46,7 +46,8 @@ fn one_paged_list_per_served_kind_and_no_watch() {
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
     )
     .unwrap();
-    // MultiNetworkPolicy only at v1beta1; DanmNetworkPolicy and DanmEp not installed.
+    // MultiNetworkPolicy only at v1beta1; DanmNetworkPolicy, DanmEp and the admin policy
+    // kinds not installed.
     api.install_crd("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy");
 
     let options = |page_size, network_policy_enabled| ListOptions {
@@ -63,7 +64,16 @@ fn one_paged_list_per_served_kind_and_no_watch() {
     assert_eq!(inventory.policies.len(), 1);
     assert!(inventory.problems.is_empty(), "{:?}", inventory.problems);
     let skipped: Vec<_> = listed.skipped.iter().map(|k| k.kind).collect();
-    assert_eq!(skipped, ["DanmNetworkPolicy", "DanmEp"]);
+    assert_eq!(
+        skipped,
+        [
+            "DanmNetworkPolicy",
+            "DanmEp",
+            "ClusterNetworkPolicy",
+            "AdminNetworkPolicy",
+            "BaselineAdminNetworkPolicy"
+        ]
+    );
     assert!(listed.notes()[0].contains("danm.k8s.io/v1"));
     assert!(listed
         .listed
