@@ -1056,7 +1056,19 @@ fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
     for (label, stats) in &churned {
         let mut passes = stats.passes.clone();
         passes.sort();
-        print!("  {label}: {} applies", stats.applies);
+        // One apply at the start of each warm-up + trial, then one per period.
+        let scheduled = params.rounds
+            * (1 + ((params.warmup + params.trial).as_millis() / CHURN_PERIOD.as_millis())
+                as usize);
+        print!(
+            "  {label}: {} of {scheduled} scheduled applies",
+            stats.applies
+        );
+        if !params.quick && stats.applies * 10 < scheduled * 9 {
+            // The passes did not keep the period (the machine is busy): this configuration
+            // did less work than its pair, its ratio understates the cost.
+            print!(" (BEHIND SCHEDULE: its ratio is not valid)");
+        }
         assert!(stats.applies > 0, "{label}: no apply during the trials");
         if !stats.revoke {
             println!();
