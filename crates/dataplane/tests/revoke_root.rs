@@ -33,7 +33,9 @@ use netwarden_engine::{
     Protocol, TrackedFlow,
 };
 use netwarden_render::RenderOptions;
-use netwarden_testing::{in_netns, listen, pin_neighbours, root_or_skip, veth, Namespaces};
+use netwarden_testing::{
+    in_netns, listen, pin_neighbours, root_or_skip, udp_flow, veth, Namespaces,
+};
 
 const POD_V4: &str = "10.241.0.1";
 const PEER_V4: &str = "10.241.0.2";
@@ -207,45 +209,6 @@ impl Live {
     }
 }
 
-/// A UDP "connection" from `from` to `to_ip:port`.
-fn udp_flow(
-    from: &Path,
-    from_ip: &str,
-    to: &Path,
-    to_ip: &str,
-    port: u16,
-) -> (UdpSocket, UdpSocket) {
-    let (src, dst) = (addr(from_ip, 40000 + port), addr(to_ip, port));
-    let d = dst.clone();
-    let server = in_netns(to, move || UdpSocket::bind(d.as_str())).unwrap();
-    let client = in_netns(from, move || {
-        let s = UdpSocket::bind(src.as_str())?;
-        s.connect(dst.as_str())?;
-        Ok::<_, std::io::Error>(s)
-    })
-    .unwrap();
-    server
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    (client, server)
-}
-
-/// One datagram each way (the reply makes the flow established in conntrack: an unreplied
-/// flow's packets are all `new` and walk the rules anyway). Whether the request arrived.
-fn udp_passes((client, server): &(UdpSocket, UdpSocket)) -> bool {
-    let _ = client.send(b"dgram");
-    let mut buf = [0u8; 16];
-    let Ok((_, from)) = server.recv_from(&mut buf) else {
-        return false;
-    };
-    let _ = server.send_to(b"reply", from);
-    client
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    assert!(client.recv(&mut buf).is_ok(), "the UDP reply came back");
-    true
-}
-
 fn revoke(ns: &Path, rules: &PodRules) -> conntrack::Revoked {
     let rules = rules.clone();
     conntrack::revoke(&Netns::open(ns).unwrap(), move |f: &TrackedFlow| {
@@ -290,7 +253,7 @@ fn scenario_with<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool, 
     for l in [&mut in_kept, &mut in_denied, &mut out_kept, &mut out_denied] {
         l.assert_passes("before");
     }
-    assert!(udp_passes(&udp_in), "UDP 7000 before");
+    assert!(udp_in.passes(), "UDP 7000 before");
 
     let after_rules = dp.render(&after()).unwrap();
     let start = Instant::now();
@@ -299,7 +262,7 @@ fn scenario_with<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool, 
         // `keep`: established traffic is accepted before any rule, the denied ones pass on.
         in_denied.assert_passes("after, kept");
         out_denied.assert_passes("after, kept");
-        assert!(udp_passes(&udp_in), "UDP 7000 after, kept");
+        assert!(udp_in.passes(), "UDP 7000 after, kept");
         return;
     }
     let revoked = revoke(&p, &after());
@@ -331,7 +294,7 @@ fn scenario_with<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool, 
     out_kept.assert_passes("after");
     let t_in = in_denied.assert_revoked();
     let t_out = out_denied.assert_revoked();
-    assert!(!udp_passes(&udp_in), "UDP 7000 passes after the revocation");
+    assert!(!udp_in.passes(), "UDP 7000 passes after the revocation");
     in_kept.assert_passes("at the end");
     out_kept.assert_passes("at the end");
     eprintln!(

@@ -2,6 +2,9 @@
 //!
 //! Full run: `cargo bench -p netwarden --bench dataplane`. Under `cargo test --all-targets`
 //! (no `--bench` argument) it runs a quick mode of a few seconds, so CI exercises every path.
+//! `-- --only TEXT` (repeatable) measures only the data-path configurations whose label holds
+//! one of the TEXTs, and skips the control part: e.g. `cargo bench -p netwarden --bench
+//! dataplane -- --only "applies/100 ms"` for the revocation pair.
 //!
 //! Measured:
 //! 1. **Data path.** New-connection rate from a client netns into a server netns (joined by a
@@ -12,7 +15,15 @@
 //!    through Engine → render → Dataplane, as the agent does); and the seed's DANM Policer
 //!    layout (one `-s <peer>/32 -p tcp --dport 80 -j ACCEPT` rule per peer, client's rule last,
 //!    and in the middle); and netwarden's nft backend with learn mode on (issue 9: the learn
-//!    rules run on every new connection). Reported per configuration: the median wall-clock rate and the CPU
+//!    rules run on every new connection); and revocation on vs off (SPEC 5): revocation adds no
+//!    rule to the packet path, it deletes conntrack entries out of band after an apply, so what
+//!    it costs the data path is the agent's pass over the conntrack table beside the traffic.
+//!    Two nft configurations measure it: while the trial runs, a policy apply every 100 ms
+//!    (alternating two rulesets that differ in a peer other than the client, through the
+//!    dataplane as the agent applies them), each followed by a revocation pass judged by the
+//!    new rules (`Dataplane::revoke_connections`, what the agent calls), or not. The pass
+//!    lists the whole table (every connection of the trial so far: reset connections linger
+//!    10 s in it) and revokes nothing: the client stays allowed. Reported per configuration: the median wall-clock rate and the CPU
 //!    time per connection (this process's user + system time, which includes the server's
 //!    firewall: the veth delivers in the sender's softirq context), and the paired per-round
 //!    ratios of both. On a shared machine the wall-clock rate follows whatever else runs; the
@@ -61,6 +72,8 @@ use netwarden_testing::{root_or_skip, Namespaces};
 /// Sizes of one run: the full measurement or the quick CI mode.
 struct Params {
     quick: bool,
+    /// `--only`: the data-path configurations to measure (label holds one); empty: all.
+    only: Vec<String>,
     /// Peer counts of the netwarden-nft configurations; the last one is the headline.
     peer_counts: Vec<usize>,
     rounds: usize,
@@ -77,10 +90,11 @@ struct Params {
 }
 
 impl Params {
-    fn new(quick: bool) -> Params {
+    fn new(quick: bool, only: Vec<String>) -> Params {
         if quick {
             Params {
                 quick,
+                only,
                 peer_counts: vec![10, 1_000],
                 rounds: 1,
                 trial: Duration::from_millis(150),
@@ -96,6 +110,7 @@ impl Params {
         } else {
             Params {
                 quick,
+                only,
                 peer_counts: vec![10, 1_000, 10_000],
                 rounds: 15,
                 trial: Duration::from_secs(1),
@@ -113,6 +128,10 @@ impl Params {
 
     fn headline_peers(&self) -> usize {
         *self.peer_counts.last().expect("peer counts")
+    }
+
+    fn selected(&self, label: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| label.contains(o.as_str()))
     }
 }
 
@@ -182,6 +201,28 @@ fn server_engine(n: usize) -> Engine {
         None,
     ));
     engine
+}
+
+/// An address no configuration uses: where [`server_rules_moved`] moves a filler peer.
+const MOVED_FILLER: Ipv4Addr = Ipv4Addr::new(10, 100, 250, 1);
+
+/// What the churning configurations' labels say about their applies.
+const CHURN_LABEL: &str = "applies/100 ms";
+
+/// [`server_rules`] with one filler peer (`peer-0`) moved to another address: a policy change
+/// that does not concern the client, as most changes in a cluster do not concern a given
+/// connection.
+fn server_rules_moved(n: usize) -> PodRules {
+    let mut engine = server_engine(n);
+    engine.set_pod(pod(
+        NS,
+        "peer-0",
+        &[("role", "peer"), ("kind", "filler")],
+        &[&MOVED_FILLER.to_string()],
+    ));
+    engine
+        .pod_rules(&PodKey::new(NS, "server"))
+        .expect("server pod")
 }
 
 /// The same server pod with the monitor evaluation active beside enforcement: a monitored
@@ -585,6 +626,79 @@ struct Config {
     firewall: Firewall,
     /// Whether a connection from a non-allowed address must be refused.
     filters: bool,
+    /// Policy applies in the server netns while the traffic runs.
+    churn: Option<Churn>,
+}
+
+/// The agent at work beside the traffic: the two rulesets applied alternately every
+/// [`CHURN_PERIOD`] (the first is the installed one, so every apply changes the rules).
+#[derive(Clone)]
+struct Churn {
+    rules: [PodRules; 2],
+    /// Whether each apply is followed by a revocation pass judged by the new rules.
+    revoke: bool,
+}
+
+/// How often a churning configuration applies a policy change.
+const CHURN_PERIOD: Duration = Duration::from_millis(100);
+
+/// What a churn thread did during one configuration's warm-up and trial.
+#[derive(Default)]
+struct ChurnStats {
+    /// Whether the applies were followed by revocation passes.
+    revoke: bool,
+    applies: usize,
+    /// Revocation passes: conntrack entries listed by each, and its duration.
+    listed: Vec<usize>,
+    passes: Vec<Duration>,
+}
+
+/// Starts applying `churn`'s rulesets to `server` every [`CHURN_PERIOD`] (at once, then on
+/// each period) until `stop`; each apply must change the rules and each revocation pass must
+/// revoke nothing (the client is allowed by both rulesets).
+fn start_churn(
+    churn: Churn,
+    server: PathBuf,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<ChurnStats> {
+    std::thread::spawn(move || {
+        let mut dp = NftDataplane::new(RenderOptions::default());
+        let rulesets = churn
+            .rules
+            .iter()
+            .map(|r| dp.render(r).expect("renders"))
+            .collect::<Vec<_>>();
+        let mut stats = ChurnStats {
+            revoke: churn.revoke,
+            ..ChurnStats::default()
+        };
+        let start = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let i = (stats.applies + 1) % 2;
+            let outcome = dp
+                .apply(&server, &rulesets[i])
+                .unwrap_or_else(|e| panic!("churn apply: {e}"));
+            assert_eq!(outcome, ApplyOutcome::Applied);
+            stats.applies += 1;
+            if churn.revoke {
+                let started = Instant::now();
+                let revoked = NftDataplane::revoke_connections(&server, &churn.rules[i])
+                    .unwrap_or_else(|e| panic!("revocation pass: {e}"));
+                stats.passes.push(started.elapsed());
+                assert!(
+                    revoked.flows.is_empty(),
+                    "the client is allowed, yet revoked: {:?}",
+                    revoked.flows
+                );
+                stats.listed.push(revoked.listed);
+            }
+            let next = start + CHURN_PERIOD * stats.applies as u32;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                std::thread::sleep(Duration::from_millis(2).min(next - Instant::now()));
+            }
+        }
+        stats
+    })
 }
 
 /// The server netns with nothing of any firewall: every nft table (iptables-nft tables are
@@ -650,11 +764,13 @@ fn configs(params: &Params) -> Vec<Config> {
             label: "no firewall".into(),
             firewall: Firewall::None,
             filters: false,
+            churn: None,
         },
         Config {
             label: "conntrack only".into(),
             firewall: Firewall::NftText(CONNTRACK_ONLY.into()),
             filters: false,
+            churn: None,
         },
     ];
     let headline = server_rules(n);
@@ -668,6 +784,7 @@ fn configs(params: &Params) -> Vec<Config> {
             label: format!("netwarden nft, {k} peers"),
             firewall: Firewall::Netwarden(Backend::Nft, rules),
             filters: true,
+            churn: None,
         });
     }
     for (would_deny, what) in [
@@ -680,6 +797,7 @@ fn configs(params: &Params) -> Vec<Config> {
                 label: format!("netwarden {}, {n} peers, {what}", backend.as_str()),
                 firewall: Firewall::Netwarden(backend, rules.clone()),
                 filters: true,
+                churn: None,
             });
         }
     }
@@ -695,21 +813,42 @@ fn configs(params: &Params) -> Vec<Config> {
             },
         ),
         filters: true,
+        churn: None,
     });
+    // Revocation on vs off: the same applies beside the traffic, with or without the pass.
+    let churn_rules = [headline.clone(), server_rules_moved(n)];
+    assert!(churn_rules[0] != churn_rules[1], "the two rulesets differ");
+    for revoke in [false, true] {
+        out.push(Config {
+            label: format!(
+                "netwarden nft, {n} peers, {CHURN_LABEL}{}",
+                if revoke { " + revoke" } else { "" }
+            ),
+            firewall: Firewall::Netwarden(Backend::Nft, headline.clone()),
+            filters: true,
+            churn: Some(Churn {
+                rules: churn_rules.clone(),
+                revoke,
+            }),
+        });
+    }
     out.push(Config {
         label: format!("netwarden iptables, {n} peers"),
         firewall: Firewall::Netwarden(Backend::Iptables, headline.clone()),
         filters: true,
+        churn: None,
     });
     out.push(Config {
         label: format!("seed layout, {n} peers, client last"),
         firewall: Firewall::IptablesText(seed_text(&peer_list(n, n - 1))),
         filters: true,
+        churn: None,
     });
     out.push(Config {
         label: format!("seed layout, {n} peers, client middle"),
         firewall: Firewall::IptablesText(seed_text(&peer_list(n, n / 2))),
         filters: true,
+        churn: None,
     });
     out
 }
@@ -776,7 +915,15 @@ fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
     let variant = iptables_variant().expect("iptables variant");
     let topo = build_topology(namespaces);
     let server = Server::start(&topo.server, params.acceptor_threads);
-    let configs = configs(params);
+    let configs: Vec<Config> = configs(params)
+        .into_iter()
+        .filter(|c| params.selected(&c.label))
+        .collect();
+    assert!(
+        !configs.is_empty(),
+        "no configuration matches {:?}",
+        params.only
+    );
     let mut dps = Dataplanes {
         nft: NftDataplane::new(opts),
         iptables: IptablesDataplane::new(opts),
@@ -819,6 +966,7 @@ fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
     };
     let mut cpu_us: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut installs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut churned: BTreeMap<String, ChurnStats> = BTreeMap::new();
     println!(
         "\n{} round(s) x {} configurations (order rotated every round), {:.1} s per trial after {:.1} s warm-up, {} client / {} acceptor threads",
         params.rounds,
@@ -840,10 +988,24 @@ fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
             // An empty conntrack table for every trial: entries of the previous trial (RST'd
             // connections linger ~10 s) must not slow down or fill up the next one.
             run(&topo.server_path, "conntrack", &["-F"]);
+            let stop = Arc::new(AtomicBool::new(false));
+            let churn = c
+                .churn
+                .clone()
+                .map(|ch| start_churn(ch, topo.server_path.clone(), stop.clone()));
             if !params.warmup.is_zero() {
                 trial(&topo.client, params.client_threads, params.warmup);
             }
             let t = trial(&topo.client, params.client_threads, params.trial);
+            stop.store(true, Ordering::Relaxed);
+            if let Some(handle) = churn {
+                let stats = handle.join().expect("churn thread");
+                let all = churned.entry(c.label.clone()).or_default();
+                all.revoke = stats.revoke;
+                all.applies += stats.applies;
+                all.listed.extend(stats.listed);
+                all.passes.extend(stats.passes);
+            }
             assert!(t.ok > 0, "{}: no connection succeeded", c.label);
             assert!(
                 t.errors.is_empty(),
@@ -891,6 +1053,41 @@ fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
             median(&installs[&c.label])
         );
     }
+    for (label, stats) in &churned {
+        let mut passes = stats.passes.clone();
+        passes.sort();
+        // One apply at the start of each warm-up + trial, then one per period.
+        let scheduled = params.rounds
+            * (1 + ((params.warmup + params.trial).as_millis() / CHURN_PERIOD.as_millis())
+                as usize);
+        print!(
+            "  {label}: {} of {scheduled} scheduled applies",
+            stats.applies
+        );
+        if !params.quick && stats.applies * 10 < scheduled * 9 {
+            // The passes did not keep the period (the machine is busy): this configuration
+            // did less work than its pair, its ratio understates the cost.
+            print!(" (BEHIND SCHEDULE: its ratio is not valid)");
+        }
+        assert!(stats.applies > 0, "{label}: no apply during the trials");
+        if !stats.revoke {
+            println!();
+            continue;
+        }
+        assert!(!passes.is_empty(), "{label}: no revocation pass");
+        let listed: u64 = stats.listed.iter().map(|&n| n as u64).sum();
+        let spent: Duration = passes.iter().sum();
+        println!(
+            "; {} revocation passes (none revoked anything), entries listed per pass median {:.0} max {}, pass p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {:.2} µs per listed entry (wall-clock, beside the traffic)",
+            passes.len(),
+            median(&stats.listed.iter().map(|&n| n as f64).collect::<Vec<_>>()),
+            stats.listed.iter().max().copied().unwrap_or(0),
+            ms(percentile(&passes, 0.5)),
+            ms(percentile(&passes, 0.99)),
+            ms(*passes.last().expect("passes")),
+            spent.as_secs_f64() * 1e6 / listed.max(1) as f64,
+        );
+    }
     result
 }
 
@@ -904,7 +1101,11 @@ fn report_ratios(params: &Params, dp: &DataPath) {
     println!(
         "\nratios (median of per-round ratios)     wall-clock   per CPU-second   target (per CPU-s)"
     );
+    let measured = |label: &str| dp.rates.contains_key(label);
     let line = |label: &str, a: &str, b: &str, target: Option<f64>| {
+        if !measured(a) || !measured(b) {
+            return;
+        }
         let (wall, cpu) = dp.ratios(a, b);
         let t = match target {
             Some(_) if params.quick => "(targets: full run only)".to_string(),
@@ -936,10 +1137,21 @@ fn report_ratios(params: &Params, dp: &DataPath) {
         &nft,
         Some(0.9),
     );
+    let churn = format!("netwarden nft, {n} peers, {CHURN_LABEL}");
+    line(
+        "nft revocation on / off (applies)",
+        &format!("{churn} + revoke"),
+        &churn,
+        Some(0.97),
+    );
+    line("nft applies/100 ms / nft", &churn, &nft, None);
     let first = format!("netwarden nft, {} peers", params.peer_counts[0]);
     let mut flat = true;
     for k in &params.peer_counts[1..] {
         let label = format!("netwarden nft, {k} peers");
+        if !measured(&first) || !measured(&label) {
+            continue;
+        }
         line(
             &format!("nft {k} peers / nft {} peers", params.peer_counts[0]),
             &label,
@@ -952,7 +1164,9 @@ fn report_ratios(params: &Params, dp: &DataPath) {
     println!(
         "  nft rate does not fall from {} to {n} peers (per CPU-s, within 5%): {}",
         params.peer_counts[0],
-        if params.quick {
+        if !params.only.is_empty() {
+            "(not measured: --only)"
+        } else if params.quick {
             "(full run only)"
         } else {
             verdict(flat)
@@ -1337,11 +1551,17 @@ one pod, a NetworkPolicy of {blocks} ipBlocks (median of {} runs):",
 // ----- main --------------------------------------------------------------------------------
 
 fn main() {
-    let quick = !std::env::args().any(|a| a == "--bench");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = !args.iter().any(|a| a == "--bench");
+    let only: Vec<String> = args
+        .windows(2)
+        .filter(|w| w[0] == "--only")
+        .map(|w| w[1].clone())
+        .collect();
     if !root_or_skip() {
         return;
     }
-    let params = Params::new(quick);
+    let params = Params::new(quick, only);
     let opts = RenderOptions::default();
     let started = Instant::now();
     println!(
@@ -1358,10 +1578,17 @@ fn main() {
         iptables_variant().ok(),
     );
     let mut namespaces = Namespaces::new("nwbench-");
-    rule_counts(&opts);
-    apply_latency(&params, &mut namespaces, &opts);
-    full_sync(&params, &mut namespaces, &opts);
-    large_policy_sync(&params, &mut namespaces, &opts);
+    if params.only.is_empty() {
+        rule_counts(&opts);
+        apply_latency(&params, &mut namespaces, &opts);
+        full_sync(&params, &mut namespaces, &opts);
+        large_policy_sync(&params, &mut namespaces, &opts);
+    } else {
+        println!(
+            "only the data-path configurations matching {:?}",
+            params.only
+        );
+    }
     let dp = data_path(&params, &mut namespaces);
     report_ratios(&params, &dp);
     drop(namespaces);

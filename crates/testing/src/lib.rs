@@ -6,6 +6,7 @@
 //!   test panics), a scratch namespace for the kernel's tools, veth pairs between namespaces,
 //!   commands run inside them;
 //! - [`tcp`]: TCP from inside a namespace (a refusal must be a reset, never a timeout);
+//! - [`udp`]: UDP flows between namespaces, and whether datagrams still pass both ways;
 //! - [`files`]: temporary directories of manifests, written atomically, removed on drop;
 //! - [`fuzz`]: the cargo-fuzz targets' seed corpora replayed under `cargo test`;
 //! - [`http`]: the agent's `/readyz` and `/metrics`, read with one plain GET;
@@ -36,6 +37,7 @@ pub mod random;
 pub mod records;
 pub mod root;
 pub mod tcp;
+pub mod udp;
 
 pub use containerd::{
     containerd_or_skip, reap_stale_instances, CniNetwork, Containerd, SandboxSpec, SharedBridge,
@@ -59,3 +61,4 @@ pub use tcp::{
     assert_connects, assert_refused, assert_refused_fast, close_with_reset, connect, connect_timed,
     listen, probe, wait_reachable,
 };
+pub use udp::{udp_flow, udp_server, UdpFlow};

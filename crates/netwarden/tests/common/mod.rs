@@ -72,17 +72,27 @@ pub fn key(name: &str) -> PodKey {
 
 /// The Namespace object.
 pub fn namespace_doc() -> Value {
-    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {"team": "e2e"}}})
+    namespace_doc_with(NS, "team", "e2e")
+}
+
+/// A Namespace object `name` with one label (for tests with pods in other namespaces).
+pub fn namespace_doc_with(name: &str, label: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {label: value}}})
 }
 
 /// A Pod object; `netns` becomes the standalone annotation `netwarden.io/netns`.
 pub fn pod_doc(def: &PodDef, netns: Option<&Path>) -> Value {
+    pod_doc_in(NS, def, netns)
+}
+
+/// [`pod_doc`] in namespace `namespace`.
+pub fn pod_doc_in(namespace: &str, def: &PodDef, netns: Option<&Path>) -> Value {
     let labels: serde_json::Map<String, Value> = def
         .labels
         .iter()
         .map(|(k, v)| ((*k).to_string(), Value::from(*v)))
         .collect();
-    let mut metadata = json!({"name": def.name, "namespace": NS, "labels": labels});
+    let mut metadata = json!({"name": def.name, "namespace": namespace, "labels": labels});
     if let Some(path) = netns {
         metadata["annotations"] = json!({"netwarden.io/netns": path.display().to_string()});
     }
