@@ -203,6 +203,103 @@ fn server_engine(n: usize) -> Engine {
     engine
 }
 
+/// How many admin policy rules stand in front of the NetworkPolicy in the admin configuration
+/// (issue 23: "50 admin rules, whole-namespace subjects, 10,000 peer pods").
+const ADMIN_RULES: usize = 50;
+
+/// The server pod of [`server_rules`] with [`ADMIN_RULES`] admin policy rules in front (SPEC
+/// 8): the `n` peers spread over ten namespaces (`team: t0`…`t9`, the client in `t0`), the
+/// NetworkPolicy allowing `role: peer` pods of every namespace, and ten AdminNetworkPolicies
+/// whose subject is the server's whole namespace, five rules each, every peer a whole
+/// namespace: 49 rules a connection from the client walks past (Deny of other namespaces, and
+/// of the client's namespace on other ports), the last a Pass of the client's namespace on the
+/// port, which hands it to the NetworkPolicy. Each admin rule is one kernel rule on a peer set,
+/// whatever the number of pods behind it.
+fn server_rules_admin(n: usize) -> PodRules {
+    use netwarden_engine::testing::{admin_policy, admin_rule, in_namespaces};
+    use netwarden_engine::{AdminAction, AdminKind, AdminPeer, AdminPort, PortRange};
+    let mut engine = Engine::new(EngineOptions::default());
+    engine.set_namespace(namespace(NS, &[("team", "server")]));
+    for t in 0..10 {
+        engine.set_namespace(namespace(
+            &format!("peers-{t}"),
+            &[("team", &format!("t{t}"))],
+        ));
+    }
+    for (i, addr) in peer_list(n, n - 1).iter().enumerate() {
+        let t = if *addr == CLIENT { 0 } else { i % 10 };
+        engine.set_pod(pod(
+            &format!("peers-{t}"),
+            &format!("peer-{i}"),
+            &[("role", "peer")],
+            &[&addr.to_string()],
+        ));
+    }
+    engine.set_pod(pod(
+        NS,
+        "server",
+        &[("app", "server")],
+        &[&SERVER.to_string()],
+    ));
+    engine.set_policy(netpol(
+        NS,
+        "allow-peers",
+        selector(&[("app", "server")]),
+        Some(vec![rule(
+            vec![pods_peer(
+                Some(selector(&[("role", "peer")])),
+                Some(selector(&[])),
+            )],
+            vec![tcp(PORT)],
+        )]),
+        None,
+    ));
+    for p in 0..ADMIN_RULES / 5 {
+        let rules = (0..5)
+            .map(|r| {
+                let index = p * 5 + r;
+                if index == ADMIN_RULES - 1 {
+                    return admin_rule(
+                        AdminAction::Pass,
+                        vec![AdminPeer::Pods(in_namespaces(&[("team", "t0")]))],
+                        Some(vec![AdminPort::Numbers(PortRange {
+                            protocol: Protocol::Tcp,
+                            ports: Some((PORT, PORT)),
+                        })]),
+                    );
+                }
+                // Namespaces t1…t9 denied outright; t0 on ports the client does not use.
+                let team = index % 10;
+                let ports = (team == 0).then(|| {
+                    vec![AdminPort::Numbers(PortRange {
+                        protocol: Protocol::Tcp,
+                        ports: Some((1000 + index as u16, 1000 + index as u16)),
+                    })]
+                });
+                admin_rule(
+                    AdminAction::Deny,
+                    vec![AdminPeer::Pods(in_namespaces(&[(
+                        "team",
+                        &format!("t{team}"),
+                    )]))],
+                    ports,
+                )
+            })
+            .collect();
+        engine.set_admin_policy(admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            &format!("admin-{p}"),
+            p as u32,
+            in_namespaces(&[("team", "server")]),
+            rules,
+            vec![],
+        ));
+    }
+    engine
+        .pod_rules(&PodKey::new(NS, "server"))
+        .expect("server pod")
+}
+
 /// An address no configuration uses: where [`server_rules_moved`] moves a filler peer.
 const MOVED_FILLER: Ipv4Addr = Ipv4Addr::new(10, 100, 250, 1);
 
@@ -801,6 +898,19 @@ fn configs(params: &Params) -> Vec<Config> {
             });
         }
     }
+    // Admin policy rules in front of the NetworkPolicy (issue 23).
+    let admin = server_rules_admin(n);
+    for backend in [Backend::Nft, Backend::Iptables] {
+        out.push(Config {
+            label: format!(
+                "netwarden {}, {n} peers, {ADMIN_RULES} admin rules",
+                backend.as_str()
+            ),
+            firewall: Firewall::Netwarden(backend, admin.clone()),
+            filters: true,
+            churn: None,
+        });
+    }
     // Learn mode beside the same enforcement: every new connection also walks the learn rules
     // (a negated lookup in the seen-flow set; the client's flow is logged once per window).
     out.push(Config {
@@ -1130,6 +1240,14 @@ fn report_ratios(params: &Params, dp: &DataPath) {
                 Some(0.9),
             );
         }
+    }
+    for backend in ["nft", "iptables"] {
+        line(
+            &format!("{backend} {ADMIN_RULES} admin rules / {backend}"),
+            &format!("netwarden {backend}, {n} peers, {ADMIN_RULES} admin rules"),
+            &format!("netwarden {backend}, {n} peers"),
+            Some(0.9),
+        );
     }
     line(
         "nft learn / nft",
