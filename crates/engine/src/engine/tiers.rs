@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::addrset::AddrSet;
-use crate::admin::{AdminPeer, AdminPolicy, AdminPort, AdminRef, Node, PodsSelector, Tier};
+use crate::admin::{
+    AdminAction, AdminPeer, AdminPolicy, AdminPort, AdminRef, Node, PodsSelector, Tier,
+};
 use crate::model::{Direction, Mode, NetworkId, Pod, PodInterface, PodKey, Protocol};
 use crate::rules::{Clause, PeerMatch, PortMatch, PortRange, TierOrigin, TierRule, TierRules};
 
@@ -158,6 +160,9 @@ impl Engine {
     /// (before or after) are stale.
     pub(super) fn admin_pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
         if self.admin_policies.is_empty() {
+            // Nothing follows the pods now: the selector sets the removed policies left
+            // would go stale, and a later policy naming the same selector would find them.
+            self.selector_addrs.clear();
             return;
         }
         let versions: Vec<(&Pod, crate::labels::Labels)> = old
@@ -195,6 +200,8 @@ impl Engine {
     /// subjects or as peers.
     pub(super) fn admin_namespace_changed(&mut self, namespace: &str) {
         if self.admin_policies.is_empty() {
+            // As for a pod change: no stale selector set may outlive the policies.
+            self.selector_addrs.clear();
             return;
         }
         // Its pods may have become or stopped being subjects, or peers.
@@ -343,7 +350,7 @@ impl Engine {
                         peers: PeerMatch::Addrs(peers.addrs.clone()),
                         ports: PortMatch::Any,
                     }],
-                    Some(ports) => self.tier_port_clauses(ports, &peers, direction, pod),
+                    Some(ports) => self.tier_port_clauses(policy, ports, &peers, direction, pod),
                 };
                 TierRule {
                     origin: TierOrigin {
@@ -366,10 +373,12 @@ impl Engine {
     }
 
     /// Clauses for a rule with `ports`: numbers and ranges apply to every peer; a named port
-    /// resolves on the destination — the subject on ingress, each peer pod on egress (peers
-    /// on which it resolves to one number form one clause).
+    /// resolves on the destination — the subject on ingress, each peer pod on egress, for the
+    /// addresses it has on `policy`'s networks (peers on which it resolves to one number form
+    /// one clause).
     fn tier_port_clauses(
         &self,
+        policy: &AdminPolicy,
         ports: &[AdminPort],
         peers: &TierPeers,
         direction: Direction,
@@ -399,6 +408,7 @@ impl Engine {
             numbers.extend(named.iter().flat_map(|name| resolve(pod, name)));
         } else if !named.is_empty() {
             // Peer pods grouped by what the names resolve to on them.
+            let networks = policy.peer_networks();
             let mut groups: std::collections::BTreeMap<Vec<PortRange>, Vec<std::net::IpAddr>> =
                 Default::default();
             for key in &peers.pods {
@@ -414,9 +424,13 @@ impl Engine {
                 }
                 resolved.sort();
                 resolved.dedup();
+                // Only the addresses the pod is a peer by: one it holds on another network
+                // is another pod's there (secondary networks reuse addresses), and the
+                // packet goes to that one.
                 let addrs = target
                     .interfaces
                     .iter()
+                    .filter(|i| networks.contains(&i.network))
                     .flat_map(|i| i.ips.iter().copied())
                     .filter(|ip| peers.addrs.contains(*ip));
                 groups.entry(resolved).or_default().extend(addrs);
@@ -458,6 +472,56 @@ impl Engine {
         set
     }
 
+    /// `addrs` without the addresses two pods claim: an Allow rule's pod peers leave them
+    /// out, as every allow set does (SPEC 7). A Deny or Pass keeps them: leaving one out of a
+    /// Deny would open what the administrator closed.
+    fn without_ambiguous(&self, addrs: Arc<AddrSet>) -> Arc<AddrSet> {
+        let ambiguous = AddrSet::from_addrs(
+            self.ambiguous
+                .iter()
+                .copied()
+                .filter(|ip| addrs.contains(*ip)),
+        );
+        if ambiguous.is_empty() {
+            addrs
+        } else {
+            Arc::new(addrs.difference(&ambiguous))
+        }
+    }
+
+    /// Addresses of `claimants` became ambiguous or stopped being so: the Allow rules whose
+    /// pod peers select one of them (they leave such addresses out) are stale.
+    pub(super) fn admin_ambiguity_changed(&mut self, claimants: &[&Pod]) {
+        if self.admin_policies.is_empty() {
+            return;
+        }
+        let versions: Vec<(&Pod, crate::labels::Labels)> = claimants
+            .iter()
+            .copied()
+            .filter(|pod| !pod.host_network)
+            .map(|pod| (pod, self.namespace_labels(&pod.key.namespace)))
+            .collect();
+        let stale: BTreeSet<AdminRef> = self
+            .admin_policies
+            .values()
+            .filter(|policy| {
+                [Direction::Ingress, Direction::Egress]
+                    .iter()
+                    .flat_map(|d| policy.rules(*d))
+                    .filter(|rule| rule.action == AdminAction::Allow)
+                    .flat_map(|rule| &rule.peers)
+                    .any(|peer| match peer {
+                        AdminPeer::Pods(selector) => versions
+                            .iter()
+                            .any(|(pod, ns_labels)| selector.matches(ns_labels, &pod.labels)),
+                        _ => false,
+                    })
+            })
+            .map(|policy| policy.reference())
+            .collect();
+        self.invalidate_tiers(stale);
+    }
+
     /// The peers of `policy`'s rule `index` of `direction` (cached).
     fn tier_peers(
         &mut self,
@@ -487,7 +551,12 @@ impl Engine {
                         let selected = self.pods_selected(selector);
                         pods.extend(selected.iter().map(|pod| pod.key.clone()));
                     }
-                    sets.push(self.selector_addrs(selector, &networks));
+                    let addrs = self.selector_addrs(selector, &networks);
+                    sets.push(if rule.action == AdminAction::Allow {
+                        self.without_ambiguous(addrs)
+                    } else {
+                        addrs
+                    });
                 }
                 AdminPeer::Networks(cidrs) => {
                     sets.extend(cidrs.iter().map(|c| Arc::new(AddrSet::from_net(c))));
