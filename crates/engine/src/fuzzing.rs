@@ -1223,11 +1223,13 @@ impl<'a> Reference<'a> {
         }
     }
 
-    fn namespace_labels(&self, name: &str) -> Labels {
+    fn namespace_labels(&self, name: &str) -> std::borrow::Cow<'a, Labels> {
         match self.namespaces.get(name) {
-            Some(ns) => ns.labels.clone(),
+            Some(ns) => std::borrow::Cow::Borrowed(&ns.labels),
             // A namespace without an object still has its name label (Kubernetes sets it).
-            None => Labels::from([(NAME_LABEL.to_string(), name.to_string())]),
+            None => {
+                std::borrow::Cow::Owned(Labels::from([(NAME_LABEL.to_string(), name.to_string())]))
+            }
         }
     }
 
@@ -1494,9 +1496,9 @@ impl<'a> Reference<'a> {
         peer_pod: &Pod,
         addr: IpAddr,
     ) -> bool {
-        let networks = match &policy.scope {
-            PolicyScope::Networks(nets) => nets.clone(),
-            _ => vec![NetworkId::Primary],
+        let on_network = |network: &NetworkId| match &policy.scope {
+            PolicyScope::Networks(nets) => nets.contains(network),
+            _ => *network == NetworkId::Primary,
         };
         !peer_pod.host_network
             && selector
@@ -1506,7 +1508,7 @@ impl<'a> Reference<'a> {
             && peer_pod
                 .interfaces
                 .iter()
-                .any(|i| networks.contains(&i.network) && i.ips.contains(&addr))
+                .any(|i| on_network(&i.network) && i.ips.contains(&addr))
     }
 
     /// Whether an admin rule's peers and ports match a flow with `addr` at the other end.

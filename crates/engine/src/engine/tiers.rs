@@ -842,4 +842,152 @@ mod tests {
         assert!(!to("192.168.0.1"));
         assert!(to("10.0.1.1"));
     }
+
+    /// Egress of a/x to `ip`, TCP `port`, in the enforced view.
+    fn x_may_reach(e: &mut Engine, ip: &str, port: u16) -> bool {
+        e.pod_rules(&PodKey::new("a", "x")).unwrap().interfaces[0]
+            .egress
+            .decide(false, ip.parse().unwrap(), Protocol::Tcp, port)
+            .allowed()
+    }
+
+    /// Found by the fuzzer: an admin Allow let an address two pods claim through (SPEC 7 keeps
+    /// it out of every allow set), and the pods whose peers it joins or leaves when the second
+    /// claim comes or goes must be recomputed. A Deny keeps it (fail closed).
+    #[test]
+    fn an_address_two_pods_claim_is_no_admin_allow_but_stays_denied() {
+        let mut e = cluster();
+        let to_b = |action| {
+            admin_policy(
+                AdminKind::AdminNetworkPolicy,
+                "to-b",
+                1,
+                in_namespaces(&[("team", "a")]),
+                vec![],
+                vec![
+                    admin_rule(
+                        action,
+                        vec![AdminPeer::Pods(in_namespaces(&[("team", "b")]))],
+                        None,
+                    ),
+                    admin_rule(
+                        AdminAction::Deny,
+                        vec![AdminPeer::Networks(vec!["0.0.0.0/0".parse().unwrap()])],
+                        None,
+                    ),
+                ],
+            )
+        };
+        e.set_admin_policy(to_b(AdminAction::Allow));
+        assert!(x_may_reach(&mut e, "10.0.1.1", 80));
+        e.take_dirty();
+        // A pod of namespace a (no peer of the rule) claims b/z's address too.
+        e.set_pod(pod("a", "dup", &[], &["10.0.1.1"]));
+        assert!(e.take_dirty().contains(&PodKey::new("a", "x")));
+        assert!(
+            !x_may_reach(&mut e, "10.0.1.1", 80),
+            "ambiguous: not allowed"
+        );
+        e.remove_pod(&PodKey::new("a", "dup"));
+        assert!(e.take_dirty().contains(&PodKey::new("a", "x")));
+        assert!(x_may_reach(&mut e, "10.0.1.1", 80), "one claim again");
+        // As a Deny, the rule keeps the address while it is ambiguous.
+        e.set_admin_policy(to_b(AdminAction::Deny));
+        e.set_pod(pod("a", "dup", &[], &["10.0.1.1"]));
+        let rules = e.pod_rules(&PodKey::new("a", "x")).unwrap();
+        let first = &rules.interfaces[0].egress.admin.enforced[0];
+        assert_eq!(first.action, AdminAction::Deny);
+        assert!(first.matches("10.0.1.1".parse().unwrap(), Protocol::Tcp, 80));
+    }
+
+    /// Found by the fuzzer: an egress named port resolved on a peer pod for an address it
+    /// holds on another network than the policy's (where that address is another pod's).
+    #[test]
+    fn an_egress_named_port_resolves_on_the_peer_by_its_address_on_the_policy_network() {
+        let net1 = crate::NetworkId::nad("a", "net1");
+        let net2 = crate::NetworkId::nad("a", "net2");
+        let mut e = Engine::new(EngineOptions::default());
+        e.set_namespace(namespace("a", &[("team", "a")]));
+        e.set_pod(with_interface(
+            pod("a", "x", &[("app", "x")], &["10.0.0.1"]),
+            "net1",
+            net1.clone(),
+            &["192.168.0.1"],
+        ));
+        // a/y holds 192.168.0.2 on net1 and serves `web`; a/w holds the same address on
+        // net2 and serves `web` on another port.
+        e.set_pod(with_port(
+            with_interface(
+                pod("a", "y", &[("app", "y")], &["10.0.0.2"]),
+                "net1",
+                net1.clone(),
+                &["192.168.0.2"],
+            ),
+            "web",
+            8080,
+            Protocol::Tcp,
+        ));
+        e.set_pod(with_port(
+            with_interface(
+                pod("a", "w", &[("app", "w")], &["10.0.0.3"]),
+                "net2",
+                net2,
+                &["192.168.0.2"],
+            ),
+            "web",
+            9090,
+            Protocol::Tcp,
+        ));
+        let mut no_web = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "no-web",
+            1,
+            in_namespaces(&[("team", "a")]),
+            vec![],
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", "a")]))],
+                Some(vec![AdminPort::Named("web".into())]),
+            )],
+        );
+        no_web.scope = crate::PolicyScope::Networks(vec![net1]);
+        e.set_admin_policy(no_web);
+        let rules = e.pod_rules(&PodKey::new("a", "x")).unwrap();
+        let egress = &rules.interface("net1").unwrap().egress;
+        let to = |port| {
+            egress
+                .decide(false, "192.168.0.2".parse().unwrap(), Protocol::Tcp, port)
+                .allowed()
+        };
+        assert!(!to(8080), "a/y's port, a/y's address on net1");
+        assert!(to(9090), "a/w's port: a/w is not at 192.168.0.2 on net1");
+    }
+
+    /// Found by the fuzzer: with every admin policy gone, pod changes no longer updated the
+    /// cached selector sets, and a later policy with the same selector used a stale one.
+    #[test]
+    fn selector_sets_do_not_outlive_the_admin_policies() {
+        let mut e = cluster();
+        let deny_b = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "deny-b",
+            1,
+            in_namespaces(&[("team", "a")]),
+            vec![],
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", "b")]))],
+                None,
+            )],
+        );
+        e.set_admin_policy(deny_b.clone());
+        assert!(!x_may_reach(&mut e, "10.0.1.1", 80));
+        e.remove_admin_policy(&deny_b.reference());
+        e.set_pod(pod("b", "new", &[], &["10.0.1.9"]));
+        e.set_admin_policy(deny_b);
+        assert!(
+            !x_may_reach(&mut e, "10.0.1.9", 80),
+            "the new pod of b is a peer"
+        );
+    }
 }
