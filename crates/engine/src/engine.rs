@@ -552,7 +552,7 @@ impl Engine {
                 claimants.insert(key.clone());
             }
         }
-        if !claimants.is_empty() {
+        if !claimants.is_empty() && self.has_admin_policies() {
             // The claimants' peers in admin Allow rules too (the pod itself may be gone).
             let pods: Vec<Pod> = claimants
                 .iter()

@@ -6,7 +6,10 @@
 //! reuse them, so a `namespaces: {}` subject costs one set per rule, not one per pod. A pod
 //! change drops the sets whose peers select the pod (before or after the change) and makes the
 //! subjects of those policies dirty; a namespace relabel or a Node change drops what it can
-//! affect.
+//! affect. An Allow rule's pod peers leave out the addresses two pods claim (SPEC 7), so an
+//! address becoming or ceasing to be claimed twice drops the sets of the Allow rules whose
+//! peers select one of its claimants. The selector sets are kept only while an admin policy
+//! exists (nothing keeps them exact otherwise).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -62,6 +65,10 @@ impl Engine {
         self.tier_peers.retain(|(r, _, _), _| r != reference);
         self.mark_admin_subjects_dirty(&old);
         self.forget_tier_lists();
+    }
+
+    pub(super) fn has_admin_policies(&self) -> bool {
+        !self.admin_policies.is_empty()
     }
 
     pub fn admin_policies(&self) -> impl Iterator<Item = &Arc<AdminPolicy>> {
