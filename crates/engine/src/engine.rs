@@ -552,6 +552,14 @@ impl Engine {
                 claimants.insert(key.clone());
             }
         }
+        if !claimants.is_empty() && self.has_admin_policies() {
+            // The claimants' peers in admin Allow rules too (the pod itself may be gone).
+            let pods: Vec<Pod> = claimants
+                .iter()
+                .filter_map(|k| self.pod(k).or(old.filter(|p| p.key == *k)).cloned())
+                .collect();
+            self.admin_ambiguity_changed(&pods.iter().collect::<Vec<_>>());
+        }
         if claimants.is_empty() || (self.cache.is_empty() && self.peer_sets.none_resolved()) {
             return;
         }

@@ -6,26 +6,35 @@
 //! - nothing panics;
 //! - **verdicts follow the specification**: every verdict [`flow_verdict`] gives from the
 //!   computed rules, enforced and staged, for every pair of pod addresses and for addresses
-//!   outside the cluster and Service virtual IPs, equals a reference evaluation written straight
-//!   from SPEC sections 3 and 4 over the objects (`Reference`), which shares nothing with the
-//!   engine's resolution but the model's predicates (label and network selector matching, the
-//!   named-port lookup): no [`AddrSet`], no cache, no peer sets;
+//!   outside the cluster, Service virtual IPs and Node addresses, equals a reference evaluation
+//!   written straight from SPEC sections 3, 4 and 8 over the objects (`Reference`: Admin tier,
+//!   namespaced tier, Baseline tier, allow), which shares nothing with the engine's resolution
+//!   but the model's predicates (label and network selector matching, the named-port lookup):
+//!   no [`AddrSet`], no cache, no peer sets, no tier lists;
 //! - **incremental equals fresh**: an engine fed the initial objects and then the changes one
 //!   by one, recomputing only the pods [`Engine::take_dirty`] names, holds after every change
 //!   the same rules as an engine fed the objects of that moment at once, in another order
 //!   (changes include Services created, edited and deleted, EndpointSlice addresses moving
-//!   between pods, pods with named ports behind Services, and pod changes only the pod itself
-//!   can see);
+//!   between pods, pods with named ports behind Services, pod changes only the pod itself can
+//!   see, and admin policies and Nodes created, edited — rules, subject, priority, mode — and
+//!   deleted, between the others: what the engine's admin caches in `engine/tiers.rs` must
+//!   follow);
 //! - **feeding is idempotent**: setting every object again as it is marks no pod dirty;
 //! - the computed rules are well-formed (a direction is isolated exactly when a policy isolates
 //!   it; the staged view equals the enforced one when no policy is monitored or replaced;
-//!   implicit DNS only on egress and only in an isolated view);
+//!   implicit DNS only on egress and only in an isolated view; the Admin and Baseline tiers
+//!   empty where no admin policy applies, holding every rule of those that do in evaluation
+//!   order, and equal in both views where none of them is monitored or replaced);
 //! - [`AddrSet`] algebra ([`check_addr_sets`]): union and intersection idempotent, commutative
 //!   and associative, differences exact, membership equal to a naive walk over the blocks, CIDR
 //!   decomposition exact and disjoint.
 //!
 //! The universe is kept small (three namespaces, a handful of label values, four networks, a
-//! few addresses per pod) so that random bytes make selectors, names and addresses collide.
+//! few addresses per pod, admin priorities from a short list, Node addresses that pods hold
+//! too) so that random bytes make selectors, names, priorities and addresses collide.
+//!
+//! Inputs decode in the order the fields were added: the admin policies, Nodes and their
+//! changes last, so that the committed seeds (found before them) decode as they did.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -35,9 +44,13 @@ use ipnet::IpNet;
 use netwarden_fuzzbytes::Bytes;
 
 use crate::addrset::AddrSet;
+use crate::admin::{
+    AdminAction, AdminKind, AdminPeer, AdminPolicy, AdminPort, AdminRef, AdminRule, Node,
+    PodsSelector, Tier,
+};
 use crate::engine::{DnsMode, Engine, EngineOptions};
 use crate::model::*;
-use crate::rules::{DirectionRules, Isolation, PodRules};
+use crate::rules::{DirectionRules, Isolation, PodRules, PortRange, TierRules};
 use crate::verdict::{flow_verdict, FlowEnd};
 
 const NAMESPACES: [&str; 3] = ["x", "y", "z"];
@@ -370,6 +383,260 @@ fn policy(b: &mut Bytes, index: usize) -> Policy {
     }
 }
 
+// ----- admin policies and Nodes (SPEC 8) ---------------------------------------------------
+
+/// The most admin policies a scenario starts with.
+const MAX_ADMIN_POLICIES: usize = 4;
+/// Priorities of the Admin tier: few, so that ties (ordered by kind, then name) are common.
+const PRIORITIES: [u32; 5] = [0, 5, 5, 5, 9];
+/// Node addresses: the hostNetwork pods' address, another node's, a pod's primary address and
+/// a secondary-network address pods reuse (both collisions a `nodes` peer meets on a badly
+/// addressed cluster), a pod's IPv6 address, and an address outside every pod.
+const NODE_ADDRS: [&str; 6] = [
+    "172.18.0.1",
+    "172.18.0.2",
+    "10.0.0.1",
+    "192.168.0.1",
+    "fd00::1",
+    "203.0.113.1",
+];
+
+/// Pods by namespace labels and pod labels; a third of them `namespaces:` subjects or peers
+/// (every pod of the namespaces).
+fn pods_selector(b: &mut Bytes) -> PodsSelector {
+    if b.one_in(3) {
+        PodsSelector::namespaces(namespace_selector(b))
+    } else {
+        PodsSelector {
+            namespaces: namespace_selector(b),
+            pods: selector(b, "app", &APPS),
+        }
+    }
+}
+
+/// An admin rule's ports: numbers, ranges and every port of a protocol, and named ports
+/// where the CRD allows them (not beside `networks`, `nodes` or `domainNames` peers).
+fn admin_ports(b: &mut Bytes, named_ok: bool) -> Option<Vec<AdminPort>> {
+    if b.one_in(3) {
+        return None;
+    }
+    let port = |b: &mut Bytes| {
+        let protocol = *b.pick(&Protocol::ALL);
+        let ports = match b.below(5) {
+            0 => None,
+            1 => Some(*b.pick(&[(80, 81), (53, 8080)])),
+            _ => {
+                let n = *b.pick(&[53, 80, 81, 8080]);
+                Some((n, n))
+            }
+        };
+        AdminPort::Numbers(PortRange { protocol, ports })
+    };
+    Some(
+        (0..1 + b.below(2))
+            .map(|_| {
+                if named_ok && b.one_in(3) {
+                    AdminPort::Named(b.pick(&["http", "dns"]).to_string())
+                } else {
+                    port(b)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// One admin rule as the CRD validation lets it through: Pass only in the Admin tier,
+/// `networks`, `nodes` and `domainNames` only in egress, `domainNames` only with Allow.
+fn admin_rule(b: &mut Bytes, index: usize, direction: Direction, tier: Tier) -> AdminRule {
+    let actions: &[AdminAction] = match tier {
+        Tier::Admin => &[AdminAction::Allow, AdminAction::Deny, AdminAction::Pass],
+        Tier::Baseline => &[AdminAction::Allow, AdminAction::Deny],
+    };
+    let action = *b.pick(actions);
+    let net = |s: &str| s.parse::<IpNet>().expect("fuzzing CIDR");
+    let peers: Vec<AdminPeer> = (0..1 + b.below(2))
+        .map(|_| match (direction, b.below(7)) {
+            (Direction::Egress, 4) => AdminPeer::Networks(
+                (0..1 + b.below(2))
+                    .map(|_| {
+                        net(b.pick::<&str>(&[
+                            "10.0.0.0/24",
+                            "10.0.0.0/31",
+                            "10.0.0.2/32",
+                            "192.168.0.0/24",
+                            "fd00::/64",
+                            "0.0.0.0/0",
+                            "::/0",
+                            "172.18.0.0/16",
+                            "10.96.0.0/12",
+                            "203.0.113.0/25",
+                        ]))
+                    })
+                    .collect(),
+            ),
+            (Direction::Egress, 5) => AdminPeer::Nodes(selector(b, "zone", &ZONES)),
+            (Direction::Egress, 6) if action == AdminAction::Allow => {
+                AdminPeer::DomainNames(vec!["example.com".into()])
+            }
+            _ => AdminPeer::Pods(pods_selector(b)),
+        })
+        .collect();
+    let named_ok = peers.iter().all(|p| matches!(p, AdminPeer::Pods(_)));
+    AdminRule {
+        name: b.one_in(2).then(|| format!("r{index}")),
+        action,
+        peers,
+        ports: admin_ports(b, named_ok),
+    }
+}
+
+const ZONES: [&str; 2] = ["east", "west"];
+
+/// Admin policy number `index`: of the three kinds (a BaselineAdminNetworkPolicy is the
+/// singleton `default`, the others are `a<index mod 3>`, so names repeat across kinds and
+/// `replaces` finds them), priorities colliding, some monitored, some replacing, some for
+/// secondary networks.
+fn admin_policy(b: &mut Bytes, index: usize) -> AdminPolicy {
+    let kind = *b.pick(&[
+        AdminKind::ClusterNetworkPolicy,
+        AdminKind::AdminNetworkPolicy,
+        AdminKind::BaselineAdminNetworkPolicy,
+    ]);
+    let tier = match kind {
+        AdminKind::ClusterNetworkPolicy if b.one_in(3) => Tier::Baseline,
+        AdminKind::BaselineAdminNetworkPolicy => Tier::Baseline,
+        _ => Tier::Admin,
+    };
+    let (name, priority) = match kind {
+        AdminKind::BaselineAdminNetworkPolicy => ("default".to_string(), 0),
+        _ => (format!("a{}", index % 3), *b.pick(&PRIORITIES)),
+    };
+    let subject = pods_selector(b);
+    let ingress = (0..b.below(3))
+        .map(|i| admin_rule(b, i, Direction::Ingress, tier))
+        .collect();
+    let egress = (0..b.below(3))
+        .map(|i| admin_rule(b, i, Direction::Egress, tier))
+        .collect();
+    let scope = if b.one_in(4) {
+        let nets = networks();
+        PolicyScope::Networks(
+            (0..1 + b.below(2))
+                .map(|_| b.pick(&nets[..2]).clone())
+                .collect(),
+        )
+    } else {
+        PolicyScope::Primary
+    };
+    let mode = if b.one_in(3) {
+        Mode::Monitor
+    } else {
+        Mode::Enforce
+    };
+    AdminPolicy {
+        kind,
+        name,
+        tier,
+        priority,
+        subject,
+        ingress,
+        egress,
+        scope,
+        mode,
+        replaces: (mode == Mode::Monitor && b.one_in(2))
+            .then(|| b.pick(&["a0", "a1", "a2", "default"]).to_string()),
+        log_denies: b.one_in(4),
+    }
+}
+
+/// Node number `index`: labels for `nodes` selectors, and one or two addresses.
+fn node(b: &mut Bytes, index: usize) -> Node {
+    let mut labels = Labels::new();
+    if !b.one_in(3) {
+        labels.insert("zone".into(), b.pick(&ZONES).to_string());
+    }
+    if b.one_in(3) {
+        labels.insert("tier".into(), "infra".into());
+    }
+    Node {
+        name: format!("n{index}"),
+        labels,
+        addresses: (0..1 + b.below(2))
+            .map(|_| b.pick(&NODE_ADDRS).parse().expect("fuzzing address"))
+            .collect(),
+    }
+}
+
+/// A change to the admin policies or Nodes of `state`: mostly edits.
+fn admin_change(b: &mut Bytes, state: &State) -> Change {
+    let nth = |b: &mut Bytes, n: usize| b.below(n.max(1));
+    match b.below(8) {
+        0..=3 if !state.admin_policies.is_empty() => {
+            let old = state
+                .admin_policies
+                .values()
+                .nth(nth(b, state.admin_policies.len()))
+                .expect("index below len");
+            let mut policy = old.clone();
+            match b.below(6) {
+                0 => return Change::RemoveAdminPolicy(old.reference()),
+                1 => {
+                    policy.mode = match policy.mode {
+                        Mode::Enforce => Mode::Monitor,
+                        Mode::Monitor => Mode::Enforce,
+                    };
+                    if policy.mode == Mode::Enforce {
+                        policy.replaces = None;
+                    }
+                }
+                2 => policy.subject = pods_selector(b),
+                3 if policy.kind != AdminKind::BaselineAdminNetworkPolicy => {
+                    policy.priority = *b.pick(&PRIORITIES);
+                }
+                _ => {
+                    // One direction's rules redrawn; what identifies the policy and its
+                    // view kept.
+                    let direction = *b.pick(&[Direction::Ingress, Direction::Egress]);
+                    let rules = (0..1 + b.below(2))
+                        .map(|i| admin_rule(b, i, direction, policy.tier))
+                        .collect();
+                    match direction {
+                        Direction::Ingress => policy.ingress = rules,
+                        Direction::Egress => policy.egress = rules,
+                    }
+                }
+            }
+            Change::SetAdminPolicy(policy)
+        }
+        0..=4 => {
+            let index = MAX_ADMIN_POLICIES + b.below(3);
+            Change::SetAdminPolicy(admin_policy(b, index))
+        }
+        5 | 6 if !state.nodes.is_empty() => {
+            let old = state
+                .nodes
+                .values()
+                .nth(nth(b, state.nodes.len()))
+                .expect("index below len");
+            let mut node = old.clone();
+            match b.below(3) {
+                0 => return Change::RemoveNode(old.name.clone()),
+                1 => {
+                    node.labels = self::node(b, 0).labels;
+                }
+                _ => {
+                    node.addresses = self::node(b, 0).addresses;
+                }
+            }
+            Change::SetNode(node)
+        }
+        _ => {
+            let index = b.below(3);
+            Change::SetNode(node(b, index))
+        }
+    }
+}
+
 fn service(b: &mut Bytes, index: usize, pods: &[Pod]) -> Service {
     let n = index as u8 + 1;
     let cluster_ips = match b.below(4) {
@@ -510,6 +777,10 @@ pub enum Change {
     RemovePolicy(PolicyRef),
     SetService(Service),
     RemoveService(ObjectKey),
+    SetAdminPolicy(AdminPolicy),
+    RemoveAdminPolicy(AdminRef),
+    SetNode(Node),
+    RemoveNode(String),
 }
 
 /// A cluster, the changes it goes through, and the engine's switches.
@@ -520,19 +791,86 @@ pub struct Scenario {
     pub pods: Vec<Pod>,
     pub policies: Vec<Policy>,
     pub services: Vec<Service>,
+    pub admin_policies: Vec<AdminPolicy>,
+    pub nodes: Vec<Node>,
     pub changes: Vec<Change>,
 }
 
-/// The objects after every change, keyed as the engine keys them.
+/// The objects after every change, keyed as the engine keys them. Public for the property
+/// tests that compare one cluster under two sets of objects (`tests/admin_properties.rs`).
 #[derive(Debug, Clone, Default)]
-struct State {
-    namespaces: BTreeMap<String, Namespace>,
-    pods: BTreeMap<PodKey, Pod>,
-    policies: BTreeMap<PolicyRef, Policy>,
-    services: BTreeMap<ObjectKey, Service>,
+pub struct State {
+    pub namespaces: BTreeMap<String, Namespace>,
+    pub pods: BTreeMap<PodKey, Pod>,
+    pub policies: BTreeMap<PolicyRef, Policy>,
+    pub services: BTreeMap<ObjectKey, Service>,
+    pub admin_policies: BTreeMap<AdminRef, AdminPolicy>,
+    pub nodes: BTreeMap<String, Node>,
 }
 
 impl State {
+    /// The rules of a fresh engine fed these objects.
+    pub fn rules(&self, options: &EngineOptions) -> BTreeMap<PodKey, PodRules> {
+        fresh_rules(options, self)
+    }
+
+    /// Every verdict [`check_engine`] compares with the reference, from `rules` (computed for
+    /// these objects): per flow (pod to pod, and between each pod and each outside address,
+    /// for every probe), whether it is allowed in the enforced and in the staged view.
+    pub fn verdicts(&self, rules: &BTreeMap<PodKey, PodRules>) -> BTreeMap<String, (bool, bool)> {
+        let mut out = BTreeMap::new();
+        let outside = PodKey::new("§outside", "§outside");
+        let ends: Vec<FlowEnd> = rules
+            .iter()
+            .flat_map(|(key, r)| {
+                r.interfaces.iter().flat_map(move |iface| {
+                    iface.ips.iter().map(move |ip| FlowEnd {
+                        pod: key,
+                        interface: iface,
+                        ip: *ip,
+                    })
+                })
+            })
+            .collect();
+        let name = |e: &FlowEnd| format!("{} {} {}", e.pod, e.interface.name, e.ip);
+        for &(protocol, port) in &PROBES {
+            for src in &ends {
+                let mut peers: Vec<(FlowEnd, FlowEnd)> = ends
+                    .iter()
+                    .filter(|dst| dst.ip.is_ipv4() == src.ip.is_ipv4())
+                    .map(|dst| (*src, *dst))
+                    .collect();
+                for addr in outside_addresses(self) {
+                    if addr.is_ipv4() == src.ip.is_ipv4() {
+                        let there = FlowEnd {
+                            pod: &outside,
+                            interface: src.interface,
+                            ip: addr,
+                        };
+                        peers.push((*src, there));
+                        peers.push((there, *src));
+                    }
+                }
+                for (from, to) in peers {
+                    let v = flow_verdict(from, to, protocol, port);
+                    // The outside end's own side is no pod's: only the pod's side counts.
+                    let (enforced, staged) = if *from.pod == outside {
+                        (v.ingress.enforced.allowed, v.ingress.staged.allowed)
+                    } else if *to.pod == outside {
+                        (v.egress.enforced.allowed, v.egress.staged.allowed)
+                    } else {
+                        (v.allowed, v.staged_allowed)
+                    };
+                    out.insert(
+                        format!("{} -> {} {protocol}/{port}", name(&from), name(&to)),
+                        (enforced, staged),
+                    );
+                }
+            }
+        }
+        out
+    }
+
     fn apply(&mut self, change: &Change) {
         match change.clone() {
             Change::SetNamespace(n) => {
@@ -559,6 +897,18 @@ impl State {
             Change::RemoveService(key) => {
                 self.services.remove(&key);
             }
+            Change::SetAdminPolicy(p) => {
+                self.admin_policies.insert(p.reference(), p);
+            }
+            Change::RemoveAdminPolicy(reference) => {
+                self.admin_policies.remove(&reference);
+            }
+            Change::SetNode(n) => {
+                self.nodes.insert(n.name.clone(), n);
+            }
+            Change::RemoveNode(name) => {
+                self.nodes.remove(&name);
+            }
         }
     }
 }
@@ -573,6 +923,10 @@ fn feed(engine: &mut Engine, change: &Change) {
         Change::RemovePolicy(reference) => engine.remove_policy(&reference),
         Change::SetService(s) => engine.set_service(s),
         Change::RemoveService(key) => engine.remove_service(&key),
+        Change::SetAdminPolicy(p) => engine.set_admin_policy(p),
+        Change::RemoveAdminPolicy(reference) => engine.remove_admin_policy(&reference),
+        Change::SetNode(n) => engine.set_node(n),
+        Change::RemoveNode(name) => engine.remove_node(&name),
     }
 }
 
@@ -607,6 +961,8 @@ impl Scenario {
             pods,
             policies,
             services,
+            admin_policies: Vec::new(),
+            nodes: Vec::new(),
             changes: Vec::new(),
         };
         let mut state = scenario.initial_state();
@@ -615,7 +971,40 @@ impl Scenario {
             state.apply(&change);
             scenario.changes.push(change);
         }
+        // Admin policies, Nodes and their changes come after everything above, and none of
+        // them when the bytes are used up (zeros): the committed seeds, found before admin
+        // policies existed, decode to the scenarios they were found as.
+        scenario.admin_policies = (0..b.below(MAX_ADMIN_POLICIES + 1))
+            .map(|i| admin_policy(&mut b, i))
+            .collect();
+        scenario.nodes = (0..b.below(3)).map(|i| node(&mut b, i)).collect();
+        // Their changes go between the others: each after the previous one, some changes
+        // of the cluster later (they touch other objects, so the order they are drawn in
+        // against the admin objects alone holds in the merged history).
+        let mut admin_state = State::default();
+        for change in scenario.initial_changes() {
+            admin_state.apply(&change);
+        }
+        let mut merged = Vec::new();
+        let mut others = std::mem::take(&mut scenario.changes).into_iter();
+        for _ in 0..b.below(8) {
+            merged.extend(others.by_ref().take(b.below(3)));
+            let change = admin_change(&mut b, &admin_state);
+            admin_state.apply(&change);
+            merged.push(change);
+        }
+        merged.extend(others);
+        scenario.changes = merged;
         scenario
+    }
+
+    /// The objects after every change.
+    pub fn final_state(&self) -> State {
+        let mut state = self.initial_state();
+        for change in &self.changes {
+            state.apply(change);
+        }
+        state
     }
 
     fn initial_state(&self) -> State {
@@ -637,6 +1026,13 @@ impl Scenario {
         out.extend(self.pods.iter().cloned().map(Change::SetPod));
         out.extend(self.policies.iter().cloned().map(Change::SetPolicy));
         out.extend(self.services.iter().cloned().map(Change::SetService));
+        out.extend(self.nodes.iter().cloned().map(Change::SetNode));
+        out.extend(
+            self.admin_policies
+                .iter()
+                .cloned()
+                .map(Change::SetAdminPolicy),
+        );
         out
     }
 }
@@ -769,21 +1165,40 @@ fn change(b: &mut Bytes, state: &State) -> Change {
 
 // ----- the reference evaluation -----------------------------------------------------------
 
-/// Verdicts computed straight from SPEC sections 3 and 4 over the objects: for one side (a pod
-/// interface and a direction) and one view, allowed iff no policy of the view isolates it, or
-/// a rule of one that does allows the peer address and the port. Deliberately naive: it walks
-/// the objects for every question.
+/// Verdicts computed straight from SPEC sections 3, 4 and 8 over the objects: for one side (a
+/// pod interface and a direction) and one view, the Admin tier's first matching rule decides
+/// (Allow, Deny; Pass goes on); then, if a policy of the view isolates the side, allowed iff a
+/// rule of one that does allows the peer address and the port; otherwise the Baseline tier's
+/// first matching rule decides; otherwise allowed. Deliberately naive: it walks the objects
+/// for every question.
 ///
 /// Where the SPEC is silent it follows the engine's choices: a pod selector never
 /// picks a hostNetwork pod (its address is the node's); `replaces` names a policy of any kind;
 /// Service virtual IPs are allowed by every egress rule that allows an endpoint, whatever the
-/// interface; a Service selector picks hostNetwork pods too.
+/// interface; a Service selector picks hostNetwork pods too; admin rules see Service virtual
+/// IPs as plain addresses (SPEC 3.2 is the namespaced tier's; only a `networks` CIDR holding
+/// one matches it).
+///
+/// What it reads from SPEC 8 where a choice had to be made:
+/// - a `nodes` peer matches exactly the selected Nodes' `status.addresses`: "never pod
+///   addresses" is read as "selecting Nodes selects no pod", not as "minus every address a pod
+///   holds" — the kernel sees an address, and a Node address that a pod also holds (a badly
+///   addressed cluster) matches the Node peer, as a `networks` CIDR holding a pod address
+///   matches it;
+/// - SPEC 7 keeps an address two pods claim out of every allow set: out of the pod peers of
+///   an admin Allow rule, but not of a Deny or Pass rule's (those sets decide a deny or a
+///   hand-over, and leaving the address out of a Deny would open what the administrator
+///   closed);
+/// - an egress named port resolves on the pods the rule's pod peers select that hold the
+///   address on the policy's networks (the destination pods the peer stands for).
 struct Reference<'a> {
     options: &'a EngineOptions,
     namespaces: &'a BTreeMap<String, Namespace>,
     pods: Vec<&'a Pod>,
     policies: Vec<&'a Policy>,
     services: Vec<&'a Service>,
+    admin_policies: Vec<&'a AdminPolicy>,
+    nodes: Vec<&'a Node>,
 }
 
 /// One side of a flow for the reference: the pod, its interface, the direction, and the view.
@@ -803,14 +1218,18 @@ impl<'a> Reference<'a> {
             pods: state.pods.values().collect(),
             policies: state.policies.values().collect(),
             services: state.services.values().collect(),
+            admin_policies: state.admin_policies.values().collect(),
+            nodes: state.nodes.values().collect(),
         }
     }
 
-    fn namespace_labels(&self, name: &str) -> Labels {
+    fn namespace_labels(&self, name: &str) -> std::borrow::Cow<'a, Labels> {
         match self.namespaces.get(name) {
-            Some(ns) => ns.labels.clone(),
+            Some(ns) => std::borrow::Cow::Borrowed(&ns.labels),
             // A namespace without an object still has its name label (Kubernetes sets it).
-            None => Labels::from([(NAME_LABEL.to_string(), name.to_string())]),
+            None => {
+                std::borrow::Cow::Owned(Labels::from([(NAME_LABEL.to_string(), name.to_string())]))
+            }
         }
     }
 
@@ -1024,7 +1443,145 @@ impl<'a> Reference<'a> {
         }
     }
 
-    /// The verdict of one side in one view, for a peer address, protocol and port.
+    // ----- SPEC 8: the admin tiers
+
+    /// Whether the admin policy `policy` names `side`'s pod and interface as its subject, with
+    /// rules in its direction: the pod (never a hostNetwork one) in a namespace and with labels
+    /// the subject selects, on an interface of the policy's networks.
+    fn admin_applies(&self, policy: &AdminPolicy, side: Side) -> bool {
+        !side.pod.host_network
+            && policy
+                .subject
+                .namespaces
+                .matches(&self.namespace_labels(&side.pod.key.namespace))
+            && policy.subject.pods.matches(&side.pod.labels)
+            && !policy.rules(side.direction).is_empty()
+            && match &policy.scope {
+                PolicyScope::Networks(nets) => nets.contains(&side.iface.network),
+                _ => side.iface.network == NetworkId::Primary,
+            }
+    }
+
+    /// The admin policies of `tier` that apply to `side` in its view, in evaluation order
+    /// (priority, then kind, then name). The staged view has the monitored ones and leaves
+    /// out the enforced ones a monitored policy of the same kind replaces.
+    fn admin_tier(&self, side: Side, tier: Tier) -> Vec<&'a AdminPolicy> {
+        let replaced = |p: &AdminPolicy| {
+            self.admin_policies.iter().any(|m| {
+                m.mode == Mode::Monitor
+                    && m.kind == p.kind
+                    && m.replaces.as_deref() == Some(p.name.as_str())
+            })
+        };
+        let mut out: Vec<&AdminPolicy> = self
+            .admin_policies
+            .iter()
+            .copied()
+            .filter(|p| p.tier == tier && self.admin_applies(p, side))
+            .filter(|p| match (p.mode, side.staged) {
+                (Mode::Monitor, staged) => staged,
+                (Mode::Enforce, false) => true,
+                (Mode::Enforce, true) => !replaced(p),
+            })
+            .collect();
+        out.sort_by(|a, b| (a.priority, a.kind, &a.name).cmp(&(b.priority, b.kind, &b.name)));
+        out
+    }
+
+    /// Whether pod `peer_pod` holds `addr` on a network of `policy` and `selector` selects it.
+    fn admin_pod_peer(
+        &self,
+        policy: &AdminPolicy,
+        selector: &PodsSelector,
+        peer_pod: &Pod,
+        addr: IpAddr,
+    ) -> bool {
+        let on_network = |network: &NetworkId| match &policy.scope {
+            PolicyScope::Networks(nets) => nets.contains(network),
+            _ => *network == NetworkId::Primary,
+        };
+        !peer_pod.host_network
+            && selector
+                .namespaces
+                .matches(&self.namespace_labels(&peer_pod.key.namespace))
+            && selector.pods.matches(&peer_pod.labels)
+            && peer_pod
+                .interfaces
+                .iter()
+                .any(|i| on_network(&i.network) && i.ips.contains(&addr))
+    }
+
+    /// Whether an admin rule's peers and ports match a flow with `addr` at the other end.
+    fn admin_rule_matches(
+        &self,
+        policy: &AdminPolicy,
+        rule: &AdminRule,
+        side: Side,
+        addr: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> bool {
+        let peer_ok = rule.peers.iter().any(|peer| match peer {
+            AdminPeer::Pods(selector) => {
+                (rule.action != AdminAction::Allow || !self.claimed_twice(addr))
+                    && self
+                        .pods
+                        .iter()
+                        .any(|p| self.admin_pod_peer(policy, selector, p, addr))
+            }
+            AdminPeer::Networks(cidrs) => cidrs.iter().any(|c| c.contains(&addr)),
+            AdminPeer::Nodes(selector) => self
+                .nodes
+                .iter()
+                .any(|n| selector.matches(&n.labels) && n.addresses.contains(&addr)),
+            // Not resolved: matches nothing (SPEC 8, fail closed for an Allow).
+            AdminPeer::DomainNames(_) => false,
+        });
+        let port_ok = |p: &AdminPort| match p {
+            AdminPort::Numbers(range) => {
+                range.protocol == protocol
+                    && range.ports.is_none_or(|(lo, hi)| (lo..=hi).contains(&port))
+            }
+            AdminPort::Named(name) => match side.direction {
+                Direction::Ingress => side.pod.named_port(name, protocol) == Some(port),
+                Direction::Egress => self.pods.iter().any(|d| {
+                    d.named_port(name, protocol) == Some(port)
+                        && rule.peers.iter().any(|peer| match peer {
+                            AdminPeer::Pods(selector) => {
+                                self.admin_pod_peer(policy, selector, d, addr)
+                            }
+                            _ => false,
+                        })
+                }),
+            },
+        };
+        peer_ok
+            && rule
+                .ports
+                .as_ref()
+                .is_none_or(|ports| ports.iter().any(port_ok))
+    }
+
+    /// The action of the first rule of `tier` in `side`'s view that matches the flow.
+    fn admin_decision(
+        &self,
+        side: Side,
+        tier: Tier,
+        addr: IpAddr,
+        protocol: Protocol,
+        port: u16,
+    ) -> Option<AdminAction> {
+        self.admin_tier(side, tier).into_iter().find_map(|policy| {
+            policy
+                .rules(side.direction)
+                .iter()
+                .find(|rule| self.admin_rule_matches(policy, rule, side, addr, protocol, port))
+                .map(|rule| rule.action)
+        })
+    }
+
+    /// The verdict of one side in one view, for a peer address, protocol and port: Admin
+    /// tier, namespaced tier, Baseline tier, allow (SPEC 8); a pod to itself before any.
     fn side_allows(
         &self,
         side: Side,
@@ -1033,9 +1590,19 @@ impl<'a> Reference<'a> {
         port: u16,
         loopback: bool,
     ) -> bool {
-        let isolating = self.isolating(side);
-        if isolating.is_empty() || loopback {
+        if loopback {
             return true;
+        }
+        match self.admin_decision(side, Tier::Admin, addr, protocol, port) {
+            Some(AdminAction::Allow) => return true,
+            Some(AdminAction::Deny) => return false,
+            Some(AdminAction::Pass) | None => {}
+        }
+        let isolating = self.isolating(side);
+        if isolating.is_empty() {
+            // A Pass in the Baseline tier is refused at the edge: the generator has none.
+            return self.admin_decision(side, Tier::Baseline, addr, protocol, port)
+                != Some(AdminAction::Deny);
         }
         let dns = side.direction == Direction::Egress
             && port == 53
@@ -1114,21 +1681,34 @@ pub fn check_scenario(scenario: &Scenario) {
     for s in state.services.values() {
         engine.set_service(s.clone());
     }
+    for n in state.nodes.values() {
+        engine.set_node(n.clone());
+    }
+    for p in state.admin_policies.values() {
+        engine.set_admin_policy(p.clone());
+    }
     let dirty = engine.take_dirty();
     assert!(
         dirty.is_empty(),
         "unchanged objects marked {dirty:?} dirty\nscenario: {scenario:#?}"
     );
+    let reference = Reference::new(&scenario.options, &state);
     for pod_rules in fresh_rules.values() {
-        check_well_formed(pod_rules, &state);
+        check_well_formed(pod_rules, &state, &reference);
     }
     check_verdicts(&scenario.options, &state, &fresh_rules);
 }
 
-/// The rules of a fresh engine fed `state` at once, policies and Services before the pods they
-/// concern (the reverse of an agent's first list).
+/// The rules of a fresh engine fed `state` at once, admin policies, Nodes, policies and
+/// Services before the pods they concern (the reverse of an agent's first list).
 fn fresh_rules(options: &EngineOptions, state: &State) -> BTreeMap<PodKey, PodRules> {
     let mut fresh = Engine::new(options.clone());
+    for p in state.admin_policies.values().rev() {
+        fresh.set_admin_policy(p.clone());
+    }
+    for n in state.nodes.values().rev() {
+        fresh.set_node(n.clone());
+    }
     for p in state.policies.values().rev() {
         fresh.set_policy(p.clone());
     }
@@ -1144,7 +1724,7 @@ fn fresh_rules(options: &EngineOptions, state: &State) -> BTreeMap<PodKey, PodRu
     fresh.all_pod_rules()
 }
 
-fn check_well_formed(rules: &PodRules, state: &State) {
+fn check_well_formed(rules: &PodRules, state: &State, reference: &Reference) {
     let pod = &state.pods[&rules.pod];
     assert_eq!(
         rules.interfaces.len(),
@@ -1207,7 +1787,88 @@ fn check_well_formed(rules: &PodRules, state: &State) {
                     "{at}: monitored rule enforced"
                 );
             }
+            for (tier, rules) in [(Tier::Admin, &d.admin), (Tier::Baseline, &d.baseline)] {
+                check_tier_well_formed(
+                    &at,
+                    tier,
+                    rules,
+                    Side {
+                        pod,
+                        iface: pi,
+                        direction,
+                        staged: false,
+                    },
+                    reference,
+                );
+            }
         }
+    }
+}
+
+/// One tier of one side: empty when no admin policy of the tier applies; in each view, every
+/// rule of the applicable policies in evaluation order (an origin list the reference computes
+/// from the objects); the staged view equal to the enforced one when none of them is monitored
+/// or replaced; only enforced rules enforced.
+fn check_tier_well_formed(
+    at: &str,
+    tier: Tier,
+    rules: &TierRules,
+    side: Side,
+    reference: &Reference,
+) {
+    let applicable: Vec<&AdminPolicy> = reference
+        .admin_policies
+        .iter()
+        .copied()
+        .filter(|p| p.tier == tier && reference.admin_applies(p, side))
+        .collect();
+    if applicable.is_empty() {
+        assert!(
+            rules.is_empty(),
+            "{at}: {tier} rules without an admin policy applying"
+        );
+        return;
+    }
+    for staged in [false, true] {
+        let expected: Vec<(AdminRef, usize)> = reference
+            .admin_tier(Side { staged, ..side }, tier)
+            .into_iter()
+            .flat_map(|p| (0..p.rules(side.direction).len()).map(|i| (p.reference(), i)))
+            .collect();
+        let got: Vec<(AdminRef, usize)> = rules
+            .view(staged)
+            .iter()
+            .map(|r| (r.origin.policy.clone(), r.origin.index))
+            .collect();
+        assert_eq!(got, expected, "{at}: {tier} rules (staged: {staged})");
+        for r in rules.view(staged) {
+            assert!(
+                r.origin.tier == tier && r.origin.direction == side.direction,
+                "{at}: {tier} rule {:?} out of place",
+                r.origin
+            );
+        }
+    }
+    assert!(
+        rules
+            .enforced
+            .iter()
+            .all(|r| r.origin.mode == Mode::Enforce),
+        "{at}: monitored {tier} rule enforced"
+    );
+    let monitored_or_replaced = applicable.iter().any(|p| {
+        p.mode == Mode::Monitor
+            || reference.admin_policies.iter().any(|m| {
+                m.mode == Mode::Monitor
+                    && m.kind == p.kind
+                    && m.replaces.as_deref() == Some(p.name.as_str())
+            })
+    });
+    if !monitored_or_replaced {
+        assert_eq!(
+            rules.staged, rules.enforced,
+            "{at}: {tier} staged differs without monitoring"
+        );
     }
 }
 
@@ -1239,6 +1900,13 @@ fn outside_addresses(state: &State) -> Vec<IpAddr> {
     for s in state.services.values() {
         out.extend(s.cluster_ips.iter().copied());
     }
+    // Node addresses (`nodes` peers), those no pod holds among them.
+    out.extend(
+        state
+            .nodes
+            .values()
+            .flat_map(|n| n.addresses.iter().copied()),
+    );
     out.into_iter().collect()
 }
 

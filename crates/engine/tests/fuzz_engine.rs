@@ -21,7 +21,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
-    fn random_clusters_keep_every_invariant(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+    fn random_clusters_keep_every_invariant(data in proptest::collection::vec(any::<u8>(), 0..600)) {
         check("random", &data);
     }
 }

@@ -390,6 +390,12 @@ impl State {
             Step::RemoveService(key) => {
                 self.services.remove(&key);
             }
+            // An `Inventory` holds no admin policies or Nodes yet: this property leaves the
+            // scenario's admin objects out, in the base and in the changes alike.
+            Step::SetAdminPolicy(_)
+            | Step::RemoveAdminPolicy(_)
+            | Step::SetNode(_)
+            | Step::RemoveNode(_) => {}
         }
     }
 

@@ -6,13 +6,18 @@
 //! reuse them, so a `namespaces: {}` subject costs one set per rule, not one per pod. A pod
 //! change drops the sets whose peers select the pod (before or after the change) and makes the
 //! subjects of those policies dirty; a namespace relabel or a Node change drops what it can
-//! affect.
+//! affect. An Allow rule's pod peers leave out the addresses two pods claim (SPEC 7), so an
+//! address becoming or ceasing to be claimed twice drops the sets of the Allow rules whose
+//! peers select one of its claimants. The selector sets are kept only while an admin policy
+//! exists (nothing keeps them exact otherwise).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::addrset::AddrSet;
-use crate::admin::{AdminPeer, AdminPolicy, AdminPort, AdminRef, Node, PodsSelector, Tier};
+use crate::admin::{
+    AdminAction, AdminPeer, AdminPolicy, AdminPort, AdminRef, Node, PodsSelector, Tier,
+};
 use crate::model::{Direction, Mode, NetworkId, Pod, PodInterface, PodKey, Protocol};
 use crate::rules::{Clause, PeerMatch, PortMatch, PortRange, TierOrigin, TierRule, TierRules};
 
@@ -60,6 +65,10 @@ impl Engine {
         self.tier_peers.retain(|(r, _, _), _| r != reference);
         self.mark_admin_subjects_dirty(&old);
         self.forget_tier_lists();
+    }
+
+    pub(super) fn has_admin_policies(&self) -> bool {
+        !self.admin_policies.is_empty()
     }
 
     pub fn admin_policies(&self) -> impl Iterator<Item = &Arc<AdminPolicy>> {
@@ -158,6 +167,9 @@ impl Engine {
     /// (before or after) are stale.
     pub(super) fn admin_pod_changed(&mut self, old: Option<&Pod>, new: Option<&Pod>) {
         if self.admin_policies.is_empty() {
+            // Nothing follows the pods now: the selector sets the removed policies left
+            // would go stale, and a later policy naming the same selector would find them.
+            self.selector_addrs.clear();
             return;
         }
         let versions: Vec<(&Pod, crate::labels::Labels)> = old
@@ -195,6 +207,8 @@ impl Engine {
     /// subjects or as peers.
     pub(super) fn admin_namespace_changed(&mut self, namespace: &str) {
         if self.admin_policies.is_empty() {
+            // As for a pod change: no stale selector set may outlive the policies.
+            self.selector_addrs.clear();
             return;
         }
         // Its pods may have become or stopped being subjects, or peers.
@@ -343,7 +357,7 @@ impl Engine {
                         peers: PeerMatch::Addrs(peers.addrs.clone()),
                         ports: PortMatch::Any,
                     }],
-                    Some(ports) => self.tier_port_clauses(ports, &peers, direction, pod),
+                    Some(ports) => self.tier_port_clauses(policy, ports, &peers, direction, pod),
                 };
                 TierRule {
                     origin: TierOrigin {
@@ -366,10 +380,12 @@ impl Engine {
     }
 
     /// Clauses for a rule with `ports`: numbers and ranges apply to every peer; a named port
-    /// resolves on the destination — the subject on ingress, each peer pod on egress (peers
-    /// on which it resolves to one number form one clause).
+    /// resolves on the destination — the subject on ingress, each peer pod on egress, for the
+    /// addresses it has on `policy`'s networks (peers on which it resolves to one number form
+    /// one clause).
     fn tier_port_clauses(
         &self,
+        policy: &AdminPolicy,
         ports: &[AdminPort],
         peers: &TierPeers,
         direction: Direction,
@@ -399,6 +415,7 @@ impl Engine {
             numbers.extend(named.iter().flat_map(|name| resolve(pod, name)));
         } else if !named.is_empty() {
             // Peer pods grouped by what the names resolve to on them.
+            let networks = policy.peer_networks();
             let mut groups: std::collections::BTreeMap<Vec<PortRange>, Vec<std::net::IpAddr>> =
                 Default::default();
             for key in &peers.pods {
@@ -414,9 +431,13 @@ impl Engine {
                 }
                 resolved.sort();
                 resolved.dedup();
+                // Only the addresses the pod is a peer by: one it holds on another network
+                // is another pod's there (secondary networks reuse addresses), and the
+                // packet goes to that one.
                 let addrs = target
                     .interfaces
                     .iter()
+                    .filter(|i| networks.contains(&i.network))
                     .flat_map(|i| i.ips.iter().copied())
                     .filter(|ip| peers.addrs.contains(*ip));
                 groups.entry(resolved).or_default().extend(addrs);
@@ -458,6 +479,56 @@ impl Engine {
         set
     }
 
+    /// `addrs` without the addresses two pods claim: an Allow rule's pod peers leave them
+    /// out, as every allow set does (SPEC 7). A Deny or Pass keeps them: leaving one out of a
+    /// Deny would open what the administrator closed.
+    fn without_ambiguous(&self, addrs: Arc<AddrSet>) -> Arc<AddrSet> {
+        let ambiguous = AddrSet::from_addrs(
+            self.ambiguous
+                .iter()
+                .copied()
+                .filter(|ip| addrs.contains(*ip)),
+        );
+        if ambiguous.is_empty() {
+            addrs
+        } else {
+            Arc::new(addrs.difference(&ambiguous))
+        }
+    }
+
+    /// Addresses of `claimants` became ambiguous or stopped being so: the Allow rules whose
+    /// pod peers select one of them (they leave such addresses out) are stale.
+    pub(super) fn admin_ambiguity_changed(&mut self, claimants: &[&Pod]) {
+        if self.admin_policies.is_empty() {
+            return;
+        }
+        let versions: Vec<(&Pod, crate::labels::Labels)> = claimants
+            .iter()
+            .copied()
+            .filter(|pod| !pod.host_network)
+            .map(|pod| (pod, self.namespace_labels(&pod.key.namespace)))
+            .collect();
+        let stale: BTreeSet<AdminRef> = self
+            .admin_policies
+            .values()
+            .filter(|policy| {
+                [Direction::Ingress, Direction::Egress]
+                    .iter()
+                    .flat_map(|d| policy.rules(*d))
+                    .filter(|rule| rule.action == AdminAction::Allow)
+                    .flat_map(|rule| &rule.peers)
+                    .any(|peer| match peer {
+                        AdminPeer::Pods(selector) => versions
+                            .iter()
+                            .any(|(pod, ns_labels)| selector.matches(ns_labels, &pod.labels)),
+                        _ => false,
+                    })
+            })
+            .map(|policy| policy.reference())
+            .collect();
+        self.invalidate_tiers(stale);
+    }
+
     /// The peers of `policy`'s rule `index` of `direction` (cached).
     fn tier_peers(
         &mut self,
@@ -487,7 +558,12 @@ impl Engine {
                         let selected = self.pods_selected(selector);
                         pods.extend(selected.iter().map(|pod| pod.key.clone()));
                     }
-                    sets.push(self.selector_addrs(selector, &networks));
+                    let addrs = self.selector_addrs(selector, &networks);
+                    sets.push(if rule.action == AdminAction::Allow {
+                        self.without_ambiguous(addrs)
+                    } else {
+                        addrs
+                    });
                 }
                 AdminPeer::Networks(cidrs) => {
                     sets.extend(cidrs.iter().map(|c| Arc::new(AddrSet::from_net(c))));
@@ -772,5 +848,153 @@ mod tests {
         };
         assert!(!to("192.168.0.1"));
         assert!(to("10.0.1.1"));
+    }
+
+    /// Egress of a/x to `ip`, TCP `port`, in the enforced view.
+    fn x_may_reach(e: &mut Engine, ip: &str, port: u16) -> bool {
+        e.pod_rules(&PodKey::new("a", "x")).unwrap().interfaces[0]
+            .egress
+            .decide(false, ip.parse().unwrap(), Protocol::Tcp, port)
+            .allowed()
+    }
+
+    /// Found by the fuzzer: an admin Allow let an address two pods claim through (SPEC 7 keeps
+    /// it out of every allow set), and the pods whose peers it joins or leaves when the second
+    /// claim comes or goes must be recomputed. A Deny keeps it (fail closed).
+    #[test]
+    fn an_address_two_pods_claim_is_no_admin_allow_but_stays_denied() {
+        let mut e = cluster();
+        let to_b = |action| {
+            admin_policy(
+                AdminKind::AdminNetworkPolicy,
+                "to-b",
+                1,
+                in_namespaces(&[("team", "a")]),
+                vec![],
+                vec![
+                    admin_rule(
+                        action,
+                        vec![AdminPeer::Pods(in_namespaces(&[("team", "b")]))],
+                        None,
+                    ),
+                    admin_rule(
+                        AdminAction::Deny,
+                        vec![AdminPeer::Networks(vec!["0.0.0.0/0".parse().unwrap()])],
+                        None,
+                    ),
+                ],
+            )
+        };
+        e.set_admin_policy(to_b(AdminAction::Allow));
+        assert!(x_may_reach(&mut e, "10.0.1.1", 80));
+        e.take_dirty();
+        // A pod of namespace a (no peer of the rule) claims b/z's address too.
+        e.set_pod(pod("a", "dup", &[], &["10.0.1.1"]));
+        assert!(e.take_dirty().contains(&PodKey::new("a", "x")));
+        assert!(
+            !x_may_reach(&mut e, "10.0.1.1", 80),
+            "ambiguous: not allowed"
+        );
+        e.remove_pod(&PodKey::new("a", "dup"));
+        assert!(e.take_dirty().contains(&PodKey::new("a", "x")));
+        assert!(x_may_reach(&mut e, "10.0.1.1", 80), "one claim again");
+        // As a Deny, the rule keeps the address while it is ambiguous.
+        e.set_admin_policy(to_b(AdminAction::Deny));
+        e.set_pod(pod("a", "dup", &[], &["10.0.1.1"]));
+        let rules = e.pod_rules(&PodKey::new("a", "x")).unwrap();
+        let first = &rules.interfaces[0].egress.admin.enforced[0];
+        assert_eq!(first.action, AdminAction::Deny);
+        assert!(first.matches("10.0.1.1".parse().unwrap(), Protocol::Tcp, 80));
+    }
+
+    /// Found by the fuzzer: an egress named port resolved on a peer pod for an address it
+    /// holds on another network than the policy's (where that address is another pod's).
+    #[test]
+    fn an_egress_named_port_resolves_on_the_peer_by_its_address_on_the_policy_network() {
+        let net1 = crate::NetworkId::nad("a", "net1");
+        let net2 = crate::NetworkId::nad("a", "net2");
+        let mut e = Engine::new(EngineOptions::default());
+        e.set_namespace(namespace("a", &[("team", "a")]));
+        e.set_pod(with_interface(
+            pod("a", "x", &[("app", "x")], &["10.0.0.1"]),
+            "net1",
+            net1.clone(),
+            &["192.168.0.1"],
+        ));
+        // a/y holds 192.168.0.2 on net1 and serves `web`; a/w holds the same address on
+        // net2 and serves `web` on another port.
+        e.set_pod(with_port(
+            with_interface(
+                pod("a", "y", &[("app", "y")], &["10.0.0.2"]),
+                "net1",
+                net1.clone(),
+                &["192.168.0.2"],
+            ),
+            "web",
+            8080,
+            Protocol::Tcp,
+        ));
+        e.set_pod(with_port(
+            with_interface(
+                pod("a", "w", &[("app", "w")], &["10.0.0.3"]),
+                "net2",
+                net2,
+                &["192.168.0.2"],
+            ),
+            "web",
+            9090,
+            Protocol::Tcp,
+        ));
+        let mut no_web = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "no-web",
+            1,
+            in_namespaces(&[("team", "a")]),
+            vec![],
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", "a")]))],
+                Some(vec![AdminPort::Named("web".into())]),
+            )],
+        );
+        no_web.scope = crate::PolicyScope::Networks(vec![net1]);
+        e.set_admin_policy(no_web);
+        let rules = e.pod_rules(&PodKey::new("a", "x")).unwrap();
+        let egress = &rules.interface("net1").unwrap().egress;
+        let to = |port| {
+            egress
+                .decide(false, "192.168.0.2".parse().unwrap(), Protocol::Tcp, port)
+                .allowed()
+        };
+        assert!(!to(8080), "a/y's port, a/y's address on net1");
+        assert!(to(9090), "a/w's port: a/w is not at 192.168.0.2 on net1");
+    }
+
+    /// Found by the fuzzer: with every admin policy gone, pod changes no longer updated the
+    /// cached selector sets, and a later policy with the same selector used a stale one.
+    #[test]
+    fn selector_sets_do_not_outlive_the_admin_policies() {
+        let mut e = cluster();
+        let deny_b = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "deny-b",
+            1,
+            in_namespaces(&[("team", "a")]),
+            vec![],
+            vec![admin_rule(
+                AdminAction::Deny,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", "b")]))],
+                None,
+            )],
+        );
+        e.set_admin_policy(deny_b.clone());
+        assert!(!x_may_reach(&mut e, "10.0.1.1", 80));
+        e.remove_admin_policy(&deny_b.reference());
+        e.set_pod(pod("b", "new", &[], &["10.0.1.9"]));
+        e.set_admin_policy(deny_b);
+        assert!(
+            !x_may_reach(&mut e, "10.0.1.9", 80),
+            "the new pod of b is a peer"
+        );
     }
 }
