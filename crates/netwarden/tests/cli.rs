@@ -482,3 +482,341 @@ fn run_kube_refuses_incomplete_configurations() {
     assert_eq!(apply.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not `apply`"), "{stderr}");
 }
+
+/// Admin policies (SPEC 8) beside a NetworkPolicy: namespaces `shop` (web serves `http`
+/// 8080, db), `ops` (mon) and `lab` (x); web and mon are also on the secondary network
+/// `shop/storage`.
+const ADMIN: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {team: shop}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ops, labels: {team: ops}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: lab, labels: {team: lab}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: shop
+  labels: {app: web}
+  annotations:
+    k8s.v1.cni.cncf.io/network-status: |
+      [{"name": "cbr0", "interface": "eth0", "ips": ["10.0.0.1"], "default": true},
+       {"name": "shop/storage", "interface": "net1", "ips": ["192.168.0.1"]}]
+spec:
+  containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]
+status: {podIPs: [{ip: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: shop, labels: {app: db}}
+status: {podIPs: [{ip: 10.0.0.2}]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: mon
+  namespace: ops
+  labels: {app: mon}
+  annotations:
+    k8s.v1.cni.cncf.io/network-status: |
+      [{"name": "cbr0", "interface": "eth0", "ips": ["10.0.1.1"], "default": true},
+       {"name": "shop/storage", "interface": "net1", "ips": ["192.168.0.2"]}]
+status: {podIPs: [{ip: 10.0.1.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: x, namespace: lab}
+status: {podIPs: [{ip: 10.0.2.1}]}
+---
+# The namespaced tier: web takes 8080 from its own namespace only.
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-policy, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{podSelector: {}}]
+    ports: [{port: 8080}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: guard}
+spec:
+  priority: 10
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress:
+  - name: deny-lab
+    action: Deny
+    from: [{namespaces: {matchLabels: {team: lab}}}]
+  - name: ops-to-policies
+    action: Pass
+    from: [{namespaces: {matchLabels: {team: ops}}}]
+    ports: [{portNumber: {port: 9090}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: allow-mon}
+spec:
+  tier: Admin
+  priority: 20
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress:
+  - name: mon
+    action: Accept
+    from: [{namespaces: {matchLabels: {team: ops}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata: {name: default}
+spec:
+  subject: {namespaces: {}}
+  ingress:
+  - name: baseline-deny
+    action: Deny
+    from: [{namespaces: {}}]
+---
+# Only on the secondary network: ops may not reach shop there.
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata:
+  name: storage-guard
+  annotations: {k8s.v1.cni.cncf.io/policy-for: shop/storage}
+spec:
+  priority: 5
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress:
+  - {name: no-ops, action: Deny, from: [{namespaces: {matchLabels: {team: ops}}}]}
+"#;
+
+/// The probe `from` → `to` of a `reach` JSON document on `network`.
+fn probe<'a>(v: &'a Value, from: &str, to: &str, network: &str) -> &'a Value {
+    v["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["from"] == from && p["to"] == to && p["network"] == network)
+        .unwrap_or_else(|| panic!("no probe {from} -> {to} on {network}: {v}"))
+}
+
+fn explain_text(dir: &str, from: &str, to: &str, port: &str, network: &str) -> String {
+    let out = netwarden(&[
+        "explain",
+        "-f",
+        dir,
+        "--from",
+        from,
+        "--to",
+        to,
+        "--port",
+        port,
+        "--network",
+        network,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn admin_policies_decide_before_and_after_the_namespaced_tier() {
+    let dir = TempDir::new("admin");
+    dir.write_in_place("cluster.yaml", ADMIN);
+    let d = dir.path.display().to_string();
+    let out = netwarden(&["validate", "-f", &d]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&netwarden(&[
+        "reach",
+        "-f",
+        &d,
+        "--port",
+        "8080/TCP",
+        "--network",
+        "all",
+        "-o",
+        "json",
+    ]));
+    // Admin Deny beats everything.
+    let p = probe(&v, "lab/x", "shop/web", "default");
+    assert_eq!(p["allowed"], false, "{p}");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "AdminNetworkPolicy/guard"
+    );
+    assert_eq!(p["ingress_tier"]["origin"]["index"], 0);
+    assert_eq!(p["ingress_tier"]["origin"]["name"], "deny-lab");
+    assert_eq!(p["ingress_tier"]["action"], "Deny");
+    assert!(p.get("egress_tier").is_none(), "{p}");
+    // An Admin Accept beats the NetworkPolicy that would deny ops.
+    let p = probe(&v, "ops/mon", "shop/web", "default");
+    assert_eq!(p["allowed"], true, "{p}");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "ClusterNetworkPolicy/allow-mon"
+    );
+    assert_eq!(p["ingress_tier"]["action"], "Allow");
+    // No admin rule matches: the NetworkPolicy decides, and nothing is added to the probe.
+    let p = probe(&v, "shop/db", "shop/web", "default");
+    assert_eq!(p["allowed"], true, "{p}");
+    assert!(p.get("ingress_tier").is_none(), "{p}");
+    // Not isolated by a NetworkPolicy: the Baseline decides.
+    let p = probe(&v, "shop/web", "shop/db", "default");
+    assert_eq!(p["allowed"], false, "{p}");
+    assert_eq!(p["ingress_tier"]["origin"]["tier"], "Baseline");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "BaselineAdminNetworkPolicy/default"
+    );
+    // A pod to itself is never subject to admin policies.
+    assert_eq!(probe(&v, "shop/db", "shop/db", "default")["allowed"], true);
+    // policy-for: on shop/storage only the storage guard applies, and it denies ops.
+    let p = probe(&v, "ops/mon", "shop/web", "shop/storage");
+    assert_eq!(p["allowed"], false, "{p}");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "AdminNetworkPolicy/storage-guard"
+    );
+    assert_eq!(
+        probe(&v, "shop/web", "ops/mon", "shop/storage")["allowed"],
+        true
+    );
+
+    let text = explain_text(&d, "lab/x", "shop/web", "8080/TCP", "default");
+    assert!(text.contains("verdict: DENIED"), "{text}");
+    assert!(
+        text.contains(
+            "enforced Admin tier: AdminNetworkPolicy/guard ingress[0] \"deny-lab\" Deny \
+             (priority 10, enforced) -> denied"
+        ),
+        "{text}"
+    );
+    let text = explain_text(&d, "ops/mon", "shop/web", "8080/TCP", "default");
+    assert!(text.contains("verdict: ALLOWED"), "{text}");
+    assert!(
+        text.contains(
+            "Admin tier: ClusterNetworkPolicy/allow-mon ingress[0] \"mon\" Allow (priority 20, \
+             enforced) -> allowed"
+        ),
+        "{text}"
+    );
+    // Pass hands over to the namespaced tier, which names its policy.
+    let text = explain_text(&d, "ops/mon", "shop/web", "9090/TCP", "default");
+    assert!(text.contains("verdict: DENIED"), "{text}");
+    assert!(
+        text.contains(
+            "Admin tier: AdminNetworkPolicy/guard ingress[1] \"ops-to-policies\" Pass (priority \
+             10, enforced) -> namespaced tier"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("isolated by NetworkPolicy shop/web-policy"),
+        "{text}"
+    );
+    let text = explain_text(&d, "shop/web", "shop/db", "8080/TCP", "default");
+    assert!(
+        text.contains(
+            "not isolated; Baseline tier: BaselineAdminNetworkPolicy/default ingress[0] \
+             \"baseline-deny\" Deny (priority 0, enforced) -> denied"
+        ),
+        "{text}"
+    );
+    let text = explain_text(&d, "ops/mon", "shop/web", "8080/TCP", "shop/storage");
+    assert!(
+        text.contains("Admin tier: AdminNetworkPolicy/storage-guard ingress[0] \"no-ops\" Deny"),
+        "{text}"
+    );
+    // Without admin policies the output keeps its former shape.
+    let text = explain_text(&d, "shop/db", "shop/web", "8080/TCP", "default");
+    assert!(
+        text.contains("    enforced not isolated -> allowed\n") && !text.contains("tier"),
+        "{text}"
+    );
+}
+
+#[test]
+fn validate_reports_admin_policy_problems() {
+    let dir = TempDir::new("admin-bad");
+    dir.write_in_place(
+        "bad.yaml",
+        r#"
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: bad}
+spec:
+  tier: Baseline
+  priority: 2000
+  subject: {namespaces: {}}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: partly}
+spec:
+  priority: 1
+  subject: {namespaces: {}}
+  egress:
+  - {action: Deny, to: [{networks: [10.0.0.0/40]}]}
+  - {action: Allow, to: [{domainNames: [example.com]}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkpolicy
+metadata: {name: typo}
+"#,
+    );
+    let d = dir.path.display().to_string();
+    let out = netwarden(&["validate", "-f", &d, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let problems: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let has = |kind: &str, object: &str, field: &str, severity: &str| {
+        problems.as_array().unwrap().iter().any(|p| {
+            p["kind"] == kind
+                && p["object"] == object
+                && p["field"] == field
+                && p["severity"] == severity
+        })
+    };
+    assert!(
+        has("ClusterNetworkPolicy", "bad", "spec.priority", "error"),
+        "{problems}"
+    );
+    assert!(
+        has(
+            "AdminNetworkPolicy",
+            "partly",
+            "spec.egress[0].to[0].networks[0]",
+            "error"
+        ),
+        "{problems}"
+    );
+    assert!(
+        has("AdminNetworkPolicy", "partly", "spec.egress[0]", "error"),
+        "{problems}"
+    );
+    assert!(
+        has(
+            "AdminNetworkPolicy",
+            "partly",
+            "spec.egress[1].to[0].domainNames",
+            "warning"
+        ),
+        "{problems}"
+    );
+    assert!(
+        has("AdminNetworkpolicy", "typo", "kind", "error"),
+        "{problems}"
+    );
+}
