@@ -483,117 +483,14 @@ fn run_kube_refuses_incomplete_configurations() {
     assert!(stderr.contains("not `apply`"), "{stderr}");
 }
 
-/// Admin policies (SPEC 8) beside a NetworkPolicy: namespaces `shop` (web serves `http`
-/// 8080, db), `ops` (mon) and `lab` (x); web and mon are also on the secondary network
-/// `shop/storage`.
-const ADMIN: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop, labels: {team: shop}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: ops, labels: {team: ops}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: lab, labels: {team: lab}}
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-  namespace: shop
-  labels: {app: web}
-  annotations:
-    k8s.v1.cni.cncf.io/network-status: |
-      [{"name": "cbr0", "interface": "eth0", "ips": ["10.0.0.1"], "default": true},
-       {"name": "shop/storage", "interface": "net1", "ips": ["192.168.0.1"]}]
-spec:
-  containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]
-status: {podIPs: [{ip: 10.0.0.1}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: db, namespace: shop, labels: {app: db}}
-status: {podIPs: [{ip: 10.0.0.2}]}
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: mon
-  namespace: ops
-  labels: {app: mon}
-  annotations:
-    k8s.v1.cni.cncf.io/network-status: |
-      [{"name": "cbr0", "interface": "eth0", "ips": ["10.0.1.1"], "default": true},
-       {"name": "shop/storage", "interface": "net1", "ips": ["192.168.0.2"]}]
-status: {podIPs: [{ip: 10.0.1.1}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: x, namespace: lab}
-status: {podIPs: [{ip: 10.0.2.1}]}
----
-# The namespaced tier: web takes 8080 from its own namespace only.
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: web-policy, namespace: shop}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  ingress:
-  - from: [{podSelector: {}}]
-    ports: [{port: 8080}]
----
-apiVersion: policy.networking.k8s.io/v1alpha1
-kind: AdminNetworkPolicy
-metadata: {name: guard}
-spec:
-  priority: 10
-  subject: {namespaces: {matchLabels: {team: shop}}}
-  ingress:
-  - name: deny-lab
-    action: Deny
-    from: [{namespaces: {matchLabels: {team: lab}}}]
-  - name: ops-to-policies
-    action: Pass
-    from: [{namespaces: {matchLabels: {team: ops}}}]
-    ports: [{portNumber: {port: 9090}}]
----
-apiVersion: policy.networking.k8s.io/v1alpha2
-kind: ClusterNetworkPolicy
-metadata: {name: allow-mon}
-spec:
-  tier: Admin
-  priority: 20
-  subject: {namespaces: {matchLabels: {team: shop}}}
-  ingress:
-  - name: mon
-    action: Accept
-    from: [{namespaces: {matchLabels: {team: ops}}}]
----
-apiVersion: policy.networking.k8s.io/v1alpha1
-kind: BaselineAdminNetworkPolicy
-metadata: {name: default}
-spec:
-  subject: {namespaces: {}}
-  ingress:
-  - name: baseline-deny
-    action: Deny
-    from: [{namespaces: {}}]
----
-# Only on the secondary network: ops may not reach shop there.
-apiVersion: policy.networking.k8s.io/v1alpha1
-kind: AdminNetworkPolicy
-metadata:
-  name: storage-guard
-  annotations: {k8s.v1.cni.cncf.io/policy-for: shop/storage}
-spec:
-  priority: 5
-  subject: {namespaces: {matchLabels: {team: shop}}}
-  ingress:
-  - {name: no-ops, action: Deny, from: [{namespaces: {matchLabels: {team: ops}}}]}
-"#;
+/// Admin policies (SPEC 8) beside a NetworkPolicy, with a secondary network: see the
+/// comment at the top of the example.
+fn admin_example() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/admin")
+        .display()
+        .to_string()
+}
 
 /// The probe `from` → `to` of a `reach` JSON document on `network`.
 fn probe<'a>(v: &'a Value, from: &str, to: &str, network: &str) -> &'a Value {
@@ -629,9 +526,7 @@ fn explain_text(dir: &str, from: &str, to: &str, port: &str, network: &str) -> S
 
 #[test]
 fn admin_policies_decide_before_and_after_the_namespaced_tier() {
-    let dir = TempDir::new("admin");
-    dir.write_in_place("cluster.yaml", ADMIN);
-    let d = dir.path.display().to_string();
+    let d = admin_example();
     let out = netwarden(&["validate", "-f", &d]);
     assert!(
         out.status.success(),
