@@ -534,6 +534,12 @@ fn admin_policies_decide_before_and_after_the_namespaced_tier() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("1 policy(ies), 4 admin policy(ies), 0 node(s)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let v = json(&netwarden(&[
         "reach",
         "-f",
