@@ -11,7 +11,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use netwarden_engine::{Labels, Namespace, NetworkId, Pod, Policy, PolicyKind, Service};
+use netwarden_engine::{
+    AdminPolicy, Labels, Namespace, NetworkId, Node, Pod, Policy, PolicyKind, Service,
+};
 
 use crate::pod::DanmEpRecord;
 use crate::read::{FileRead, Object, ObjectId, Outcome, ReadObject, DELETE};
@@ -42,6 +44,8 @@ pub(crate) struct Assembly {
     pub namespaces: Vec<Namespace>,
     pub pods: Vec<Arc<Pod>>,
     pub policies: Vec<Arc<Policy>>,
+    pub admin_policies: Vec<Arc<AdminPolicy>>,
+    pub nodes: Vec<Node>,
     pub services: Vec<Service>,
     pub problems: Vec<Problem>,
 }
@@ -57,6 +61,12 @@ impl Assembly {
                 .into_iter()
                 .map(Arc::unwrap_or_clone)
                 .collect(),
+            admin_policies: self
+                .admin_policies
+                .into_iter()
+                .map(Arc::unwrap_or_clone)
+                .collect(),
+            nodes: self.nodes,
             services: self.services,
             problems: self.problems,
         }
@@ -171,7 +181,10 @@ impl<'a> Admitted<'a> {
         let mut pods = Vec::new();
         let mut danmeps: Vec<Cow<'_, DanmEpRecord>> = Vec::new();
         let mut slices: Vec<Cow<'_, SliceRecord>> = Vec::new();
+        // Where each admin policy was read, for the warning about equal priorities.
+        let mut admin_sources: Vec<(Arc<AdminPolicy>, String, String)> = Vec::new();
         for object in self.objects {
+            let (file, label): (String, String);
             // Borrowed DanmEps and slices are only looked at; the rest is moved or copied.
             let object = match object {
                 Cow::Borrowed(ReadObject {
@@ -188,7 +201,12 @@ impl<'a> Admitted<'a> {
                     slices.push(Cow::Borrowed(s));
                     continue;
                 }
-                other => other.into_owned().object,
+                other => {
+                    let owned = other.into_owned();
+                    file = owned.file;
+                    label = owned.label;
+                    owned.object
+                }
             };
             match object {
                 Object::Namespace(n) => inv.namespaces.push(n),
@@ -200,6 +218,11 @@ impl<'a> Admitted<'a> {
                         inv.policies.push(p);
                     }
                 }
+                Object::AdminPolicy(p) => {
+                    admin_sources.push((p.clone(), file.clone(), label.clone()));
+                    inv.admin_policies.push(p);
+                }
+                Object::Node(n) => inv.nodes.push(*n),
                 Object::Service(s) => inv.services.push(*s),
                 Object::Slice(s) => slices.push(Cow::Owned(*s)),
             }
@@ -209,6 +232,7 @@ impl<'a> Admitted<'a> {
         pod::attach_danmeps(&mut pods, &danmeps, &mut problems);
         service::attach_slices(&mut inv.services, &slices, &mut problems);
         report_shared_addresses(&pods, &mut problems);
+        report_equal_priorities(&admin_sources, &mut problems);
 
         let declared: BTreeSet<String> = inv.namespaces.iter().map(|n| n.name.clone()).collect();
         let referenced: BTreeSet<String> = pods
@@ -287,4 +311,53 @@ pub(crate) fn ambiguous_address(
          only one pod claims it",
         iface.escape_debug()
     )
+}
+
+/// Warns about admin policies of one tier with one priority whose rules can disagree (one
+/// direction has rules of different actions): upstream leaves their order undefined, netwarden
+/// evaluates them by kind, then name (SPEC 8). `policies`: each with the file and label it was
+/// read from.
+pub(crate) fn report_equal_priorities(
+    policies: &[(Arc<AdminPolicy>, String, String)],
+    problems: &mut Vec<Problem>,
+) {
+    let mut sorted: Vec<&(Arc<AdminPolicy>, String, String)> = policies.iter().collect();
+    sorted.sort_by(|a, b| a.0.order(&b.0));
+    for (i, (later, file, label)) in sorted.iter().enumerate() {
+        let disagree = sorted[..i]
+            .iter()
+            .rev()
+            .take_while(|(p, _, _)| (p.tier, p.priority) == (later.tier, later.priority))
+            .find(|(p, _, _)| admin_rules_can_disagree(p, later));
+        if let Some((first, _, _)) = disagree {
+            problems.push(Problem {
+                file: file.clone(),
+                kind: later.kind.to_string(),
+                object: label.clone(),
+                field: "spec.priority".into(),
+                reason: format!(
+                    "{} has the same priority ({}) in the {} tier and rules with other                      actions: upstream leaves their order undefined; netwarden evaluates {}                      first (by kind, then name)",
+                    first.reference(),
+                    later.priority,
+                    later.tier,
+                    first.reference()
+                ),
+                severity: Severity::Warning,
+            });
+        }
+    }
+}
+
+/// Whether two admin policies have, in one direction, rules of different actions.
+fn admin_rules_can_disagree(a: &AdminPolicy, b: &AdminPolicy) -> bool {
+    [
+        netwarden_engine::Direction::Ingress,
+        netwarden_engine::Direction::Egress,
+    ]
+    .into_iter()
+    .any(|d| {
+        a.rules(d)
+            .iter()
+            .any(|x| b.rules(d).iter().any(|y| x.action != y.action))
+    })
 }

@@ -36,10 +36,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use netwarden_engine::sorted::{insert_sorted, remove_sorted};
-use netwarden_engine::{Namespace, NetworkId, ObjectKey, Pod, PolicyRef};
+use netwarden_engine::{AdminPolicy, Namespace, NetworkId, ObjectKey, Pod, PolicyRef};
 use serde_json::Value;
 
-use crate::assemble::{ambiguous_address, assemble, assemble_shared, Part};
+use crate::assemble::{
+    ambiguous_address, assemble, assemble_shared, report_equal_priorities, Part,
+};
 use crate::overlay::{self, Layered};
 use crate::read::{FileRead, Object, Outcome};
 use crate::set::merge;
@@ -152,7 +154,9 @@ impl Unit {
                 let (ns, name) = pair(slice.service_key());
                 Unit::Service(ns, name)
             }
-            Object::Policy(_) => Unit::Alone(Box::new(key.clone())),
+            Object::Policy(_) | Object::AdminPolicy(_) | Object::Node(_) => {
+                Unit::Alone(Box::new(key.clone()))
+            }
         }
     }
 }
@@ -165,6 +169,9 @@ enum Produced {
     Pod(Arc<Pod>),
     Service(ObjectKey),
     Policy(PolicyRef),
+    /// Shared: [`ClusterSet::problems`] compares the priorities of all of them.
+    AdminPolicy(Arc<AdminPolicy>),
+    Node(String),
 }
 
 impl Produced {
@@ -175,6 +182,8 @@ impl Produced {
             Produced::Pod(pod) => Some(&pod.key.namespace),
             Produced::Service(key) => Some(&key.namespace),
             Produced::Policy(r) => Some(&r.key.namespace),
+            // Cluster-scoped.
+            Produced::AdminPolicy(_) | Produced::Node(_) => None,
         }
     }
 }
@@ -463,6 +472,12 @@ impl ClusterSet {
             } else if let Some(policy) = inv.policies.pop() {
                 new.produced = Some(Produced::Policy(policy.reference()));
                 delta.policies.push(policy);
+            } else if let Some(policy) = inv.admin_policies.pop() {
+                new.produced = Some(Produced::AdminPolicy(policy.clone()));
+                delta.admin_policies.push(policy);
+            } else if let Some(node) = inv.nodes.pop() {
+                new.produced = Some(Produced::Node(node.name.clone()));
+                delta.nodes.push(node);
             }
             // What the unit produced before and not now is removed.
             match (&old.produced, &new.produced) {
@@ -474,6 +489,12 @@ impl ClusterSet {
                 }
                 (Some(Produced::Policy(r)), n) if n != &Some(Produced::Policy(r.clone())) => {
                     delta.policies_removed.push(r.clone())
+                }
+                (Some(Produced::AdminPolicy(old)), n) if !matches!(n, Some(Produced::AdminPolicy(new)) if new.reference() == old.reference()) => {
+                    delta.admin_policies_removed.push(old.reference())
+                }
+                (Some(Produced::Node(old)), n) if n != &Some(Produced::Node(old.clone())) => {
+                    delta.nodes_removed.push(old.clone())
                 }
                 _ => {}
             }
@@ -602,8 +623,24 @@ impl ClusterSet {
     }
 
     /// Every problem of the assembled view as of the last [`ClusterSet::take_delta`]: those of
-    /// each unit, then the shared addresses.
+    /// each unit, then the shared addresses, then admin policies sharing a priority.
     pub fn problems(&self) -> Vec<Problem> {
+        let mut admin: Vec<(Arc<AdminPolicy>, String, String)> = self
+            .assembled
+            .units
+            .values()
+            .filter_map(|e| match &e.state.produced {
+                Some(Produced::AdminPolicy(p)) => Some((
+                    p.clone(),
+                    CLUSTER_SOURCE.to_string(),
+                    validate::shorten(&p.name),
+                )),
+                _ => None,
+            })
+            .collect();
+        admin.sort_by(|a, b| a.0.order(&b.0));
+        let mut equal_priorities = Vec::new();
+        report_equal_priorities(&admin, &mut equal_priorities);
         let mut units: Vec<(&Unit, &UnitState)> = self
             .assembled
             .units
@@ -616,6 +653,7 @@ impl ClusterSet {
             .into_iter()
             .flat_map(|(_, s)| s.problems.iter().cloned())
             .chain(self.assembled.shared.values().flatten().cloned())
+            .chain(equal_priorities)
             .chain(self.list_problems().cloned())
             .collect()
     }

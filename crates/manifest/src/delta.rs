@@ -13,7 +13,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use netwarden_engine::{Namespace, ObjectKey, Pod, PodKey, Policy, PolicyRef, Service};
+use netwarden_engine::{
+    AdminPolicy, AdminRef, Namespace, Node, ObjectKey, Pod, PodKey, Policy, PolicyRef, Service,
+};
 
 use crate::Inventory;
 
@@ -28,6 +30,12 @@ pub struct InventoryDelta {
     pub pods_removed: Vec<PodKey>,
     pub policies: Vec<Arc<Policy>>,
     pub policies_removed: Vec<PolicyRef>,
+    /// Admin policies (SPEC 8), shared like policies.
+    pub admin_policies: Vec<Arc<AdminPolicy>>,
+    pub admin_policies_removed: Vec<AdminRef>,
+    pub nodes: Vec<Node>,
+    /// Node names.
+    pub nodes_removed: Vec<String>,
     pub services: Vec<Service>,
     pub services_removed: Vec<ObjectKey>,
 }
@@ -40,6 +48,8 @@ impl InventoryDelta {
             namespaces: next.namespaces.clone(),
             pods: next.pods.iter().cloned().map(Arc::new).collect(),
             policies: next.policies.iter().cloned().map(Arc::new).collect(),
+            admin_policies: next.admin_policies.iter().cloned().map(Arc::new).collect(),
+            nodes: next.nodes.clone(),
             services: next.services.clone(),
             ..InventoryDelta::default()
         };
@@ -59,6 +69,24 @@ impl InventoryDelta {
             .iter()
             .map(Policy::reference)
             .filter(|r| !policies.contains(r))
+            .collect();
+        let admin: BTreeSet<AdminRef> = next
+            .admin_policies
+            .iter()
+            .map(AdminPolicy::reference)
+            .collect();
+        delta.admin_policies_removed = prev
+            .admin_policies
+            .iter()
+            .map(AdminPolicy::reference)
+            .filter(|r| !admin.contains(r))
+            .collect();
+        let nodes: BTreeSet<&String> = next.nodes.iter().map(|n| &n.name).collect();
+        delta.nodes_removed = prev
+            .nodes
+            .iter()
+            .filter(|n| !nodes.contains(&n.name))
+            .map(|n| n.name.clone())
             .collect();
         let services: BTreeSet<&ObjectKey> = next.services.iter().map(|s| &s.key).collect();
         delta.services_removed = prev

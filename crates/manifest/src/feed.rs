@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use netwarden_engine::{Engine, EngineOptions, Namespace, Pod, PodKey, Policy, Service};
+use netwarden_engine::{
+    AdminPolicy, Engine, EngineOptions, Namespace, Node, Pod, PodKey, Policy, Service,
+};
 
 use crate::{Inventory, InventoryDelta};
 
@@ -15,6 +17,8 @@ pub fn engine_from(inventory: &Inventory, options: EngineOptions) -> Engine {
         inventory.namespaces.iter().cloned(),
         inventory.pods.iter().cloned(),
         inventory.policies.iter().cloned(),
+        inventory.admin_policies.iter().cloned(),
+        inventory.nodes.iter().cloned(),
         inventory.services.iter().cloned(),
     )
 }
@@ -27,6 +31,8 @@ pub fn engine_from_owned(inventory: Inventory, options: EngineOptions) -> Engine
         inventory.namespaces,
         inventory.pods,
         inventory.policies,
+        inventory.admin_policies,
+        inventory.nodes,
         inventory.services,
     )
 }
@@ -37,11 +43,17 @@ fn feed(
     namespaces: impl IntoIterator<Item = Namespace>,
     pods: impl IntoIterator<Item = Pod>,
     policies: impl IntoIterator<Item = Policy>,
+    admin_policies: impl IntoIterator<Item = AdminPolicy>,
+    nodes: impl IntoIterator<Item = Node>,
     services: impl IntoIterator<Item = Service>,
 ) -> Engine {
     namespaces.into_iter().for_each(|n| engine.set_namespace(n));
     pods.into_iter().for_each(|p| engine.set_pod(p));
     policies.into_iter().for_each(|p| engine.set_policy(p));
+    nodes.into_iter().for_each(|n| engine.set_node(n));
+    admin_policies
+        .into_iter()
+        .for_each(|p| engine.set_admin_policy(p));
     services.into_iter().for_each(|s| engine.set_service(s));
     engine
 }
@@ -73,6 +85,12 @@ pub fn apply_delta_with(
     for reference in &delta.policies_removed {
         engine.remove_policy(reference);
     }
+    for reference in &delta.admin_policies_removed {
+        engine.remove_admin_policy(reference);
+    }
+    for name in &delta.nodes_removed {
+        engine.remove_node(name);
+    }
     for key in &delta.services_removed {
         engine.remove_service(key);
     }
@@ -87,6 +105,12 @@ pub fn apply_delta_with(
     }
     for policy in delta.policies {
         engine.set_policy(policy);
+    }
+    for node in delta.nodes {
+        engine.set_node(node);
+    }
+    for policy in delta.admin_policies {
+        engine.set_admin_policy(policy);
     }
     for service in delta.services {
         engine.set_service(service);

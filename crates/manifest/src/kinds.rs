@@ -28,6 +28,9 @@ pub(crate) struct KindSpec {
     /// `""` for the core group (apiVersion `v1`).
     pub group: &'static str,
     pub versions: &'static [&'static str],
+    /// Whether its objects live in a namespace (Namespaces, Nodes and the admin policies do
+    /// not).
+    pub namespaced: bool,
 }
 
 impl KindSpec {
@@ -54,46 +57,78 @@ impl KindSpec {
 }
 
 /// The kinds read (SPEC 1). `<Kind>List` (as the API returns lists) is read as a List of them.
-pub(crate) const KINDS: [KindSpec; 8] = [
+pub(crate) const KINDS: [KindSpec; 12] = [
     KindSpec {
         kind: "Namespace",
         group: "",
         versions: &["v1"],
+        namespaced: false,
     },
     KindSpec {
         kind: "Pod",
         group: "",
         versions: &["v1"],
+        namespaced: true,
     },
     KindSpec {
         kind: "DanmEp",
         group: "danm.k8s.io",
         versions: &["v1"],
+        namespaced: true,
     },
     KindSpec {
         kind: "NetworkPolicy",
         group: "networking.k8s.io",
         versions: &["v1"],
+        namespaced: true,
     },
     KindSpec {
         kind: "DanmNetworkPolicy",
         group: "danm.k8s.io",
         versions: &["v1"],
+        namespaced: true,
     },
     KindSpec {
         kind: "MultiNetworkPolicy",
         group: "k8s.cni.cncf.io",
         versions: &["v1beta1", "v1beta2"],
+        namespaced: true,
     },
     KindSpec {
         kind: "Service",
         group: "",
         versions: &["v1"],
+        namespaced: true,
     },
     KindSpec {
         kind: "EndpointSlice",
         group: "discovery.k8s.io",
         versions: &["v1"],
+        namespaced: true,
+    },
+    KindSpec {
+        kind: "Node",
+        group: "",
+        versions: &["v1"],
+        namespaced: false,
+    },
+    KindSpec {
+        kind: "ClusterNetworkPolicy",
+        group: "policy.networking.k8s.io",
+        versions: &["v1alpha2"],
+        namespaced: false,
+    },
+    KindSpec {
+        kind: "AdminNetworkPolicy",
+        group: "policy.networking.k8s.io",
+        versions: &["v1alpha1"],
+        namespaced: false,
+    },
+    KindSpec {
+        kind: "BaselineAdminNetworkPolicy",
+        group: "policy.networking.k8s.io",
+        versions: &["v1alpha1"],
+        namespaced: false,
     },
 ];
 
@@ -108,7 +143,6 @@ const SIBLING_KINDS: &[&str] = &[
     "Endpoints",
     "Event",
     "LimitRange",
-    "Node",
     "PersistentVolume",
     "PersistentVolumeClaim",
     "PodTemplate",
@@ -437,16 +471,12 @@ mod tests {
             ("GlobalNetworkPolicy", "crd.projectcalico.org/v1"),
             ("Service", "serving.knative.dev/v1"),
             ("CiliumNetworkPolicy", "cilium.io/v2"),
-            ("AdminNetworkPolicy", "policy.networking.k8s.io/v1alpha1"),
-            (
-                "BaselineAdminNetworkPolicy",
-                "policy.networking.k8s.io/v1alpha1",
-            ),
+            // Other projects' admin policies, whatever their kind.
+            ("AdminNetworkPolicy", "crd.antrea.io/v1beta1"),
             // A near spelling of ours, in another project's group.
             ("NetworkPolicies", "crd.projectcalico.org/v1"),
             ("Pods", "metrics.k8s.io/v1beta1"),
             // Real kinds of the groups we read, close to ours or not.
-            ("Node", "v1"),
             ("Endpoints", "v1"),
             ("Secret", "v1"),
             ("ServiceAccount", "v1"),
@@ -478,8 +508,8 @@ mod tests {
                 "{kind} {version}"
             );
         }
-        // Short names need a closer match: Node and Job are not typos of Pod.
-        assert_eq!(similar_kind("node"), None);
+        // Short names need a closer match: Job is not a typo of Pod, nor Node (read itself).
+        assert_eq!(similar_kind("node").map(|k| k.kind), Some("Node"));
         // A name closer to another kind of our groups is that kind's typo, not ours.
         assert_eq!(similar_kind("DanmNets"), None);
         assert_eq!(similar_kind("Secrets"), None);

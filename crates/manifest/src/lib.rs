@@ -15,6 +15,10 @@
 //! | `MultiNetworkPolicy` (k8s.cni.cncf.io/v1beta1 or v1beta2) | the spec; scope = networks of annotation `k8s.v1.cni.cncf.io/policy-for` |
 //! | `Service` (v1) | `spec.clusterIPs` / `clusterIP`, `spec.selector`, `spec.ports[]` |
 //! | `EndpointSlice` (discovery.k8s.io/v1) | label `kubernetes.io/service-name`, `endpoints[].addresses`, `endpoints[].conditions.ready` |
+//! | `ClusterNetworkPolicy` (policy.networking.k8s.io/v1alpha2) | `spec.tier`, `priority`, `subject`, `ingress[].{name,action,from[],protocols[]}`, `egress[].{name,action,to[],protocols[]}` (peers `namespaces`, `pods`, `nodes`, `networks`, `domainNames`); scope = primary interface, or the networks of `policy-for` (`ns/name` only) |
+//! | `AdminNetworkPolicy` (policy.networking.k8s.io/v1alpha1) | `spec.priority`, `subject`, `ingress[].{name,action,from[],ports[]}`, `egress[].{name,action,to[],ports[]}` (`portNumber`, `portRange`, `namedPort`); Admin tier; scope as above |
+//! | `BaselineAdminNetworkPolicy` (policy.networking.k8s.io/v1alpha1) | as AdminNetworkPolicy without priority or Pass; Baseline tier; only `default` |
+//! | `Node` (v1) | name, labels, `status.addresses[].address` that are IP addresses (for `nodes` peers) |
 //!
 //! Policy annotations: `netwarden.io/mode`, `kube-router.io/network-policy.monitor`,
 //! `kube-router.io/network-policy.staged` (monitor phase; bad or conflicting values fail closed to
@@ -49,6 +53,13 @@
 //! | two pods (not hostNetwork) with one address on one network | warning, naming both | rules allowing one of them allow both |
 //! | `policy-for` naming no valid network (`",,,"`), or missing | warning | the MultiNetworkPolicy applies nowhere |
 //! | hostNetwork pods, orphan DanmEps and EndpointSlices, host bits in a CIDR, lower-case protocols | warning | loaded as described |
+//! | an admin policy whose `tier`, `priority` (0–1000) or `subject` (exactly one of `namespaces`, `pods`) is missing or invalid; a BaselineAdminNetworkPolicy not named `default` | error | policy ignored |
+//! | an admin rule the CRD refuses or netwarden cannot implement: no peer, a peer without exactly one field (or one its direction and kind do not have), an invalid selector, CIDR or domain name, more than 25 CIDRs or domain names (or peers and ports above the CRD's maximum), an unknown action, Pass outside the Admin tier, domainNames outside Accept/Allow, a named port with networks/nodes/domainNames peers, a port out of 1–65535 or a range with start ≥ end, `tcp: {}` without `destinationPort`, a field of the wrong type | error | the rule fails closed in place (upstream's rule): an Accept/Allow matches nothing; a Deny or Pass denies what it covers, every address and port where its peers or ports cannot be read; a direction that is not a list denies everything |
+//! | more admin rules than the CRD allows, a rule name over 100 characters | error | read as written (the name dropped) |
+//! | an unqualified network in an admin policy's `policy-for` | error | entry ignored |
+//! | two admin policies of one tier with one priority and rules of different actions | warning | evaluated by kind, then name |
+//! | `domainNames` peers | warning | they match nothing until netwarden resolves names |
+//! | a Node `InternalIP`/`ExternalIP` that is not an IP address | error | address ignored |
 //!
 //! Invalid values never widen a policy: an invalid peer or port is dropped, and a rule whose
 //! peers (or ports) were all invalid is dropped as a whole rather than read as "all peers". An
@@ -57,7 +68,7 @@
 //! # Structure
 //!
 //! Loading happens in two passes. The first (`read`) reduces each document of a file on its
-//! own (the readers in `pod`, `policy`, `service`, over the field accessors of `ctx` and the
+//! own (the readers in `pod`, `policy`, `admin`, `service`, over the field accessors of `ctx` and the
 //! metadata of `meta`, below `read`, which dispatches to them); the
 //! second (`assemble`) refuses duplicates, pairs DanmEps with pods and EndpointSlices with
 //! Services, adds the namespaces that objects refer to but the input does not declare, and
@@ -68,6 +79,7 @@
 //! `fuzzing`) states the loader's invariants for fuzzers and property tests.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod assemble;
 pub mod cluster;
 mod ctx;
@@ -96,7 +108,7 @@ mod tests;
 use std::fmt;
 use std::path::PathBuf;
 
-use netwarden_engine::{Namespace, Pod, Policy, Service};
+use netwarden_engine::{AdminPolicy, Namespace, Node, Pod, Policy, Service};
 use serde_json::Value;
 
 use crate::assemble::{assemble_owned, OwnedPart};
@@ -197,6 +209,10 @@ pub struct Inventory {
     pub namespaces: Vec<Namespace>,
     pub pods: Vec<Pod>,
     pub policies: Vec<Policy>,
+    /// ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy (SPEC 8).
+    pub admin_policies: Vec<AdminPolicy>,
+    /// Nodes, for the `nodes` peers of admin policies.
+    pub nodes: Vec<Node>,
     pub services: Vec<Service>,
     pub problems: Vec<Problem>,
 }
@@ -268,6 +284,8 @@ pub(crate) fn warn_if_nothing_loaded(paths: &[PathBuf], inventory: &mut Inventor
     let nothing = inventory.namespaces.is_empty()
         && inventory.pods.is_empty()
         && inventory.policies.is_empty()
+        && inventory.admin_policies.is_empty()
+        && inventory.nodes.is_empty()
         && inventory.services.is_empty();
     if paths.is_empty() || !nothing || !inventory.problems.is_empty() {
         return;

@@ -55,7 +55,9 @@ pub(crate) fn read_meta(cx: &mut Ctx<'_>, doc: &Value, namespaced: bool) -> Opti
     }
     let mut valid_name = false;
     if let Some(name) = &name {
-        let check = if namespaced {
+        // Namespace names are DNS labels; every other kind's (Nodes and the cluster-scoped
+        // admin policies included) are DNS subdomains.
+        let check = if namespaced || cx.kind != "Namespace" {
             validate::dns1123_subdomain(name)
         } else {
             validate::dns1123_label(name)

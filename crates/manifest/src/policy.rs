@@ -57,44 +57,18 @@ pub(crate) fn read_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<Policy> {
     let scope = match kind {
         PolicyKind::NetworkPolicy => PolicyScope::Primary,
         PolicyKind::DanmNetworkPolicy => PolicyScope::AllInterfaces,
-        PolicyKind::MultiNetworkPolicy => {
-            PolicyScope::Networks(read_policy_for(cx, meta.annotations.get(POLICY_FOR), ns))
-        }
+        PolicyKind::MultiNetworkPolicy => PolicyScope::Networks(read_policy_for(
+            cx,
+            meta.annotations.get(POLICY_FOR),
+            Some(ns),
+        )),
     };
 
-    let mode = read_mode(cx, &meta.annotations);
-    let replaces = meta.annotations.get(REPLACES).and_then(|r| {
-        let field = keyed("metadata.annotations", REPLACES);
-        match validate::dns1123_subdomain(r) {
-            Ok(()) => {
-                if mode == Mode::Enforce {
-                    cx.warn(
-                        &field,
-                        "only a monitored policy can preview replacing another; ignored here",
-                    );
-                }
-                Some(r.clone())
-            }
-            Err(e) => {
-                cx.error(&field, format!("invalid policy name: {e}; ignored"));
-                None
-            }
-        }
-    });
-    let log_denies = match meta.annotations.get(LOG).map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            cx.error(
-                &keyed("metadata.annotations", LOG),
-                format!(
-                    "expected \"true\" or \"false\", found \"{}\"; not logging",
-                    validate::shorten(other)
-                ),
-            );
-            false
-        }
-    };
+    let PolicyAnnotations {
+        mode,
+        replaces,
+        log_denies,
+    } = read_policy_annotations(cx, &meta.annotations);
 
     Some(Policy {
         kind,
@@ -168,7 +142,7 @@ pub(crate) fn fail_closed(
         PolicyKind::MultiNetworkPolicy => PolicyScope::Networks(read_policy_for(
             &mut cx,
             annotations.get(POLICY_FOR),
-            namespace,
+            Some(namespace),
         )),
     };
     Some(Policy {
@@ -714,14 +688,21 @@ fn read_requirement(cx: &mut Ctx<'_>, v: &Value, field: &str) -> Option<Requirem
     }
 }
 
-/// `policy-for`: comma-separated `name` or `ns/name`, bare names in the policy's namespace.
-/// A policy left with no network applies nowhere, which is worth a warning.
-fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> Vec<NetworkId> {
+/// `policy-for`: comma-separated `name` or `ns/name`, bare names in the policy's namespace
+/// (`policy_ns`). A cluster-scoped policy (`policy_ns` `None`: the admin kinds) has no
+/// namespace to resolve a bare name in, so there every name must be qualified. A policy left
+/// with no network applies nowhere, which is worth a warning.
+pub(crate) fn read_policy_for(
+    cx: &mut Ctx<'_>,
+    annotation: Option<&String>,
+    policy_ns: Option<&str>,
+) -> Vec<NetworkId> {
     let field = keyed("metadata.annotations", POLICY_FOR);
+    let kind = cx.kind;
     let Some(text) = annotation.filter(|t| !t.trim().is_empty()) else {
         cx.warn(
             &field,
-            "missing: a MultiNetworkPolicy without policy-for applies nowhere",
+            format!("missing: a {kind} without policy-for applies nowhere"),
         );
         return Vec::new();
     };
@@ -731,7 +712,14 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
         if part.is_empty() {
             continue;
         }
-        match split_network_name(part, ns) {
+        let parsed = match policy_ns {
+            Some(ns) => split_network_name(part, ns),
+            None if !part.contains('/') => Err(format!(
+                "a {kind} has no namespace: name the network as namespace/name"
+            )),
+            None => split_network_name(part, ""),
+        };
+        match parsed {
             Ok((n, name)) => {
                 let id = NetworkId::nad(n, name);
                 if seen.insert(id.clone()) {
@@ -748,12 +736,67 @@ fn read_policy_for(cx: &mut Ctx<'_>, annotation: Option<&String>, ns: &str) -> V
         cx.warn(
             &field,
             format!(
-                "\"{}\" names no valid network: the MultiNetworkPolicy applies nowhere",
+                "\"{}\" names no valid network: the {kind} applies nowhere",
                 validate::shorten(text)
             ),
         );
     }
     out
+}
+
+/// The annotations every policy kind reads the same way (SPEC 4): the monitor phase,
+/// `netwarden.io/replaces` and `netwarden.io/log`.
+pub(crate) struct PolicyAnnotations {
+    pub mode: Mode,
+    /// A valid name, also when the policy is enforced (a warning says it is ignored there).
+    pub replaces: Option<String>,
+    pub log_denies: bool,
+}
+
+/// Reads [`PolicyAnnotations`]; anything unclear fails closed (enforced, not replacing, not
+/// logging) with an error.
+pub(crate) fn read_policy_annotations(
+    cx: &mut Ctx<'_>,
+    annotations: &netwarden_engine::Labels,
+) -> PolicyAnnotations {
+    let mode = read_mode(cx, annotations);
+    let replaces = annotations.get(REPLACES).and_then(|r| {
+        let field = keyed("metadata.annotations", REPLACES);
+        match validate::dns1123_subdomain(r) {
+            Ok(()) => {
+                if mode == Mode::Enforce {
+                    cx.warn(
+                        &field,
+                        "only a monitored policy can preview replacing another; ignored here",
+                    );
+                }
+                Some(r.clone())
+            }
+            Err(e) => {
+                cx.error(&field, format!("invalid policy name: {e}; ignored"));
+                None
+            }
+        }
+    });
+    let log_denies = match annotations.get(LOG).map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            cx.error(
+                &keyed("metadata.annotations", LOG),
+                format!(
+                    "expected \"true\" or \"false\", found \"{}\"; not logging",
+                    validate::shorten(other)
+                ),
+            );
+            false
+        }
+    };
+    PolicyAnnotations {
+        mode,
+        replaces,
+        log_denies,
+    }
 }
 
 /// Monitor or enforce, from the three annotation keys. Anything unclear fails closed (enforce).

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use netwarden_engine::{Namespace, Policy, Service};
+use netwarden_engine::{AdminPolicy, Namespace, Node, Policy, Service};
 use serde_json::Value;
 
 // Re-exported: the modules above read.rs name an object's id with its outcome.
@@ -15,7 +15,7 @@ use crate::kinds::{self, ApiVersion, Resolved};
 use crate::meta::{read_learn, read_meta};
 use crate::pod::{self, DanmEpRecord};
 use crate::service::{self, SliceRecord};
-use crate::{policy, validate, PodRecord, Problem, Severity};
+use crate::{admin, policy, validate, PodRecord, Problem, Severity};
 
 /// Lists nest at most this deep (a List of Lists of ...): bounds recursion on hostile input.
 /// A top-level document is always read ([`FileRead::add_list_item`] relies on it).
@@ -44,6 +44,9 @@ pub(crate) enum Object {
     // of the cluster).
     DanmEp(Box<DanmEpRecord>),
     Policy(Arc<Policy>),
+    /// ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy (SPEC 8).
+    AdminPolicy(Arc<AdminPolicy>),
+    Node(Box<Node>),
     Service(Box<Service>),
     Slice(Box<SliceRecord>),
 }
@@ -234,7 +237,7 @@ impl FileRead {
             Marker::No => {}
             Marker::Yes => {
                 // Only the identity matters; the rest of a deletion marker is not read.
-                read_meta(&mut cx, doc, spec.kind != "Namespace");
+                read_meta(&mut cx, doc, spec.namespaced);
                 let outcome = match cx.id.take() {
                     Some(id) => Outcome::Delete(Box::new(DeleteMarker {
                         id,
@@ -248,7 +251,7 @@ impl FileRead {
             Marker::Invalid(found) => {
                 // Neither a deletion nor the object as written can be trusted: like any object
                 // an error drops, it is not loaded (and, over a base, still hides its object).
-                read_meta(&mut cx, doc, spec.kind != "Namespace");
+                read_meta(&mut cx, doc, spec.namespaced);
                 cx.error(
                     &format!("metadata.annotations.{DELETE}"),
                     format!("expected \"true\" or \"false\", found {found}; object ignored"),
@@ -260,6 +263,9 @@ impl FileRead {
                 return self.push(problems, outcome);
             }
         }
+        // An admin policy with a rule that had to fail closed because part of it could not
+        // be read: a running agent keeps its last good version instead (as for policies).
+        let mut admin_fail_closed = false;
         let object = match spec.kind {
             "Namespace" => read_namespace(&mut cx, doc).map(Object::Namespace),
             "Pod" => pod::read_pod(&mut cx, doc).map(Object::Pod),
@@ -267,6 +273,13 @@ impl FileRead {
             "NetworkPolicy" | "DanmNetworkPolicy" | "MultiNetworkPolicy" => {
                 policy::read_policy(&mut cx, doc).map(|p| Object::Policy(Arc::new(p)))
             }
+            "ClusterNetworkPolicy" | "AdminNetworkPolicy" | "BaselineAdminNetworkPolicy" => {
+                admin::read_admin_policy(&mut cx, doc).map(|(p, fail_closed)| {
+                    admin_fail_closed = fail_closed;
+                    Object::AdminPolicy(Arc::new(p))
+                })
+            }
+            "Node" => admin::read_node(&mut cx, doc).map(|n| Object::Node(Box::new(n))),
             "Service" => service::read_service(&mut cx, doc).map(|s| Object::Service(Box::new(s))),
             "EndpointSlice" => {
                 service::read_slice(&mut cx, doc).map(|s| Object::Slice(Box::new(s)))
@@ -284,7 +297,7 @@ impl FileRead {
             }))
         };
         let mut outcome = match (object, cx.id.clone()) {
-            (Some(object), Some(id)) if !cx.rejected => loaded(object, id, false),
+            (Some(object), Some(id)) if !cx.rejected => loaded(object, id, admin_fail_closed),
             (_, Some(id)) if cx.rejected || cx.errors > 0 => Outcome::Rejected(id),
             (_, Some(_)) => Outcome::Skipped,
             (_, None) => Outcome::Unidentified,

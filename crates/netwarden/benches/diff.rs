@@ -67,7 +67,7 @@ fn main() {
         pods: c.pods,
         policies: c.policies,
         services: c.services,
-        problems: Vec::new(),
+        ..Inventory::default()
     };
     // A policy with ingress rules, in the middle of the list.
     let index = (base.policies.len() / 2..base.policies.len())

@@ -50,8 +50,8 @@ use std::net::IpAddr;
 
 use netwarden_engine::verdict::SideVerdicts;
 use netwarden_engine::{
-    side_allows, Direction, DirectionRules, Engine, EngineOptions, FlowVerdict, Mode, NetworkId,
-    PodKey, PodRules, PolicyRef, PortRef, Protocol, SideVerdict,
+    side_allows, AdminRef, Direction, DirectionRules, Engine, EngineOptions, FlowVerdict, Mode,
+    NetworkId, PodKey, PodRules, PolicyRef, PortRef, Protocol, SideVerdict,
 };
 use netwarden_manifest::{Inventory, InventoryDelta};
 use serde::Serialize;
@@ -111,6 +111,9 @@ pub struct Change {
     pub kind: ChangeKind,
     /// The policies responsible (see the [module documentation](self)), sorted.
     pub policies: Vec<PolicyRef>,
+    /// The admin policies (SPEC 8) whose rule decided a changed side before or after, sorted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub admin_policies: Vec<AdminRef>,
     pub from_interface: String,
     pub to_interface: String,
     pub src: IpAddr,
@@ -296,6 +299,7 @@ impl Views<'_> {
                                 staged_after: is.staged_allowed,
                                 kind: ChangeKind::of(was.allowed, is.allowed),
                                 policies: self.responsible(&was, &is),
+                                admin_policies: admin_responsible(&was, &is),
                                 from_interface: src.rules.name.clone(),
                                 to_interface: dst.rules.name.clone(),
                                 src: s_ip,
@@ -349,6 +353,39 @@ impl Views<'_> {
         }
         out.into_iter().collect()
     }
+}
+
+/// The admin policies responsible for a flow's change: on each side whose verdict changed (in
+/// a view whose flow verdict changed), those whose rule decided it, or passed it on, before or
+/// after, when that differs.
+fn admin_responsible(was: &FlowVerdict, is: &FlowVerdict) -> Vec<AdminRef> {
+    let mut out = BTreeSet::new();
+    let sides = [(&was.egress, &is.egress), (&was.ingress, &is.ingress)];
+    for staged in [false, true] {
+        let flow_changed = if staged {
+            was.staged_allowed != is.staged_allowed
+        } else {
+            was.allowed != is.allowed
+        };
+        if !flow_changed {
+            continue;
+        }
+        for (old, new) in sides {
+            let (old_view, new_view) = (view(old, staged), view(new, staged));
+            if old_view.allowed == new_view.allowed
+                || (old_view.tier_rule == new_view.tier_rule && old_view.passed == new_view.passed)
+            {
+                continue;
+            }
+            for side in [old_view, new_view] {
+                let decided = side.tier_rule.iter().map(|d| &d.origin);
+                for origin in decided.chain(&side.passed) {
+                    out.insert(origin.policy.clone());
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// How a touched member's side (one direction of its interface) differs between the views.

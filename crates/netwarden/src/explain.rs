@@ -1,12 +1,13 @@
 //! `netwarden explain`: why one flow is allowed or denied, naming the policies that isolate each
-//! side and the rules that match, in the enforced and in the staged view.
+//! side and the rules that match, in the enforced and in the staged view; where an admin policy
+//! decided (SPEC 8), its tier, policy, rule (index and name) and action.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use netwarden_engine::{
-    flow_verdict, verdict::SideVerdict, verdict::SideVerdicts, FlowEnd, FlowVerdict, PodKey,
-    PodRules,
+    flow_verdict, verdict::SideVerdict, verdict::SideVerdicts, AdminAction, FlowEnd, FlowVerdict,
+    Mode, PodKey, PodRules, Tier, TierOrigin,
 };
 use serde::Serialize;
 
@@ -99,6 +100,14 @@ pub fn explain(
     Ok(out)
 }
 
+fn allowed_word(allowed: bool) -> &'static str {
+    if allowed {
+        "allowed"
+    } else {
+        "denied"
+    }
+}
+
 fn verdict_word(allowed: bool) -> &'static str {
     if allowed {
         "ALLOWED"
@@ -107,10 +116,69 @@ fn verdict_word(allowed: bool) -> &'static str {
     }
 }
 
+/// An admin policy rule as `explain` names it (SPEC 8): tier, policy, rule index and name,
+/// action, priority and mode.
+fn tier_rule_text(origin: &TierOrigin, action: AdminAction) -> String {
+    let name = origin
+        .name
+        .as_ref()
+        .map(|n| format!(" \"{}\"", n.escape_debug()))
+        .unwrap_or_default();
+    format!(
+        "{} tier: {} {}[{}]{name} {action} (priority {}, {})",
+        origin.tier,
+        origin.policy,
+        origin.direction,
+        origin.index,
+        origin.priority,
+        mode_word(origin.mode)
+    )
+}
+
+fn mode_word(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Enforce => "enforced",
+        Mode::Monitor => "monitored",
+    }
+}
+
 fn describe_side(out: &mut String, view: &str, side: &SideVerdict, peer: &str) {
     let _ = write!(out, "    {view:8} ");
+    // Admin tier first (SPEC 8): a decision there ends the side; a Pass hands on.
+    if let Some(decision) = side
+        .tier_rule
+        .as_ref()
+        .filter(|d| d.origin.tier == Tier::Admin)
+    {
+        let _ = writeln!(
+            out,
+            "{} -> {}",
+            tier_rule_text(&decision.origin, decision.action),
+            allowed_word(side.allowed)
+        );
+        return;
+    }
+    for origin in &side.passed {
+        let _ = write!(
+            out,
+            "{} -> namespaced tier\n             ",
+            tier_rule_text(origin, AdminAction::Pass)
+        );
+    }
     if !side.isolated {
-        let _ = writeln!(out, "not isolated -> allowed");
+        match side.tier_rule.as_ref() {
+            Some(decision) => {
+                let _ = writeln!(
+                    out,
+                    "not isolated; {} -> {}",
+                    tier_rule_text(&decision.origin, decision.action),
+                    allowed_word(side.allowed)
+                );
+            }
+            None => {
+                let _ = writeln!(out, "not isolated -> allowed");
+            }
+        }
         return;
     }
     let policies: Vec<String> = side
@@ -139,10 +207,7 @@ fn describe_side(out: &mut String, view: &str, side: &SideVerdict, peer: &str) {
                 m.policy,
                 m.direction,
                 m.index,
-                match m.mode {
-                    netwarden_engine::Mode::Enforce => "enforced",
-                    netwarden_engine::Mode::Monitor => "monitored",
-                }
+                mode_word(m.mode)
             );
         }
     }

@@ -12,8 +12,8 @@ use std::io::{self, Write};
 use std::net::IpAddr;
 
 use netwarden_engine::{
-    flow_verdict, Engine, FlowEnd, FlowVerdict, InterfaceRules, NetworkId, PodKey, PodRules,
-    PolicyRef, Protocol, StagedCause,
+    flow_verdict, verdict::TierDecision, AdminRef, Engine, FlowEnd, FlowVerdict, InterfaceRules,
+    NetworkId, PodKey, PodRules, PolicyRef, Protocol, StagedCause,
 };
 use serde::{Serialize, Serializer};
 
@@ -54,6 +54,15 @@ pub struct Probe {
     pub cause: Option<StagedCause>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub monitored_policies: Vec<PolicyRef>,
+    /// The admin policy rule that decided the egress side (enforced view), when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_tier: Option<TierDecision>,
+    /// The admin policy rule that decided the ingress side (enforced view), when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingress_tier: Option<TierDecision>,
+    /// Monitored admin policies concerned by a would-deny (SPEC 8).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub monitored_admin: Vec<AdminRef>,
 }
 
 /// A pod key as the contract writes it, `ns/name`.
@@ -324,6 +333,9 @@ impl<'a> Reach<'a> {
             to_interface: dst.rules.name.clone(),
             cause: verdict.cause,
             monitored_policies: verdict.monitored_policies.clone(),
+            egress_tier: verdict.egress.enforced.tier_rule.clone(),
+            ingress_tier: verdict.ingress.enforced.tier_rule.clone(),
+            monitored_admin: verdict.monitored_admin.clone(),
         };
         Some((probe, verdict))
     }

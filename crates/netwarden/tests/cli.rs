@@ -482,3 +482,242 @@ fn run_kube_refuses_incomplete_configurations() {
     assert_eq!(apply.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not `apply`"), "{stderr}");
 }
+
+/// Admin policies (SPEC 8) beside a NetworkPolicy, with a secondary network: see the
+/// comment at the top of the example.
+fn admin_example() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/admin")
+        .display()
+        .to_string()
+}
+
+/// The probe `from` → `to` of a `reach` JSON document on `network`.
+fn probe<'a>(v: &'a Value, from: &str, to: &str, network: &str) -> &'a Value {
+    v["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["from"] == from && p["to"] == to && p["network"] == network)
+        .unwrap_or_else(|| panic!("no probe {from} -> {to} on {network}: {v}"))
+}
+
+fn explain_text(dir: &str, from: &str, to: &str, port: &str, network: &str) -> String {
+    let out = netwarden(&[
+        "explain",
+        "-f",
+        dir,
+        "--from",
+        from,
+        "--to",
+        to,
+        "--port",
+        port,
+        "--network",
+        network,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn admin_policies_decide_before_and_after_the_namespaced_tier() {
+    let d = admin_example();
+    let out = netwarden(&["validate", "-f", &d]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("1 policy(ies), 4 admin policy(ies), 0 node(s)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v = json(&netwarden(&[
+        "reach",
+        "-f",
+        &d,
+        "--port",
+        "8080/TCP",
+        "--network",
+        "all",
+        "-o",
+        "json",
+    ]));
+    // Admin Deny beats everything.
+    let p = probe(&v, "lab/x", "shop/web", "default");
+    assert_eq!(p["allowed"], false, "{p}");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "AdminNetworkPolicy/guard"
+    );
+    assert_eq!(p["ingress_tier"]["origin"]["index"], 0);
+    assert_eq!(p["ingress_tier"]["origin"]["name"], "deny-lab");
+    assert_eq!(p["ingress_tier"]["action"], "Deny");
+    assert!(p.get("egress_tier").is_none(), "{p}");
+    // An Admin Accept beats the NetworkPolicy that would deny ops.
+    let p = probe(&v, "ops/mon", "shop/web", "default");
+    assert_eq!(p["allowed"], true, "{p}");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "ClusterNetworkPolicy/allow-mon"
+    );
+    assert_eq!(p["ingress_tier"]["action"], "Allow");
+    // No admin rule matches: the NetworkPolicy decides, and nothing is added to the probe.
+    let p = probe(&v, "shop/db", "shop/web", "default");
+    assert_eq!(p["allowed"], true, "{p}");
+    assert!(p.get("ingress_tier").is_none(), "{p}");
+    // Not isolated by a NetworkPolicy: the Baseline decides.
+    let p = probe(&v, "shop/web", "shop/db", "default");
+    assert_eq!(p["allowed"], false, "{p}");
+    assert_eq!(p["ingress_tier"]["origin"]["tier"], "Baseline");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "BaselineAdminNetworkPolicy/default"
+    );
+    // A pod to itself is never subject to admin policies.
+    assert_eq!(probe(&v, "shop/db", "shop/db", "default")["allowed"], true);
+    // policy-for: on shop/storage only the storage guard applies, and it denies ops.
+    let p = probe(&v, "ops/mon", "shop/web", "shop/storage");
+    assert_eq!(p["allowed"], false, "{p}");
+    assert_eq!(
+        p["ingress_tier"]["origin"]["policy"],
+        "AdminNetworkPolicy/storage-guard"
+    );
+    assert_eq!(
+        probe(&v, "shop/web", "ops/mon", "shop/storage")["allowed"],
+        true
+    );
+
+    let text = explain_text(&d, "lab/x", "shop/web", "8080/TCP", "default");
+    assert!(text.contains("verdict: DENIED"), "{text}");
+    assert!(
+        text.contains(
+            "enforced Admin tier: AdminNetworkPolicy/guard ingress[0] \"deny-lab\" Deny \
+             (priority 10, enforced) -> denied"
+        ),
+        "{text}"
+    );
+    let text = explain_text(&d, "ops/mon", "shop/web", "8080/TCP", "default");
+    assert!(text.contains("verdict: ALLOWED"), "{text}");
+    assert!(
+        text.contains(
+            "Admin tier: ClusterNetworkPolicy/allow-mon ingress[0] \"mon\" Allow (priority 20, \
+             enforced) -> allowed"
+        ),
+        "{text}"
+    );
+    // Pass hands over to the namespaced tier, which names its policy.
+    let text = explain_text(&d, "ops/mon", "shop/web", "9090/TCP", "default");
+    assert!(text.contains("verdict: DENIED"), "{text}");
+    assert!(
+        text.contains(
+            "Admin tier: AdminNetworkPolicy/guard ingress[1] \"ops-to-policies\" Pass (priority \
+             10, enforced) -> namespaced tier"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("isolated by NetworkPolicy shop/web-policy"),
+        "{text}"
+    );
+    let text = explain_text(&d, "shop/web", "shop/db", "8080/TCP", "default");
+    assert!(
+        text.contains(
+            "not isolated; Baseline tier: BaselineAdminNetworkPolicy/default ingress[0] \
+             \"baseline-deny\" Deny (priority 0, enforced) -> denied"
+        ),
+        "{text}"
+    );
+    let text = explain_text(&d, "ops/mon", "shop/web", "8080/TCP", "shop/storage");
+    assert!(
+        text.contains("Admin tier: AdminNetworkPolicy/storage-guard ingress[0] \"no-ops\" Deny"),
+        "{text}"
+    );
+    // Without admin policies the output keeps its former shape.
+    let text = explain_text(&d, "shop/db", "shop/web", "8080/TCP", "default");
+    assert!(
+        text.contains("    enforced not isolated -> allowed\n") && !text.contains("tier"),
+        "{text}"
+    );
+}
+
+#[test]
+fn validate_reports_admin_policy_problems() {
+    let dir = TempDir::new("admin-bad");
+    dir.write_in_place(
+        "bad.yaml",
+        r#"
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: bad}
+spec:
+  tier: Baseline
+  priority: 2000
+  subject: {namespaces: {}}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: partly}
+spec:
+  priority: 1
+  subject: {namespaces: {}}
+  egress:
+  - {action: Deny, to: [{networks: [10.0.0.0/40]}]}
+  - {action: Allow, to: [{domainNames: [example.com]}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkpolicy
+metadata: {name: typo}
+"#,
+    );
+    let d = dir.path.display().to_string();
+    let out = netwarden(&["validate", "-f", &d, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let problems: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let has = |kind: &str, object: &str, field: &str, severity: &str| {
+        problems.as_array().unwrap().iter().any(|p| {
+            p["kind"] == kind
+                && p["object"] == object
+                && p["field"] == field
+                && p["severity"] == severity
+        })
+    };
+    assert!(
+        has("ClusterNetworkPolicy", "bad", "spec.priority", "error"),
+        "{problems}"
+    );
+    assert!(
+        has(
+            "AdminNetworkPolicy",
+            "partly",
+            "spec.egress[0].to[0].networks[0]",
+            "error"
+        ),
+        "{problems}"
+    );
+    assert!(
+        has("AdminNetworkPolicy", "partly", "spec.egress[0]", "error"),
+        "{problems}"
+    );
+    assert!(
+        has(
+            "AdminNetworkPolicy",
+            "partly",
+            "spec.egress[1].to[0].domainNames",
+            "warning"
+        ),
+        "{problems}"
+    );
+    assert!(
+        has("AdminNetworkpolicy", "typo", "kind", "error"),
+        "{problems}"
+    );
+}

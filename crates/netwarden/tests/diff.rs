@@ -405,7 +405,7 @@ impl State {
             pods: self.pods.values().cloned().collect(),
             policies: self.policies.values().cloned().collect(),
             services: self.services.values().cloned().collect(),
-            problems: Vec::new(),
+            ..Inventory::default()
         }
     }
 }

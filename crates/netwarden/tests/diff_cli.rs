@@ -189,3 +189,86 @@ fn kube_base_answers_as_the_same_files() {
     drop(api);
     drop(runtime);
 }
+
+/// Deleting the admin example's Baseline opens what it denied, and names it; tightening the
+/// Admin tier names the admin policy that now denies (SPEC 8).
+#[test]
+fn admin_policy_changes_are_named() {
+    let base = example().join("../admin").display().to_string();
+    let dir = TempDir::new("diff-admin");
+    dir.write(
+        "delete.yaml",
+        "apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata:
+  name: default
+  annotations: {netwarden.io/delete: \"true\"}
+",
+    );
+    let out = netwarden(&[
+        "diff",
+        "-f",
+        &base,
+        "--with",
+        &path(&dir, "delete.yaml"),
+        "--port",
+        "8080/TCP",
+        "-o",
+        "json",
+    ]);
+    let v = stdout_json(&out);
+    let changes = v["changes"].as_array().unwrap();
+    let opened = changes
+        .iter()
+        .find(|c| c["from"] == "shop/web" && c["to"] == "shop/db")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(
+        (opened["before"].clone(), opened["after"].clone()),
+        (json!(false), json!(true))
+    );
+    assert_eq!(
+        opened["admin_policies"],
+        json!(["BaselineAdminNetworkPolicy/default"])
+    );
+    assert_eq!(opened["policies"], json!([]));
+    assert!(changes.iter().all(|c| c["after"] == true), "{v}");
+    // An Admin Deny of ops: ops/mon -> shop/web closes, named with the policy.
+    dir.write(
+        "deny-ops.yaml",
+        "apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: deny-ops}
+spec:
+  priority: 1
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {team: ops}}}]}]
+",
+    );
+    let out = netwarden(&[
+        "diff",
+        "-f",
+        &base,
+        "--with",
+        &path(&dir, "deny-ops.yaml"),
+        "--port",
+        "8080/TCP",
+        "-o",
+        "json",
+    ]);
+    let v = stdout_json(&out);
+    let closed = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["from"] == "ops/mon" && c["to"] == "shop/web" && c["network"] == "default")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(closed["after"], false);
+    assert_eq!(
+        closed["admin_policies"],
+        // Sorted as the engine orders admin policies: by kind, then name.
+        json!([
+            "ClusterNetworkPolicy/allow-mon",
+            "AdminNetworkPolicy/deny-ops"
+        ])
+    );
+}

@@ -454,6 +454,7 @@ fn diff_page_with_hostile_names_loads_and_keeps_them_text() {
             kind: PolicyKind::NetworkPolicy,
             key: ObjectKey::new("x", hostile),
         }],
+        admin_policies: Vec::new(),
         src: "10.0.0.1".parse().unwrap(),
         dst: "10.0.0.2".parse().unwrap(),
     };

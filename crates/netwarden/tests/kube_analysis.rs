@@ -23,11 +23,16 @@ struct Cluster {
 }
 
 fn serve_example() -> Cluster {
+    serve(&example())
+}
+
+/// A fake API server serving the manifests under `dir` (their CRDs installed).
+fn serve(dir: &std::path::Path) -> Cluster {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let api = runtime
         .block_on(FakeApiServer::start(ServerOptions::default()))
         .unwrap();
-    let loaded = load_dir(&api, &example()).unwrap();
+    let loaded = load_dir(&api, dir).unwrap();
     assert!(loaded.skipped.is_empty(), "{loaded:?}");
     let dir = TempDir::new("kube-analysis");
     let kubeconfig = dir.path.join("kubeconfig");
@@ -74,7 +79,11 @@ fn reach_on_the_cluster_equals_reach_on_the_same_files() {
     // One LIST per served kind, no WATCH; DanmEp is not installed: skipped with a note.
     let log = cluster.api.requests();
     for kind in netwarden_kube::WATCHED_KINDS {
-        let served = kind.kind != "DanmEp";
+        // The example has no admin policies: their CRDs are not installed either.
+        let served = !matches!(
+            kind.kind,
+            "DanmEp" | "ClusterNetworkPolicy" | "AdminNetworkPolicy" | "BaselineAdminNetworkPolicy"
+        );
         assert_eq!(
             log.lists(kind.kind),
             usize::from(served),
@@ -132,6 +141,57 @@ fn reach_on_the_cluster_equals_reach_on_the_same_files() {
             "--port",
             "8080/TCP"
         ]))
+    );
+}
+
+/// Admin policies and the Nodes' kind are listed from the cluster like the other kinds, and
+/// answer as the same objects given as files do (SPEC 8).
+#[test]
+fn admin_policies_on_the_cluster_equal_the_same_files() {
+    let dir = example().join("../admin");
+    let cluster = serve(&dir);
+    let kc = cluster.kubeconfig.as_str();
+    let files = dir.display().to_string();
+    cluster.api.clear_requests();
+    let query = [
+        "--port",
+        "8080/TCP",
+        "--port",
+        "9090/TCP",
+        "--network",
+        "all",
+    ];
+    let mut args = vec!["reach", "--kube", "--kubeconfig", kc];
+    args.extend(query);
+    let from_cluster = stdout_json(&netwarden(&args));
+    let mut args = vec!["reach", "-f", &files];
+    args.extend(query);
+    assert_eq!(from_cluster, stdout_json(&netwarden(&args)));
+    let log = cluster.api.requests();
+    for kind in [
+        "ClusterNetworkPolicy",
+        "AdminNetworkPolicy",
+        "BaselineAdminNetworkPolicy",
+        "Node",
+    ] {
+        assert_eq!(log.lists(kind), 1, "LISTs of {kind}");
+    }
+    // The admin decisions are there: lab is denied by the Admin tier.
+    let denied = from_cluster["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["from"] == "lab/x" && p["to"] == "shop/web")
+        .expect("a probe lab/x -> shop/web");
+    assert_eq!(
+        denied["ingress_tier"]["origin"]["policy"],
+        "AdminNetworkPolicy/guard"
+    );
+    let out = netwarden(&["validate", "--kube", "--kubeconfig", kc]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
 }
 

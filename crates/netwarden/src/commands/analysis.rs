@@ -68,8 +68,18 @@ pub fn validate_command(args: ValidateArgs) -> Result<ExitCode> {
             for p in &inventory.problems {
                 println!("{p}");
             }
+            // Admin policies and Nodes are counted only when there are some: the line stays
+            // as it was for inputs without them.
+            let mut admin = String::new();
+            if !inventory.admin_policies.is_empty() || !inventory.nodes.is_empty() {
+                admin = format!(
+                    ", {} admin policy(ies), {} node(s)",
+                    inventory.admin_policies.len(),
+                    inventory.nodes.len()
+                );
+            }
             println!(
-                "{} namespace(s), {} pod(s), {} policy(ies), {} service(s); {} problem(s)",
+                "{} namespace(s), {} pod(s), {} policy(ies){admin}, {} service(s); {} problem(s)",
                 inventory.namespaces.len(),
                 inventory.pods.len(),
                 inventory.policies.len(),

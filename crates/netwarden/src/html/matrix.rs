@@ -660,6 +660,7 @@ mod tests {
             staged_before: before,
             staged_after,
             kind: crate::diff::ChangeKind::of(before, after),
+            admin_policies: Vec::new(),
             policies: policies
                 .iter()
                 .map(|s| {
