@@ -240,3 +240,55 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn case(steps: &str) -> Case {
+        let text = format!(
+            "source: {{repo: r, tag: main, commit: c, file: conformance/tests/t.go, test: T, line: 1, manifest: m}}\nsteps:\n{steps}"
+        );
+        serde_saphyr::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn steps_replace_by_kind_namespace_and_name_and_accumulate() {
+        let c = case(
+            "- name: one\n  apply: [{kind: ClusterNetworkPolicy, metadata: {name: p}, spec: {priority: 1}}]\n  expect: []\n\
+             - name: two\n  apply: [{kind: ClusterNetworkPolicy, metadata: {name: p}, spec: {priority: 2}}]\n  expect: []\n\
+             - name: three\n  delete: [{kind: Namespace, name: ns}]\n  expect: []\n",
+        );
+        let cluster = vec![json!({"kind": "Namespace", "metadata": {"name": "ns"}})];
+        let states = c.states(&cluster).unwrap();
+        assert_eq!(states[0].1.len(), 2);
+        assert_eq!(states[1].1.len(), 2, "the policy is replaced, not added");
+        assert_eq!(states[1].1[1]["spec"]["priority"], 2);
+        assert_eq!(
+            states[2].1.len(),
+            1,
+            "the namespace is gone, the policy stays"
+        );
+        assert_eq!(states[2].1[0]["kind"], "ClusterNetworkPolicy");
+    }
+
+    #[test]
+    fn deleting_what_is_not_there_is_an_error() {
+        let c = case(
+            "- name: one\n  delete: [{kind: NetworkPolicy, name: x, namespace: y}]\n  expect: []\n",
+        );
+        let err = c.states(&[]).unwrap_err();
+        assert!(err.contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn probes_read_their_protocol_and_reject_unknown_fields() {
+        let c = case("- name: one\n  expect:\n  - {from: a/b, to: c/d, port: 53, protocol: UDP, allowed: false, upstream: 't.go:9'}\n");
+        let p = &c.steps[0].expect[0];
+        assert_eq!((p.port, p.protocol, p.allowed), (53, Protocol::Udp, false));
+        assert_eq!(p.to_string(), "a/b -> c/d 53/UDP expected denied (t.go:9)");
+        let text = "source: {repo: r, tag: main, commit: c, file: f, test: T, line: 1, manifest: m}\nsteps:\n- name: one\n  expect:\n  - {from: a/b, to: c/d, port: 53, protocol: UDP, allowed: false, upstream: x, family: ipv6}\n";
+        assert!(serde_saphyr::from_str::<Case>(text).is_err());
+    }
+}

@@ -893,7 +893,7 @@ mod tests {
             json!([from_ns("Deny", "a")]),
         ));
         assert!(!allowed(&c, "a/p", "b/r", 80, Protocol::Tcp));
-        c[c.len() - 1]["spec"]["priority"] = json!(70);
+        c.last_mut().unwrap()["spec"]["priority"] = json!(70);
         assert!(allowed(&c, "a/p", "b/r", 80, Protocol::Tcp));
         // Inside one policy the first written rule decides.
         let mut c = cluster();
@@ -906,7 +906,8 @@ mod tests {
             json!([from_ns("Accept", "a"), from_ns("Deny", "a")]),
         ));
         assert!(allowed(&c, "a/p", "b/r", 80, Protocol::Tcp));
-        c[c.len() - 1]["spec"]["ingress"] = json!([from_ns("Deny", "a"), from_ns("Accept", "a")]);
+        c.last_mut().unwrap()["spec"]["ingress"] =
+            json!([from_ns("Deny", "a"), from_ns("Accept", "a")]);
         assert!(!allowed(&c, "a/p", "b/r", 80, Protocol::Tcp));
     }
 
