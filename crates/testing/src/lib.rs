@@ -15,6 +15,8 @@
 //! - [`records`]: what netwarden prints, read back (`lab check --json` probes, `sync:` lines);
 //! - [`installed`]: what netwarden left in a namespace, as the system tools show it;
 //! - [`random`]: a deterministic random source;
+//! - [`admin_corpus`]: the admin-policy conformance corpus transcribed from upstream, typed;
+//! - [`admin_reference`]: an independent reference evaluator of admin policies for that corpus;
 //! - [`containerd`]: a real containerd with a private root and CNI bridge, pod sandboxes
 //!   through CRI (as kubelet makes them), everything removed on drop.
 //!
@@ -25,6 +27,8 @@
 //! test-only modules (`netwarden_engine::testing`, each `fuzzing`) for every crate that has it
 //! as a dev-dependency, while `cargo build -p netwarden` compiles none of them.
 
+pub mod admin_corpus;
+pub mod admin_reference;
 pub mod containerd;
 pub mod files;
 pub mod fuzz;
