@@ -344,6 +344,18 @@ fn three_agents_one_cluster() {
     api.install_crd("danm.k8s.io", "v1", "DanmNetworkPolicy");
     api.install_crd("danm.k8s.io", "v1", "DanmEp");
     api.install_crd("k8s.cni.cncf.io", "v1beta2", "MultiNetworkPolicy");
+    // The admin policy kinds (SPEC 8) and Nodes are watched like the rest.
+    api.install_crd(
+        "policy.networking.k8s.io",
+        "v1alpha2",
+        "ClusterNetworkPolicy",
+    );
+    api.install_crd("policy.networking.k8s.io", "v1alpha1", "AdminNetworkPolicy");
+    api.install_crd(
+        "policy.networking.k8s.io",
+        "v1alpha1",
+        "BaselineAdminNetworkPolicy",
+    );
     let dir = TempDir::new("nwmn");
     let files = TempDir::new("nwmn-files");
     let kubeconfig = dir.path.join("kubeconfig");
