@@ -76,6 +76,12 @@ pub enum ApplyError {
         netns: PathBuf,
         source: serde_json::Error,
     },
+    /// The kernel's nf_tables could not be read (netlink dumps, or the `nft` command).
+    #[error("{}: reading nf_tables: {source}", netns.display())]
+    Reading {
+        netns: PathBuf,
+        source: crate::nft_netlink::ListingError,
+    },
     /// A stage of the iptables backend failed.
     #[error("{}: {source}", netns.display())]
     Iptables {

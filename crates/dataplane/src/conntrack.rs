@@ -44,31 +44,26 @@
 //! input; the I/O ([`list_here`], [`delete_here`], [`revoke`]) runs on a thread inside the pod
 //! netns, on a socket connected to the kernel (a process in the pod cannot slip replies in).
 
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::Duration;
 
 use netlink_packet_core::{
-    NetlinkBuffer, NlasIterator, NLA_F_NESTED, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE,
-    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL, NLM_F_REQUEST,
+    NlasIterator, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
 };
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use netlink_sys::Socket;
 use netwarden_engine::TrackedFlow;
-use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
-use nix::sys::time::{TimeVal, TimeValLike};
 
 use crate::netns::{Netns, NetnsError};
+use crate::nfnetlink::{
+    attr, exchange, open_socket, read_datagram, NfnetlinkError, DATAGRAM, NFGENMSG_LEN,
+};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
-const NFNETLINK_V0: u8 = 0;
 const AF_UNSPEC: u8 = 0;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
-/// `sizeof(struct nfgenmsg)`: family, version, resource id (big-endian).
-const NFGENMSG_LEN: usize = 4;
 
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
@@ -101,12 +96,6 @@ const TOMBSTONE_AFTER_SECS: u32 = 600;
 /// between.
 const TOMBSTONE_ATTEMPTS: usize = 3;
 
-/// The longest wait for one reply datagram (the kernel answers at once; this only keeps a
-/// broken socket from stalling a sync).
-const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Receive buffer: ctnetlink dump datagrams are at most a few pages.
-const DATAGRAM: usize = 64 << 10;
-
 /// One tracked connection as the kernel listed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connection {
@@ -133,23 +122,8 @@ pub struct Connection {
 pub enum ConntrackError {
     #[error(transparent)]
     Netns(#[from] NetnsError),
-    #[error("ctnetlink socket ({step}): {source}")]
-    Socket {
-        step: &'static str,
-        source: io::Error,
-    },
-    #[error("the kernel refused the conntrack {what}: {source}")]
-    Kernel {
-        what: &'static str,
-        source: io::Error,
-    },
-    #[error("no reply to the conntrack {what} within {timeout:?}")]
-    NoReply {
-        what: &'static str,
-        timeout: Duration,
-    },
-    #[error("unreadable ctnetlink reply: {0}")]
-    Malformed(String),
+    #[error("conntrack: {0}")]
+    Netlink(#[from] NfnetlinkError),
 }
 
 impl ConntrackError {
@@ -176,26 +150,9 @@ fn message_type(msg: u16) -> u16 {
     (NFNL_SUBSYS_CTNETLINK << 8) | msg
 }
 
-/// A netlink message: header, `nfgenmsg` of `family`, then `attrs` (already encoded).
+/// A ctnetlink request (see [`crate::nfnetlink::request`]).
 fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> {
-    let len = 16 + NFGENMSG_LEN + attrs.len();
-    let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&(len as u32).to_ne_bytes());
-    out.extend_from_slice(&message_type(msg).to_ne_bytes());
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&[family, NFNETLINK_V0, 0, 0]);
-    out.extend_from_slice(attrs);
-    out
-}
-
-/// Appends one attribute (padded to 4 bytes).
-fn attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize(out.len().next_multiple_of(4), 0);
+    crate::nfnetlink::request(message_type(msg), flags, seq, family, attrs)
 }
 
 /// The request to list every tracked connection of every family.
@@ -271,46 +228,26 @@ pub fn tombstone_request(connection: &Connection, seq: u32) -> Vec<u8> {
 /// Reads one reply datagram to request `seq`. Messages of another sequence number are
 /// skipped (none come on a fresh connected socket; kept for robustness).
 pub fn parse_datagram(bytes: &[u8], seq: u32) -> Result<Datagram, ConntrackError> {
-    let mut out = Datagram::default();
-    let mut offset = 0;
-    while offset < bytes.len() {
-        let message = NetlinkBuffer::new_checked(&bytes[offset..])
-            .map_err(|e| ConntrackError::Malformed(format!("netlink header: {e}")))?;
-        let length = message.length() as usize;
-        if message.sequence_number() == seq {
-            if message.flags() & NLM_F_DUMP_INTR != 0 {
-                out.interrupted = true;
-            }
-            match message.message_type() {
-                NLMSG_DONE => out.done = true,
-                NLMSG_ERROR => {
-                    let code = message
-                        .payload()
-                        .get(..4)
-                        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                        .ok_or_else(|| ConntrackError::Malformed("short error".into()))?;
-                    out.done = true;
-                    if code != 0 {
-                        out.error = Some(code);
-                    }
-                }
-                t if t == message_type(IPCTNL_MSG_CT_NEW) => {
-                    if let Some(c) = parse_connection(message.payload())? {
-                        out.connections.push(c);
-                    }
-                }
-                _ => {}
-            }
+    let mut connections = Vec::new();
+    let ending = read_datagram(bytes, seq, |kind, payload| {
+        if kind == message_type(IPCTNL_MSG_CT_NEW) {
+            connections.extend(parse_connection(payload)?);
         }
-        offset += length.next_multiple_of(4).max(16);
-    }
-    Ok(out)
+        Ok(())
+    })
+    .map_err(NfnetlinkError::Malformed)?;
+    Ok(Datagram {
+        connections,
+        done: ending.done,
+        interrupted: ending.interrupted,
+        error: ending.error,
+    })
 }
 
 /// One `IPCTNL_MSG_CT_NEW` payload (nfgenmsg + attributes). `None` for a family other than
 /// IPv4 and IPv6 (nothing netwarden judges).
-fn parse_connection(payload: &[u8]) -> Result<Option<Connection>, ConntrackError> {
-    let bad = |what: &str| ConntrackError::Malformed(what.to_string());
+fn parse_connection(payload: &[u8]) -> Result<Option<Connection>, String> {
+    let bad = |what: &str| what.to_string();
     let family = *payload.first().ok_or_else(|| bad("empty message"))?;
     if family != AF_INET && family != AF_INET6 {
         return Ok(None);
@@ -378,8 +315,8 @@ fn tcp_state_of(protoinfo: &[u8]) -> Option<u8> {
 }
 
 /// A tuple: addresses, protocol number and (for protocols with ports) the ports, big-endian.
-fn parse_tuple(tuple: &[u8]) -> Result<TrackedFlow, ConntrackError> {
-    let bad = |what: &str| ConntrackError::Malformed(what.to_string());
+fn parse_tuple(tuple: &[u8]) -> Result<TrackedFlow, String> {
+    let bad = |what: &str| what.to_string();
     let (mut src, mut dst, mut protocol) = (None, None, None);
     let (mut sport, mut dport) = (0u16, 0u16);
     for nla in NlasIterator::new(tuple) {
@@ -407,7 +344,7 @@ fn parse_tuple(tuple: &[u8]) -> Result<TrackedFlow, ConntrackError> {
             CTA_TUPLE_PROTO => {
                 for p in NlasIterator::new(nla.value()) {
                     let p = p.map_err(|e| bad(&format!("protocol attribute: {e}")))?;
-                    let port = || -> Result<u16, ConntrackError> {
+                    let port = || -> Result<u16, String> {
                         let v: [u8; 2] = p.value().try_into().map_err(|_| bad("port length"))?;
                         Ok(u16::from_be_bytes(v))
                     };
@@ -434,67 +371,22 @@ fn parse_tuple(tuple: &[u8]) -> Result<TrackedFlow, ConntrackError> {
     }
 }
 
-/// A `NETLINK_NETFILTER` socket in the calling thread's netns, connected to the kernel.
-fn open_socket() -> Result<Socket, ConntrackError> {
-    let err = |step| move |source| ConntrackError::Socket { step, source };
-    let socket = Socket::new(NETLINK_NETFILTER).map_err(err("socket"))?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(err("connect"))?;
-    setsockopt(
-        &socket,
-        ReceiveTimeout,
-        &TimeVal::milliseconds(REPLY_TIMEOUT.as_millis() as i64),
-    )
-    .map_err(|e| err("SO_RCVTIMEO")(io::Error::from(e)))?;
-    Ok(socket)
-}
-
-/// Sends `request` and reads datagrams until the reply ends; `on` sees each.
-fn exchange(
+/// Sends `request` and reads its reply; `on` sees each connection listed.
+fn talk(
     socket: &Socket,
     what: &'static str,
     request: &[u8],
     seq: u32,
     buffer: &mut [u8],
-    mut on: impl FnMut(Datagram),
+    mut on: impl FnMut(Connection),
 ) -> Result<(), ConntrackError> {
-    socket
-        .send(request, 0)
-        .map_err(|source| ConntrackError::Socket {
-            step: "send",
-            source,
-        })?;
-    loop {
-        let size = match socket.recv(&mut &mut buffer[..], 0) {
-            Ok(size) => size,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Err(ConntrackError::NoReply {
-                    what,
-                    timeout: REPLY_TIMEOUT,
-                })
-            }
-            Err(source) => {
-                return Err(ConntrackError::Socket {
-                    step: "receive",
-                    source,
-                })
-            }
-        };
-        let datagram = parse_datagram(&buffer[..size.min(buffer.len())], seq)?;
-        if let Some(code) = datagram.error {
-            return Err(ConntrackError::Kernel {
-                what,
-                source: io::Error::from_raw_os_error(-code),
-            });
+    exchange(socket, what, request, seq, buffer, |kind, payload| {
+        if kind == message_type(IPCTNL_MSG_CT_NEW) {
+            parse_connection(payload)?.into_iter().for_each(&mut on);
         }
-        let done = datagram.done;
-        on(datagram);
-        if done {
-            return Ok(());
-        }
-    }
+        Ok(())
+    })?;
+    Ok(())
 }
 
 /// Every tracked connection of the calling thread's netns (run it on a [`Netns::run`]
@@ -511,10 +403,17 @@ fn scan_here(mut each: impl FnMut(Connection)) -> Result<usize, ConntrackError> 
     let socket = open_socket()?;
     let mut buffer = vec![0; DATAGRAM];
     let mut listed = 0;
-    exchange(&socket, "dump", &dump_request(1), 1, &mut buffer, |d| {
-        listed += d.connections.len();
-        d.connections.into_iter().for_each(&mut each);
-    })?;
+    talk(
+        &socket,
+        "conntrack dump",
+        &dump_request(1),
+        1,
+        &mut buffer,
+        |c| {
+            listed += 1;
+            each(c);
+        },
+    )?;
     Ok(listed)
 }
 
@@ -527,15 +426,15 @@ pub fn delete_here(connections: &[Connection]) -> Result<usize, ConntrackError> 
     let mut seq = 1u32;
     let mut request = |what: &'static str, bytes: &dyn Fn(u32) -> Vec<u8>| {
         seq = seq.wrapping_add(1);
-        exchange(&socket, what, &bytes(seq), seq, &mut buffer, |_| {})
+        talk(&socket, what, &bytes(seq), seq, &mut buffer, |_| {})
     };
     let errno = |e: &ConntrackError| match e {
-        ConntrackError::Kernel { source, .. } => source.raw_os_error(),
+        ConntrackError::Netlink(e) => e.errno(),
         _ => None,
     };
     let mut ended = 0;
     for c in connections {
-        match request("delete", &|seq| delete_request(c, seq)) {
+        match request("conntrack delete", &|seq| delete_request(c, seq)) {
             Ok(()) => ended += 1,
             Err(e) if errno(&e) == Some(libc::ENOENT) => {}
             Err(e) => return Err(e),
@@ -544,11 +443,11 @@ pub fn delete_here(connections: &[Connection]) -> Result<usize, ConntrackError> 
             continue;
         }
         for attempt in 1..=TOMBSTONE_ATTEMPTS {
-            match request("tombstone", &|seq| tombstone_request(c, seq)) {
+            match request("conntrack tombstone", &|seq| tombstone_request(c, seq)) {
                 Ok(()) => break,
                 // A packet of the connection re-created the entry in between: again.
                 Err(e) if errno(&e) == Some(libc::EEXIST) && attempt < TOMBSTONE_ATTEMPTS => {
-                    match request("delete", &|seq| delete_request(c, seq)) {
+                    match request("conntrack delete", &|seq| delete_request(c, seq)) {
                         Ok(()) => {}
                         Err(e) if errno(&e) == Some(libc::ENOENT) => {}
                         Err(e) => return Err(e),
@@ -600,6 +499,8 @@ mod tests {
     //! tuples, status, timeout, protoinfo...), built here attribute by attribute; the kernel
     //! tests (`tests/revoke_root.rs`) read real dumps with the same parser.
     use super::*;
+    use crate::nfnetlink::tests::{control, done};
+    use netlink_packet_core::{NetlinkBuffer, NLMSG_ERROR, NLM_F_DUMP_INTR};
 
     fn nested(kind: u16, inner: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -639,22 +540,6 @@ mod tests {
         let mut m = message(IPCTNL_MSG_CT_NEW, 2, seq, family, &attrs);
         m.resize(m.len().next_multiple_of(4), 0);
         m
-    }
-
-    /// A control message (`NLMSG_DONE`, `NLMSG_ERROR`): header, then `payload` as is.
-    fn control(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
-        let mut m = Vec::new();
-        m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
-        m.extend_from_slice(&kind.to_ne_bytes());
-        m.extend_from_slice(&flags.to_ne_bytes());
-        m.extend_from_slice(&seq.to_ne_bytes());
-        m.extend_from_slice(&0u32.to_ne_bytes());
-        m.extend_from_slice(payload);
-        m
-    }
-
-    fn done(seq: u32) -> Vec<u8> {
-        control(NLMSG_DONE, 2, seq, &0u32.to_ne_bytes())
     }
 
     fn ip(s: &str) -> IpAddr {

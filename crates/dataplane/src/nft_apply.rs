@@ -36,9 +36,8 @@ use crate::apply::{
 use crate::libnft::{LibnftError, NftContext, Output};
 use crate::netns::{netns_gone, Netns};
 use crate::nft_contexts::{ContextPool, MAX_CONTEXTS};
-use crate::nft_plan::{
-    parse_counters, parse_ruleset, plan, KernelTables, NftNetnsState, NftObjects,
-};
+use crate::nft_netlink::{self, ListingError};
+use crate::nft_plan::{plan, KernelTables, NftNetnsState, NftObjects};
 use crate::nft_verify::{elements_differ, rule_differences};
 use crate::tamper::{Difference, Part, VerifyScope};
 
@@ -73,6 +72,7 @@ struct Committed {
 enum JobError {
     Nft(crate::libnft::LibnftError),
     Listing(serde_json::Error),
+    Reading(ListingError),
 }
 
 impl JobError {
@@ -86,6 +86,10 @@ impl JobError {
                 netns: netns.to_owned(),
                 source,
             },
+            JobError::Reading(source) => ApplyError::Reading {
+                netns: netns.to_owned(),
+                source,
+            },
         }
     }
 }
@@ -96,22 +100,43 @@ impl From<crate::libnft::LibnftError> for JobError {
     }
 }
 
+impl From<ListingError> for JobError {
+    fn from(e: ListingError) -> Self {
+        JobError::Reading(e)
+    }
+}
+
 impl From<serde_json::Error> for JobError {
     fn from(e: serde_json::Error) -> Self {
         JobError::Listing(e)
     }
 }
 
-/// Every table of the netns of `ctx`, each with the names of its sets and chains, from one
-/// terse listing of the ruleset.
+/// Every table of the netns of the calling thread, each with the names of its sets and
+/// chains, over nf_tables netlink dumps ([`nft_netlink`](crate::nft_netlink): no libnftables
+/// listing, which would print the tables a pod made, see there).
 ///
-/// Why `list ruleset`: libnftables 1.0.6 fetches every element of every set for `list tables`
-/// and `list table`, terse or not; only a terse `list ruleset` leaves them out. A restarted
-/// agent finds tables whose peer sets hold thousands of elements (20,000 pods: about half a
-/// second of CPU per listing, two listings per netns, eight netns at once on two cores), and
-/// reading them that way kept it from ever finishing its first sync (issue 20, defect 6).
-fn list_ruleset(ctx: &mut NftContext) -> Result<KernelTables, JobError> {
-    Ok(parse_ruleset(&ctx.run("list ruleset", Output::JsonTerse)?)?)
+/// Names only, never set elements: a restarted agent finds tables whose peer sets hold
+/// thousands of elements (20,000 pods: about half a second of CPU per libnftables listing that
+/// fetched them), and reading them kept it from ever finishing its first sync (issue 20,
+/// defect 6).
+fn list_ruleset() -> Result<KernelTables, JobError> {
+    Ok(nft_netlink::read_here()?.objects)
+}
+
+/// The evidence counters ([`netwarden_render::CounterKind`]) of netwarden's table `inet
+/// NAME` in the calling thread's netns; other counters (learn mode's) are left out.
+fn evidence_counters(name: &str) -> Result<EvidenceCounters, JobError> {
+    let mut out = EvidenceCounters::new();
+    for ((family, table, counter), packets) in nft_netlink::read_here()?.counters {
+        if family != TABLE_FAMILY || table != name {
+            continue;
+        }
+        if let Some((kind, key)) = netwarden_render::parse_counter_name(&counter) {
+            out.insert((key, kind), packets);
+        }
+    }
+    Ok(out)
 }
 
 /// What netwarden's table `inet NAME` holds (names only; empty when there is none).
@@ -203,7 +228,7 @@ fn run_job(job: Job) -> JobDone {
         let (state, iptables_leftovers, others) = match job.state {
             Some(state) => (state, false, Vec::new()),
             None => {
-                let tables = list_ruleset(&mut ctx)?;
+                let tables = list_ruleset()?;
                 (
                     NftNetnsState::from_kernel(netwarden_objects(&tables, &name)),
                     iptables_leftovers(&tables),
@@ -343,15 +368,21 @@ impl NftDataplane {
         netns: &Path,
         f: impl FnOnce(&mut NftContext) -> Result<T, JobError> + Send + 'static,
     ) -> Result<T, ApplyError> {
+        Self::in_netns(netns, move || f(&mut NftContext::new()?))
+    }
+
+    /// Runs `f` on a thread inside `netns` (what reads the kernel over netlink needs no
+    /// libnftables context).
+    fn in_netns<T: Send + 'static>(
+        netns: &Path,
+        f: impl FnOnce() -> Result<T, JobError> + Send + 'static,
+    ) -> Result<T, ApplyError> {
         let handle = Netns::open(netns).map_err(|source| ApplyError::Netns {
             netns: netns.to_owned(),
             source,
         })?;
         handle
-            .run(move || {
-                let mut ctx = NftContext::new()?;
-                f(&mut ctx)
-            })
+            .run(f)
             .map_err(|source| ApplyError::Netns {
                 netns: netns.to_owned(),
                 source,
@@ -362,12 +393,7 @@ impl NftDataplane {
     /// The evidence counters of netwarden's table `inet NAME` in `netns` (none when it has no
     /// table).
     fn read_counters_in(netns: &Path, name: String) -> Result<EvidenceCounters, ApplyError> {
-        Self::with_context(netns, move |ctx| {
-            // The terse ruleset holds the named counters with their values, without the
-            // set elements `list counters table` would fetch (see `list_ruleset`).
-            let listing = ctx.run("list ruleset", Output::JsonTerse)?;
-            Ok(parse_counters(&listing, &name)?)
-        })
+        Self::in_netns(netns, move || evidence_counters(&name))
     }
 
     /// Forgets the netns whose path names another namespace (or none) now, releasing what held
@@ -390,7 +416,7 @@ impl NftDataplane {
     /// netwarden's: it stays).
     pub fn remove_table(netns: &Path) -> Result<bool, ApplyError> {
         Self::with_context(netns, |ctx| {
-            let tables = list_ruleset(ctx)?;
+            let tables = list_ruleset()?;
             let mut deleted = false;
             for name in other_netwarden_tables(&tables, "") {
                 match commit(ctx, &Transaction::removal(), &name) {
@@ -411,8 +437,8 @@ impl NftDataplane {
     /// The sets and chains netwarden's table in `netns` holds (empty when there is none).
     pub fn kernel_objects(&self, netns: &Path) -> Result<NftObjects, ApplyError> {
         let name = self.table_name(netns).to_string();
-        Self::with_context(netns, move |ctx| {
-            Ok(netwarden_objects(&list_ruleset(ctx)?, &name))
+        Self::in_netns(netns, move || {
+            Ok(netwarden_objects(&list_ruleset()?, &name))
         })
     }
 
@@ -520,7 +546,7 @@ fn verify_in(
     kept: &BTreeSet<String>,
     scope: &VerifyScope,
 ) -> Result<Vec<Difference>, JobError> {
-    let listing = ctx.run("list ruleset", Output::JsonTerse)?;
+    let listing = nft_netlink::ruleset_json_here(name)?;
     let mut out = rule_differences(Some(table), name, kept, &listing)?;
     if out.contains(&Difference::Missing(Part::Table)) {
         return Ok(out);
@@ -694,7 +720,7 @@ impl Dataplane for NftDataplane {
     fn read_back(&self, netns: &Path) -> Result<Option<String>, ApplyError> {
         let name = self.table_name(netns).to_string();
         Self::with_context(netns, move |ctx| {
-            if !netwarden_objects(&list_ruleset(ctx)?, &name).table {
+            if !netwarden_objects(&list_ruleset()?, &name).table {
                 return Ok(None);
             }
             Ok(Some(ctx.run(
@@ -755,11 +781,7 @@ impl Dataplane for NftDataplane {
             // The counters' values first: recreating the table starts them from zero. A
             // listing that fails (what made the comparison fail, perhaps) does not hold the
             // repair back: the rules matter, the monitor's counts restart from zero.
-            let counters = ctx
-                .run("list ruleset", Output::JsonTerse)
-                .ok()
-                .and_then(|listing| parse_counters(&listing, &name).ok())
-                .unwrap_or_default();
+            let counters = evidence_counters(&name).unwrap_or_default();
             match ctx.run(&restore_transaction(&restored, &name), Output::Json) {
                 Ok(_) => Ok((counters, name)),
                 // The pod deleted the table and holds one of its name now (see

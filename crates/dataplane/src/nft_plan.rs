@@ -26,7 +26,6 @@
 use std::collections::BTreeSet;
 
 use netwarden_render::nft::{Command, Table, Transaction};
-use serde::Deserialize;
 
 /// The named sets and chains of table `inet netwarden`, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -303,140 +302,14 @@ pub fn plan<'t>(desired: Option<&'t Table>, state: &'t NftNetnsState) -> NftPlan
     }
 }
 
-#[derive(Deserialize)]
-struct Listing {
-    nftables: Vec<serde_json::Map<String, serde_json::Value>>,
-}
-
-#[derive(Deserialize)]
-struct Named {
-    family: Option<String>,
-    table: Option<String>,
-    name: String,
-}
-
-/// The tables a `list tables` JSON output names, as (family, name).
-pub fn parse_tables(json: &str) -> Result<BTreeSet<(String, String)>, serde_json::Error> {
-    let listing: Listing = serde_json::from_str(json)?;
-    let mut out = BTreeSet::new();
-    for item in listing.nftables {
-        if let Some(table) = item.get("table") {
-            let t: Named = serde_json::from_value(table.clone())?;
-            out.insert((t.family.unwrap_or_default(), t.name));
-        }
-    }
-    Ok(out)
-}
-
-#[derive(Deserialize)]
-struct CounterObject {
-    table: Option<String>,
-    name: String,
-    packets: u64,
-}
-
-/// The evidence counters ([`netwarden_render::CounterKind`]) a `list counters table` JSON
-/// output holds for table `table`; other counters (learn mode's) are left out.
-pub fn parse_counters(
-    json: &str,
-    table: &str,
-) -> Result<crate::apply::EvidenceCounters, serde_json::Error> {
-    let listing: Listing = serde_json::from_str(json)?;
-    let mut out = crate::apply::EvidenceCounters::new();
-    for item in listing.nftables {
-        let Some(v) = item.get("counter") else {
-            continue;
-        };
-        let counter: CounterObject = serde_json::from_value(v.clone())?;
-        if counter.table.as_deref() != Some(table) {
-            continue;
-        }
-        if let Some((kind, key)) = netwarden_render::parse_counter_name(&counter.name) {
-            out.insert((key, kind), counter.packets);
-        }
-    }
-    Ok(out)
-}
-
-/// Every table a listing names, by (family, name), with the names of its sets and chains.
+/// Every table of a netns, by (family, name), with the names of its sets and chains.
 pub type KernelTables = std::collections::BTreeMap<(String, String), NftObjects>;
-
-/// The tables, sets and chains a `list ruleset` JSON output names (terse: without set
-/// elements, which is what makes it cheap, see `nft_apply`).
-pub fn parse_ruleset(json: &str) -> Result<KernelTables, serde_json::Error> {
-    let listing: Listing = serde_json::from_str(json)?;
-    let mut out = KernelTables::new();
-    fn table(out: &mut KernelTables, family: Option<String>, name: String) -> &mut NftObjects {
-        out.entry((family.unwrap_or_default(), name))
-            .or_insert_with(|| NftObjects {
-                table: true,
-                ..NftObjects::default()
-            })
-    }
-    for item in listing.nftables {
-        if let Some(t) = item.get("table") {
-            let t: Named = serde_json::from_value(t.clone())?;
-            table(&mut out, t.family, t.name);
-        }
-        if let Some(v) = item.get("set") {
-            let named: Named = serde_json::from_value(v.clone())?;
-            if let Some(t) = named.table {
-                table(&mut out, named.family, t).sets.insert(named.name);
-            }
-        }
-        if let Some(v) = item.get("chain") {
-            let named: Named = serde_json::from_value(v.clone())?;
-            if let Some(t) = named.table {
-                table(&mut out, named.family, t).chains.insert(named.name);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The sets and chains a `list table` JSON output (terse or not) names for table `table`.
-pub fn parse_objects(json: &str, table: &str) -> Result<NftObjects, serde_json::Error> {
-    let listing: Listing = serde_json::from_str(json)?;
-    let mut out = NftObjects {
-        table: true,
-        ..NftObjects::default()
-    };
-    for item in listing.nftables {
-        for (kind, into) in [("set", &mut out.sets), ("chain", &mut out.chains)] {
-            if let Some(v) = item.get(kind) {
-                let named: Named = serde_json::from_value(v.clone())?;
-                if named.table.as_deref() == Some(table) {
-                    into.insert(named.name);
-                }
-            }
-        }
-    }
-    Ok(out)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use netwarden_engine::Family;
 
-    #[test]
-    fn evidence_counters_are_read_from_a_listing() {
-        let json = r#"{"nftables": [{"metainfo": {"json_schema_version": 1}},
-            {"counter": {"family": "inet", "name": "nw_cn_0000002a", "table": "netwarden", "handle": 3, "packets": 12, "bytes": 720}},
-            {"counter": {"family": "inet", "name": "nw_wd_0000002a", "table": "netwarden", "handle": 4, "packets": 5, "bytes": 300}},
-            {"counter": {"family": "inet", "name": "lrn_full", "table": "netwarden", "handle": 5, "packets": 9, "bytes": 1}},
-            {"counter": {"family": "inet", "name": "nw_wl_0000002a", "table": "other", "handle": 6, "packets": 99, "bytes": 1}}]}"#;
-        let got = parse_counters(json, "netwarden").unwrap();
-        use netwarden_render::{CounterKind, LogKey};
-        assert_eq!(
-            got,
-            [
-                ((LogKey(42), CounterKind::Connections), 12),
-                ((LogKey(42), CounterKind::WouldDeny), 5),
-            ]
-            .into()
-        );
-    }
     use netwarden_render::nft::{AddrEnd, AddrSetDef, Chain, Hook, IfBy, Match, Rule, Verdict};
 
     /// A table with `chains` (the first one a base chain jumping to each other) and one set per
@@ -687,29 +560,5 @@ mod tests {
         bad.commands.push(Command::DeleteChain("in_0"));
         assert!(k.apply(&bad).is_err());
         assert_eq!(k, before);
-    }
-
-    #[test]
-    fn listings_are_parsed() {
-        let tables = r#"{"nftables":[{"metainfo":{"version":"1.0.6"}},{"table":{"family":"inet","name":"netwarden","handle":1}},{"table":{"family":"ip","name":"filter","handle":2}}]}"#;
-        let t = parse_tables(tables).unwrap();
-        assert!(t.contains(&("inet".into(), "netwarden".into())));
-        assert!(t.contains(&("ip".into(), "filter".into())));
-        let objects = r#"{"nftables":[{"metainfo":{}},{"table":{"family":"inet","name":"netwarden"}},{"limit":{"family":"inet","table":"netwarden","name":"lim_in"}},{"set":{"family":"inet","name":"p4_a","table":"netwarden","type":"ipv4_addr"}},{"chain":{"family":"inet","table":"netwarden","name":"input","hook":"input"}},{"chain":{"family":"inet","table":"netwarden","name":"in_0"}},{"rule":{"family":"inet","table":"netwarden","chain":"input","expr":[]}}]}"#;
-        let o = parse_objects(objects, "netwarden").unwrap();
-        assert_eq!(o.sets, names(&["p4_a"]));
-        assert_eq!(o.chains, names(&["input", "in_0"]));
-        assert!(parse_objects("{", "netwarden").is_err());
-        // A terse ruleset listing: every table, each with its sets and chains.
-        let ruleset = r#"{"nftables":[{"metainfo":{}},{"table":{"family":"inet","name":"netwarden","handle":1}},{"set":{"family":"inet","name":"p4_a","table":"netwarden","type":"ipv4_addr","flags":["interval"]}},{"chain":{"family":"inet","table":"netwarden","name":"input","hook":"input"}},{"table":{"family":"ip","name":"filter"}},{"chain":{"family":"ip","table":"filter","name":"DANM_IN"}},{"rule":{"family":"inet","table":"netwarden","chain":"input","expr":[]}}]}"#;
-        let r = parse_ruleset(ruleset).unwrap();
-        let nw = &r[&("inet".to_string(), "netwarden".to_string())];
-        assert_eq!((nw.table, &nw.sets), (true, &names(&["p4_a"])));
-        assert_eq!(nw.chains, names(&["input"]));
-        assert_eq!(
-            r[&("ip".to_string(), "filter".to_string())].chains,
-            names(&["DANM_IN"])
-        );
-        assert_eq!(r.len(), 2);
     }
 }
