@@ -183,23 +183,7 @@ impl Engine {
                 .iter()
                 .any(|(pod, ns_labels)| selector.matches(ns_labels, &pod.labels))
         });
-        let stale: BTreeSet<AdminRef> = self
-            .admin_policies
-            .values()
-            .filter(|policy| {
-                [Direction::Ingress, Direction::Egress]
-                    .iter()
-                    .flat_map(|d| policy.rules(*d))
-                    .flat_map(|rule| &rule.peers)
-                    .any(|peer| match peer {
-                        AdminPeer::Pods(selector) => versions
-                            .iter()
-                            .any(|(pod, ns_labels)| selector.matches(ns_labels, &pod.labels)),
-                        _ => false,
-                    })
-            })
-            .map(|policy| policy.reference())
-            .collect();
+        let stale = self.policies_selecting(&versions, |_| true);
         self.invalidate_tiers(stale);
     }
 
@@ -508,14 +492,24 @@ impl Engine {
             .filter(|pod| !pod.host_network)
             .map(|pod| (pod, self.namespace_labels(&pod.key.namespace)))
             .collect();
-        let stale: BTreeSet<AdminRef> = self
-            .admin_policies
+        let stale = self.policies_selecting(&versions, |rule| rule.action == AdminAction::Allow);
+        self.invalidate_tiers(stale);
+    }
+
+    /// The admin policies with a rule (of those `which` keeps) whose pod peers select one of
+    /// `versions` (a pod, with its namespace's labels).
+    fn policies_selecting(
+        &self,
+        versions: &[(&Pod, crate::labels::Labels)],
+        which: impl Fn(&crate::admin::AdminRule) -> bool,
+    ) -> BTreeSet<AdminRef> {
+        self.admin_policies
             .values()
             .filter(|policy| {
                 [Direction::Ingress, Direction::Egress]
                     .iter()
                     .flat_map(|d| policy.rules(*d))
-                    .filter(|rule| rule.action == AdminAction::Allow)
+                    .filter(|rule| which(rule))
                     .flat_map(|rule| &rule.peers)
                     .any(|peer| match peer {
                         AdminPeer::Pods(selector) => versions
@@ -525,8 +519,7 @@ impl Engine {
                     })
             })
             .map(|policy| policy.reference())
-            .collect();
-        self.invalidate_tiers(stale);
+            .collect()
     }
 
     /// The peers of `policy`'s rule `index` of `direction` (cached).
