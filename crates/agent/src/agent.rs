@@ -553,6 +553,10 @@ impl Agent {
         let engine = Engine::new(config.engine.clone());
         let mut syncer = for_backend(config.backend, config.render);
         syncer.set_established(config.established);
+        // A long-running agent coalesces revocation passes; `--once` revokes before it exits.
+        if !once {
+            syncer.set_revocation_delay(crate::revocations::REVOCATION_DELAY);
+        }
         let monitor = if once {
             None
         } else {
@@ -634,6 +638,8 @@ impl Agent {
         let mut wait = Duration::ZERO;
         loop {
             if self.stop.load(Ordering::Relaxed) {
+                // The revocations owed are not left behind.
+                self.revoke_due(true);
                 info!("stopping; the rules in place stay");
                 if let Some(monitor) = self.monitor.as_mut() {
                     monitor.write_status(self.syncer.as_ref(), true);
@@ -702,6 +708,9 @@ impl Agent {
                 });
             }
         }
+        if self.revoke_due(false) {
+            phases.mark("revoke");
+        }
         self.guard(&mut phases);
         self.observe(fresh, followed, &reason, &mut phases);
         self.report_events(fresh, &mut phases);
@@ -715,13 +724,17 @@ impl Agent {
         if phases.any() {
             debug!("pass: {phases}");
         }
-        // A repair held back for its pace is not kept waiting for the whole interval.
-        let held = self
-            .tamper
-            .as_ref()
-            .and_then(|guard| guard.next_due())
-            .map(|at| at.saturating_duration_since(Instant::now()));
-        Next::Wait(held.map_or(self.config.interval, |h| h.min(self.config.interval)))
+        // A repair held back for its pace, or a revocation pass waiting for its delay, is not
+        // kept waiting for the whole interval.
+        let next = [
+            self.tamper.as_ref().and_then(|guard| guard.next_due()),
+            self.syncer.next_revocation(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|at| at.saturating_duration_since(Instant::now()));
+        Next::Wait(next.map_or(self.config.interval, |h| h.min(self.config.interval)))
     }
 
     /// Why the agent is not ready (`None`: ready), logged when it changes. Before the first
@@ -876,6 +889,24 @@ impl Agent {
             warn!("{error}");
         }
         report.errors.is_empty()
+    }
+
+    /// Runs the revocation passes that are due (all owed when `all`); reports them. Whether
+    /// any ran.
+    fn revoke_due(&mut self, all: bool) -> bool {
+        if self.syncer.next_revocation().is_none() {
+            return false;
+        }
+        let report = self.syncer.revoke_due(Instant::now(), all);
+        if let Some(monitor) = self.monitor.as_mut() {
+            for (pod, n) in &report.revoked {
+                monitor.metrics.add_revoked(&pod.to_string(), *n as u64);
+            }
+        }
+        for error in &report.errors {
+            warn!("{error}");
+        }
+        true
     }
 
     /// Tamper repair: compares the netns the kernel said changed (and, every

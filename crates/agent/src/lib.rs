@@ -22,6 +22,7 @@ pub mod memory;
 pub mod node_paths;
 pub mod placement;
 pub mod policy_events;
+pub mod revocations;
 pub mod shutdown;
 pub mod source;
 pub mod status_tracker;

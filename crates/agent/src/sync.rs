@@ -10,10 +10,12 @@
 //!
 //! Revocation (SPEC 5, `--established`): with [`Established::Revoke`], every netns whose
 //! rules an apply changed has its live connections judged against the new rules, and those
-//! they deny are ended ([`Dataplane::revoke_connections`]), all such netns side by side, right
-//! after the applies. A revocation that fails is logged and reported; it never undoes or holds
-//! back the apply. A removal (the pod no longer isolated) and an unchanged ruleset revoke
-//! nothing.
+//! they deny are ended ([`Dataplane::revoke_connections`]), all such netns side by side: right
+//! after the applies, or (the agent) a short delay after a netns's first change, coalescing
+//! the changes meanwhile, and only as widely as the change can deny
+//! ([`crate::revocations`]). A revocation that fails is logged and reported; it never undoes
+//! or holds back the apply. A removal (the pod no longer isolated) and an unchanged ruleset
+//! revoke nothing.
 //!
 //! [`Syncer`] is generic over the [`Dataplane`], so a ruleset is always the backend's own type;
 //! the commands hold it as a [`Reconciler`] chosen once from `--backend` ([`for_backend`]).
@@ -30,6 +32,9 @@ use netwarden_dataplane::tamper::{Difference, VerifyScope};
 use netwarden_dataplane::{
     ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters, IptablesDataplane, NftDataplane,
 };
+use netwarden_engine::revocation::RevocationScope;
+
+use crate::revocations::{Pass, Revocations};
 use netwarden_engine::{Engine, PodKey, PodRules};
 use netwarden_render::RenderOptions;
 
@@ -64,6 +69,15 @@ pub struct SyncReport {
     /// Revocations that failed (the applies stand; logged, never retried on their own).
     pub revoke_errors: Vec<String>,
     pub duration: Duration,
+}
+
+/// What revocation passes did.
+#[derive(Debug, Default)]
+pub struct RevocationReport {
+    /// Connections revoked, per pod whose netns had any.
+    pub revoked: BTreeMap<PodKey, usize>,
+    /// Passes that failed (the applies stand; logged, the next pass judges everything).
+    pub errors: Vec<String>,
 }
 
 impl std::fmt::Display for SyncReport {
@@ -112,7 +126,18 @@ pub trait Reconciler: Send {
     /// With [`Established::Revoke`], ends the live connections of programmed pod `pod` that
     /// its rules in force deny: after a tamper repair, for what was opened while the rules
     /// were gone. `None`: nothing to do (keep, or not programmed); else the number revoked.
-    fn revoke_now(&self, pod: &PodKey) -> Option<Result<usize, String>>;
+    fn revoke_now(&mut self, pod: &PodKey) -> Option<Result<usize, String>>;
+
+    /// Revocation passes run this long after a netns's first unjudged change, coalescing the
+    /// changes meanwhile ([`crate::revocations`]); zero (until set): right after each sync.
+    fn set_revocation_delay(&mut self, delay: Duration);
+
+    /// Runs the revocation passes due at `now` (every one owed when `all`: the agent stops),
+    /// side by side; what they revoked and what failed.
+    fn revoke_due(&mut self, now: Instant, all: bool) -> RevocationReport;
+
+    /// When the next revocation pass is due.
+    fn next_revocation(&self) -> Option<Instant>;
 
     /// Removes netwarden's rules from every netns it programmed (used by the lab and tests).
     fn remove_all(&mut self) -> Vec<String>;
@@ -151,6 +176,9 @@ pub struct Syncer<D: Dataplane> {
     current: BTreeMap<PodKey, PodRules>,
     converge_removals: bool,
     established: Established,
+    /// The revocation passes owed and what each netns was last judged by.
+    revocations: Revocations,
+    revocation_delay: Duration,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -162,25 +190,31 @@ impl<D: Dataplane> Syncer<D> {
             converge_removals: false,
             // Revocation enters connection tables: only an agent asks for it.
             established: Established::Keep,
+            revocations: Revocations::new(Duration::ZERO),
+            revocation_delay: Duration::ZERO,
         }
     }
 
-    /// Revokes, side by side, the connections the new rules deny in each netns of `changed`
-    /// (see the module doc); the outcome goes to `report` and the log.
-    fn revoke(&self, changed: Vec<(PodKey, PathBuf, PodRules)>, report: &mut SyncReport) {
-        if self.established != Established::Revoke || changed.is_empty() {
-            return;
+    /// Runs `passes` side by side (see [`crate::revocations`] for what each judges); the
+    /// outcome goes to the log and the report.
+    fn run_passes(&mut self, passes: Vec<Pass>) -> RevocationReport {
+        let mut report = RevocationReport::default();
+        if passes.is_empty() {
+            return report;
         }
-        let results = run_parallel(&changed, APPLY_WORKERS, |(_, netns, rules)| {
-            D::revoke_connections(netns, rules)
+        let results = run_parallel(&passes, APPLY_WORKERS, |pass| {
+            D::revoke_connections(&pass.netns, &pass.rules, &pass.scope)
         });
-        for ((key, netns, _), result) in changed.into_iter().zip(results) {
+        for (pass, result) in passes.into_iter().zip(results) {
+            self.revocations
+                .done(&pass.netns, &pass.rules, result.is_ok());
+            let key = pass.pod;
             match result {
                 Ok(Revoked { flows, deleted, .. }) if !flows.is_empty() => {
                     tracing::info!(
                         "{key}: revoked {} live connection(s) the new rules deny in {} ({deleted} entries deleted)",
                         flows.len(),
-                        netns.display()
+                        pass.netns.display()
                     );
                     for flow in &flows {
                         tracing::debug!("{key}: revoked {flow}");
@@ -191,14 +225,17 @@ impl<D: Dataplane> Syncer<D> {
                 // The pod is gone, its connections with it.
                 Err(e) if e.netns_gone() => {}
                 Err(e) => report
-                    .revoke_errors
+                    .errors
                     .push(format!("{key}: revoking denied connections: {e}")),
             }
         }
+        report
     }
 
     /// Removes what is ours from `netns`; a netns that is gone counts as clean.
     fn remove_from(&mut self, key: &PodKey, netns: &Path, report: &mut SyncReport) -> bool {
+        // Open from now on: connections may start that no rule judged.
+        self.revocations.forget(netns);
         match self.dataplane.remove(netns) {
             Ok(()) => true,
             Err(e) if e.netns_gone() => true,
@@ -296,14 +333,20 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             tracing::debug!("applying {} pod netns", items.len());
         }
         let results = self.dataplane.apply_many(&items);
-        let mut changed = Vec::new();
         for ((key, netns, rules, _), result) in batch.into_iter().zip(results) {
             match result {
                 Ok(outcome) => {
                     match outcome {
                         ApplyOutcome::Applied => {
                             report.applied += 1;
-                            changed.push((key.clone(), netns.clone(), rules.clone()));
+                            if self.established == Established::Revoke {
+                                self.revocations.changed(
+                                    key.clone(),
+                                    netns.clone(),
+                                    rules.clone(),
+                                    Instant::now(),
+                                );
+                            }
                         }
                         ApplyOutcome::Unchanged => report.unchanged += 1,
                         ApplyOutcome::Removed => report.removed += 1,
@@ -312,13 +355,19 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
                     self.current.insert(key, rules);
                 }
                 Err(e) => {
+                    self.revocations.forget(&netns);
                     self.dataplane.forget(&netns);
                     report.errors.push(format!("{key}: {e}"));
                     report.failed.insert(key);
                 }
             }
         }
-        self.revoke(changed, &mut report);
+        // Without a delay (the lab, tests), the passes run now and report here.
+        if self.revocation_delay.is_zero() {
+            let revoked = self.revoke_due(Instant::now(), false);
+            report.revoked = revoked.revoked;
+            report.revoke_errors = revoked.errors;
+        }
         report.duration = start.elapsed();
         report
     }
@@ -343,21 +392,46 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
         self.established = established;
     }
 
-    fn revoke_now(&self, pod: &PodKey) -> Option<Result<usize, String>> {
+    fn revoke_now(&mut self, pod: &PodKey) -> Option<Result<usize, String>> {
         if self.established != Established::Revoke {
             return None;
         }
-        let netns = self.programmed.get(pod)?;
-        let rules = self.current.get(pod)?;
-        match D::revoke_connections(netns, rules) {
+        let netns = self.programmed.get(pod)?.clone();
+        let rules = self.current.get(pod)?.clone();
+        // Whatever opened meanwhile (a tamper) was judged by nothing: everything.
+        let result = D::revoke_connections(&netns, &rules, &RevocationScope::Everything);
+        self.revocations.done(&netns, &rules, result.is_ok());
+        match result {
             Ok(revoked) => Some(Ok(revoked.flows.len())),
-            Err(e) if e.netns_gone() => None,
-            Err(e) => Some(Err(format!("{pod}: revoking denied connections: {e}"))),
+            Err(e) => {
+                if e.netns_gone() {
+                    return None;
+                }
+                Some(Err(format!("{pod}: revoking denied connections: {e}")))
+            }
         }
+    }
+
+    fn set_revocation_delay(&mut self, delay: Duration) {
+        self.revocation_delay = delay;
+        self.revocations = Revocations::new(delay);
+    }
+
+    fn revoke_due(&mut self, now: Instant, all: bool) -> RevocationReport {
+        let passes = self.revocations.due(now, all);
+        self.run_passes(passes)
+    }
+
+    fn next_revocation(&self) -> Option<Instant> {
+        self.revocations.next_due()
     }
 
     fn netns_changed(&mut self) -> BTreeSet<PodKey> {
         let changed: BTreeSet<PathBuf> = self.dataplane.changed_netns().into_iter().collect();
+        // Another namespace at the same path: its connections were judged by nothing.
+        for netns in &changed {
+            self.revocations.forget(netns);
+        }
         self.programmed
             .iter()
             .filter(|(_, netns)| changed.contains(*netns))
@@ -538,14 +612,16 @@ mod tests {
     fn revocation_follows_changed_applies_only() {
         use netwarden_dataplane::fake::FAKE_REVOCATIONS;
         let netns = PathBuf::from("/run/netns/revoking-web");
-        let calls = || {
+        let scopes = || -> Vec<RevocationScope> {
             FAKE_REVOCATIONS
                 .lock()
                 .unwrap()
                 .iter()
-                .filter(|p| **p == netns)
-                .count()
+                .filter(|(p, _)| *p == netns)
+                .map(|(_, scope)| scope.clone())
+                .collect()
         };
+        let calls = || scopes().len();
         let engine = |ingress| {
             let mut e = Engine::new(EngineOptions::default());
             let mut p = pod("ns", "web", &[("app", "web")], &["10.0.0.1"]);
@@ -582,21 +658,41 @@ mod tests {
             "{:?}",
             report.revoke_errors
         );
+        // Nothing judged before: everything.
+        assert_eq!(scopes()[0], RevocationScope::Everything);
         // Unchanged: nothing applied, nothing revoked.
         let keys = all(&e);
         let report = syncer.sync(&mut e, keys);
         assert_eq!((report.unchanged, calls()), (1, 1), "{report}");
+        // Every port allowed now: wider, a pass with nothing to look at.
+        let any_port = vec![netwarden_engine::testing::rule(vec![], vec![])];
+        let mut e = engine(Some(any_port));
+        let keys = all(&e);
+        let report = syncer.sync(&mut e, keys);
+        assert_eq!((report.applied, calls()), (1, 2), "{report}");
+        assert_eq!(scopes()[1], RevocationScope::Nothing);
+        // Back to port 80: narrower, judged against the last pass's rules: everything.
+        let mut e = engine(Some(allow_80.clone()));
+        let keys = all(&e);
+        syncer.sync(&mut e, keys);
+        assert_eq!(scopes()[2], RevocationScope::Everything);
         // No longer isolated: the rules are removed, nothing revoked.
         let mut e = engine(None);
         let keys = all(&e);
         let report = syncer.sync(&mut e, keys);
-        assert_eq!((report.removed, calls()), (1, 1), "{report}");
+        assert_eq!((report.removed, calls()), (1, 3), "{report}");
+        // Isolated again after an open spell: whatever started meanwhile was judged by
+        // nothing, so everything, even for rules the netns had before.
+        let mut e = engine(Some(allow_80.clone()));
+        let keys = all(&e);
+        syncer.sync(&mut e, keys);
+        assert_eq!(scopes()[3], RevocationScope::Everything);
         // Keep: a change revokes nothing.
         syncer.set_established(Established::Keep);
         let mut e = engine(Some(vec![]));
         let keys = all(&e);
         let report = syncer.sync(&mut e, keys);
-        assert_eq!((report.applied, calls()), (1, 1), "{report}");
+        assert_eq!((report.applied, calls()), (1, 4), "{report}");
     }
 
     #[test]

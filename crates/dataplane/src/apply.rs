@@ -9,14 +9,16 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use netwarden_engine::revocation::RevocationScope;
 use netwarden_engine::PodRules;
 use netwarden_render::{CounterKind, LogKey, RenderError};
 
-use crate::conntrack::{ConntrackError, Revoked};
+use crate::conntrack::{ConntrackError, DumpFilter, Revoked};
 use crate::iptables_error::IptablesError;
 use crate::libnft::LibnftError;
 use crate::netns::{netns_gone, Netns, NetnsError, NetnsId};
@@ -316,12 +318,23 @@ pub trait Dataplane: Send {
 
     /// Ends the live connections of `netns` that the enforced view of `rules` denies
     /// (revocation, SPEC 5; see [`crate::conntrack`]): run after an apply that changed the
-    /// netns's rules. The same for every backend — the conntrack table is the kernel's, not
-    /// the rules' — and an associated function, so a batch can run side by side.
-    fn revoke_connections(netns: &Path, rules: &PodRules) -> Result<Revoked, ConntrackError> {
+    /// netns's rules, within `scope` (what the change can deny, [`revocation_scope`]: nothing
+    /// at all, the connections of a few peers, or every one). The same for every backend —
+    /// the conntrack table is the kernel's, not the rules' — and an associated function, so a
+    /// batch can run side by side.
+    ///
+    /// [`revocation_scope`]: netwarden_engine::revocation::revocation_scope
+    fn revoke_connections(
+        netns: &Path,
+        rules: &PodRules,
+        scope: &RevocationScope,
+    ) -> Result<Revoked, ConntrackError> {
+        let Some(filters) = dump_filters(scope) else {
+            return Ok(Revoked::default());
+        };
         let handle = Netns::open(netns)?;
         let rules = rules.clone();
-        crate::conntrack::revoke(&handle, move |flow| {
+        crate::conntrack::revoke(&handle, filters, move |flow| {
             netwarden_engine::judge(&rules, flow).is_denied()
         })
     }
@@ -335,6 +348,43 @@ pub trait Dataplane: Send {
     /// The netns applied to whose path now names another namespace (deleted and created again:
     /// a pod sandbox restart) or none. They are forgotten; the caller syncs their pods again.
     fn changed_netns(&mut self) -> Vec<PathBuf>;
+}
+
+/// The most peers a revocation pass asks the kernel for one by one (a dump each) before it
+/// lists the whole table instead.
+pub const MAX_FILTERED_PEERS: usize = 16;
+
+/// The dumps a revocation pass within `scope` makes: `None` for none at all; one per peer
+/// address (its incoming connections by original source, its outgoing ones by original
+/// destination) when the scope names a few single addresses; else the whole table.
+pub fn dump_filters(scope: &RevocationScope) -> Option<Vec<DumpFilter>> {
+    let (ingress, egress) = match scope {
+        RevocationScope::Nothing => return None,
+        RevocationScope::Everything => return Some(vec![DumpFilter::All]),
+        RevocationScope::Peers { ingress, egress } => (ingress, egress),
+    };
+    let singles = |set: &netwarden_engine::AddrSet| -> Option<Vec<IpAddr>> {
+        let v4 = set
+            .v4_ranges()
+            .map(|(lo, hi)| (lo == hi).then_some(IpAddr::V4(lo)));
+        let v6 = set
+            .v6_ranges()
+            .map(|(lo, hi)| (lo == hi).then_some(IpAddr::V6(lo)));
+        v4.chain(v6).take(MAX_FILTERED_PEERS + 1).collect()
+    };
+    let filters: Option<Vec<DumpFilter>> = (|| {
+        let mut out: Vec<DumpFilter> = singles(ingress)?
+            .into_iter()
+            .map(DumpFilter::OrigSource)
+            .collect();
+        out.extend(
+            singles(egress)?
+                .into_iter()
+                .map(DumpFilter::OrigDestination),
+        );
+        (out.len() <= MAX_FILTERED_PEERS).then_some(out)
+    })();
+    Some(filters.unwrap_or_else(|| vec![DumpFilter::All]))
 }
 
 #[cfg(test)]

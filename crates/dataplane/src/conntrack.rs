@@ -73,6 +73,11 @@ const CTA_TIMEOUT: u16 = 7;
 /// `IPS_SEEN_REPLY`: packets went both ways.
 const IPS_SEEN_REPLY: u32 = 1 << 1;
 const CTA_ZONE: u16 = 18;
+const CTA_FILTER: u16 = 25;
+const CTA_FILTER_ORIG_FLAGS: u16 = 1;
+/// `CTA_FILTER_FLAG(CTA_IP_SRC)`, `CTA_FILTER_FLAG(CTA_IP_DST)` (`net/netfilter/nf_internals.h`).
+const CTA_FILTER_F_CTA_IP_SRC: u32 = 1 << 0;
+const CTA_FILTER_F_CTA_IP_DST: u32 = 1 << 1;
 const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
 const CTA_IP_V4_SRC: u16 = 1;
@@ -155,15 +160,57 @@ fn message(msg: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> 
     crate::nfnetlink::request(message_type(msg), flags, seq, family, attrs)
 }
 
-/// The request to list every tracked connection of every family.
-pub fn dump_request(seq: u32) -> Vec<u8> {
-    message(
-        IPCTNL_MSG_CT_GET,
-        NLM_F_REQUEST | NLM_F_DUMP,
-        seq,
-        AF_UNSPEC,
-        &[],
-    )
+/// Which tracked connections a dump asks the kernel for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpFilter {
+    /// Every connection of every family.
+    All,
+    /// Those whose original source is this address (incoming connections from a peer).
+    OrigSource(IpAddr),
+    /// Those whose original destination is this address (outgoing connections to a peer).
+    OrigDestination(IpAddr),
+}
+
+/// The request to list (at least) the tracked connections `filter` names. A filtered dump is
+/// the kernel's (`CTA_FILTER`, Linux 5.9): it still walks the table, but builds and sends only
+/// the entries that match — the cost of a dump is mostly the messages. Callers judge every
+/// entry listed, so a kernel that sends more (one without `CTA_FILTER` ignores it and sends
+/// the family's entries) costs time, never correctness.
+///
+/// IPv6 addresses are asked for by family only: the kernel's IPv6 tuple filter is inverted
+/// (`ctnetlink_filter_match_tuple` tests `!ipv6_addr_cmp(..)`, true when the addresses are
+/// *equal*, and skips the entry; Linux 6.18 here: a filter by an IPv6 source listed every
+/// IPv6 entry but that source's). Trusting it would miss exactly the connections to revoke.
+pub fn dump_request(filter: DumpFilter, seq: u32) -> Vec<u8> {
+    let dump = |family: u8, attrs: &[u8]| {
+        message(
+            IPCTNL_MSG_CT_GET,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            seq,
+            family,
+            attrs,
+        )
+    };
+    let (addr, flag, src) = match filter {
+        DumpFilter::All => return dump(AF_UNSPEC, &[]),
+        DumpFilter::OrigSource(IpAddr::V6(_)) | DumpFilter::OrigDestination(IpAddr::V6(_)) => {
+            return dump(AF_INET6, &[])
+        }
+        DumpFilter::OrigSource(IpAddr::V4(addr)) => (addr, CTA_FILTER_F_CTA_IP_SRC, true),
+        DumpFilter::OrigDestination(IpAddr::V4(addr)) => (addr, CTA_FILTER_F_CTA_IP_DST, false),
+    };
+    let kind = if src { CTA_IP_V4_SRC } else { CTA_IP_V4_DST };
+    let mut ip = Vec::new();
+    attr(&mut ip, kind, &addr.octets());
+    let mut tuple = Vec::new();
+    attr(&mut tuple, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
+    let mut flags = Vec::new();
+    // NLA_U32 in host order (`nla_get_u32`), unlike the conntrack values.
+    attr(&mut flags, CTA_FILTER_ORIG_FLAGS, &flag.to_ne_bytes());
+    let mut attrs = Vec::new();
+    attr(&mut attrs, CTA_TUPLE_ORIG | NLA_F_NESTED, &tuple);
+    attr(&mut attrs, CTA_FILTER | NLA_F_NESTED, &flags);
+    dump(AF_INET, &attrs)
 }
 
 /// The request to delete `connection` (acknowledged).
@@ -389,24 +436,27 @@ fn talk(
     Ok(())
 }
 
-/// Every tracked connection of the calling thread's netns (run it on a [`Netns::run`]
-/// thread). A netns without conntrack (no rule there ever used it) lists nothing.
-pub fn list_here() -> Result<Vec<Connection>, ConntrackError> {
+/// The tracked connections `filter` names in the calling thread's netns (run it on a
+/// [`Netns::run`] thread). A netns without conntrack (no rule there ever used it) lists nothing.
+pub fn list_here(filter: DumpFilter) -> Result<Vec<Connection>, ConntrackError> {
     let mut all = Vec::new();
-    scan_here(|c| all.push(c))?;
+    scan_here(filter, |c| all.push(c))?;
     Ok(all)
 }
 
 /// Dumps the calling thread's conntrack table, handing each connection to `each` as its
 /// datagram is read (a large table is never held whole); the number listed.
-fn scan_here(mut each: impl FnMut(Connection)) -> Result<usize, ConntrackError> {
+fn scan_here(
+    filter: DumpFilter,
+    mut each: impl FnMut(Connection),
+) -> Result<usize, ConntrackError> {
     let socket = open_socket()?;
     let mut buffer = vec![0; DATAGRAM];
     let mut listed = 0;
     talk(
         &socket,
         "conntrack dump",
-        &dump_request(1),
+        &dump_request(filter, 1),
         1,
         &mut buffer,
         |c| {
@@ -471,19 +521,39 @@ pub struct Revoked {
     pub deleted: usize,
 }
 
-/// Lists the tracked connections of `netns` and deletes those `deny` refuses, from one thread
-/// inside it.
+/// Lists the tracked connections of `netns` that `filters` name (one dump each) and deletes
+/// those `deny` refuses, from one thread inside it. A filtered dump the kernel refuses (older
+/// than 5.9) gives way to the whole table.
 pub fn revoke(
     netns: &Netns,
+    filters: Vec<DumpFilter>,
     deny: impl Fn(&TrackedFlow) -> bool + Send + 'static,
 ) -> Result<Revoked, ConntrackError> {
     netns.run(move || {
         let mut doomed = Vec::new();
-        let listed = scan_here(|c| {
+        let mut judge = |c: Connection| {
             if !c.is_tombstone() && deny(&c.flow) {
                 doomed.push(c);
             }
-        })?;
+        };
+        let mut listed = 0;
+        let mut filtered = || -> Result<usize, ConntrackError> {
+            let mut listed = 0;
+            for filter in &filters {
+                listed += scan_here(*filter, &mut judge)?;
+            }
+            Ok(listed)
+        };
+        match filtered() {
+            Ok(n) => listed += n,
+            Err(ConntrackError::Netlink(e)) if e.errno().is_some() => {
+                listed += scan_here(DumpFilter::All, &mut judge)?;
+            }
+            Err(e) => return Err(e),
+        }
+        // One connection can be named by two filters (from one peer to another).
+        doomed.sort_by_key(|c| (c.orig_tuple.clone(), c.zone.clone()));
+        doomed.dedup_by(|a, b| a.orig_tuple == b.orig_tuple && a.zone == b.zone);
         let deleted = delete_here(&doomed)?;
         Ok(Revoked {
             listed,
@@ -684,11 +754,35 @@ mod tests {
 
     #[test]
     fn the_dump_request_asks_for_every_family() {
-        let r = dump_request(1);
+        let r = dump_request(DumpFilter::All, 1);
         let h = NetlinkBuffer::new_checked(&r[..]).unwrap();
         assert_eq!(h.message_type(), (1 << 8) | 1);
         assert_eq!(h.flags(), NLM_F_REQUEST | NLM_F_DUMP);
         assert_eq!(h.payload(), &[AF_UNSPEC, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_filtered_dump_names_the_family_the_address_and_the_field() {
+        let r = dump_request(DumpFilter::OrigSource(ip("10.98.0.7")), 2);
+        let h = NetlinkBuffer::new_checked(&r[..]).unwrap();
+        assert_eq!(h.flags(), NLM_F_REQUEST | NLM_F_DUMP);
+        let payload = h.payload();
+        assert_eq!(payload[..4], [AF_INET, 0, 0, 0]);
+        let mut expected = Vec::new();
+        let mut ip_attr = Vec::new();
+        attr(&mut ip_attr, CTA_IP_V4_SRC, &[10, 98, 0, 7]);
+        let tuple = nested(CTA_TUPLE_IP, &ip_attr);
+        expected.extend(nested(CTA_TUPLE_ORIG, &tuple));
+        let mut flags = Vec::new();
+        attr(&mut flags, CTA_FILTER_ORIG_FLAGS, &1u32.to_ne_bytes());
+        expected.extend(nested(CTA_FILTER, &flags));
+        assert_eq!(payload[4..], expected[..]);
+        // IPv4 destination: the other flag.
+        let r = dump_request(DumpFilter::OrigDestination(ip("10.98.0.7")), 3);
+        assert!(r[20..].windows(4).any(|w| w == 2u32.to_ne_bytes()));
+        // IPv6: the family only (the kernel's IPv6 filter is inverted, see `dump_request`).
+        let r = dump_request(DumpFilter::OrigDestination(ip("fd00::7")), 3);
+        assert_eq!(r[16..], [AF_INET6, 0, 0, 0]);
     }
 
     #[test]

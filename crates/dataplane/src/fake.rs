@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use netwarden_engine::revocation::RevocationScope;
 use netwarden_engine::PodRules;
 use netwarden_render::nft::Table;
 use netwarden_render::{RenderError, RenderOptions};
@@ -23,10 +24,11 @@ use crate::nft_apply::NftRuleset;
 use crate::nft_plan::{plan, NftNetnsState, NftObjects};
 use crate::tamper::{Difference, Part, VerifyScope};
 
-/// The netns [`FakeDataplane`]'s `revoke_connections` was called for, in order, process-wide
-/// (an associated function has no `self` to record in). Tests that read it use netns paths of
-/// their own.
-pub static FAKE_REVOCATIONS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// The netns [`FakeDataplane`]'s `revoke_connections` was called for, with the scope it was
+/// given, in order, process-wide (an associated function has no `self` to record in). Tests
+/// that read it use netns paths of their own.
+pub static FAKE_REVOCATIONS: std::sync::Mutex<Vec<(PathBuf, RevocationScope)>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// One call that reached the (fake) kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,11 +203,12 @@ impl Dataplane for FakeDataplane {
     fn revoke_connections(
         netns: &Path,
         _rules: &PodRules,
+        scope: &RevocationScope,
     ) -> Result<crate::conntrack::Revoked, crate::conntrack::ConntrackError> {
         FAKE_REVOCATIONS
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(netns.to_owned());
+            .push((netns.to_owned(), scope.clone()));
         Ok(crate::conntrack::Revoked::default())
     }
 

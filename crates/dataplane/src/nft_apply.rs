@@ -297,6 +297,8 @@ pub struct NftDataplane {
     contexts: ContextPool,
     /// Netns found changed by a sweep, not yet reported by `changed_netns`.
     changed: Vec<PathBuf>,
+    /// Per netns, the ruleset generation at its last clean comparison (see `verify`).
+    verified: Mutex<HashMap<PathBuf, Verified>>,
     /// Set when the agent stops: a batch starts no further netns (see `Dataplane::set_stop`).
     stop: Arc<AtomicBool>,
     /// Added to every netns apply of a batch (see [`SLOW_APPLY_ENV`]).
@@ -305,6 +307,23 @@ pub struct NftDataplane {
     /// (moving from iptables to nft). Given by [`switch`](crate::switch), where `new` is.
     switch_cleanup: SwitchCleanup,
 }
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A netns whose rules compared equal to what was applied, at a ruleset generation.
+#[derive(Debug, Clone, Copy)]
+struct Verified {
+    /// `NFT_MSG_GETGEN` then: every nf_tables commit in the netns moves it.
+    generation: u32,
+    /// Comparisons answered from the generation since the last listing.
+    skipped: u32,
+}
+
+/// Every how many comparisons of an unchanged generation the rules are listed anyway (a
+/// bound on trusting the generation: a 32-bit counter a pod could, in principle, wrap).
+const LIST_EVERY: u32 = 6;
 
 /// Test hook: milliseconds each netns apply of a batch is held up before it starts, so that
 /// the agent's tests can stop it in the middle of a long sync (a slow kernel) without
@@ -327,6 +346,7 @@ impl NftDataplane {
             carried: HashMap::new(),
             contexts: ContextPool::new(MAX_CONTEXTS),
             changed: Vec::new(),
+            verified: Mutex::new(HashMap::new()),
             stop: Arc::new(AtomicBool::new(false)),
             slow_apply: std::env::var(SLOW_APPLY_ENV)
                 .ok()
@@ -766,9 +786,35 @@ impl Dataplane for NftDataplane {
             .map(|state| state.kernel.sets.clone())
             .unwrap_or_default();
         let name = self.table_name(netns).to_string();
-        Self::with_context(netns, move |ctx| {
-            verify_in(ctx, &table, &name, &kept, &scope)
-        })
+        // Unchanged since the last clean comparison (the ruleset generation did not move: no
+        // commit at all in the netns, ours or anyone's): equal, without listing. Cheap enough
+        // for the periodic comparison of every netns, which would otherwise spawn a listing
+        // process each (see `nft_netlink`); still listed every `LIST_EVERY` times.
+        let known = lock(&self.verified).get(netns).copied();
+        let whole = scope.all;
+        let (differences, generation, skipped) = Self::in_netns(netns, move || {
+            let generation = nft_netlink::generation_here()?;
+            if let Some(v) = known.filter(|v| v.generation == generation && v.skipped < LIST_EVERY)
+            {
+                return Ok((Vec::new(), generation, Some(v.skipped + 1)));
+            }
+            let differences = verify_in(&mut NftContext::new()?, &table, &name, &kept, &scope)?;
+            Ok((differences, generation, None))
+        })?;
+        let mut verified = lock(&self.verified);
+        // Only a comparison of everything vouches for the generation.
+        if differences.is_empty() && whole {
+            verified.insert(
+                netns.to_owned(),
+                Verified {
+                    generation,
+                    skipped: skipped.unwrap_or(0),
+                },
+            );
+        } else if !differences.is_empty() {
+            verified.remove(netns);
+        }
+        Ok(differences)
     }
 
     fn repair(&mut self, netns: &Path) -> Result<(), ApplyError> {
@@ -821,6 +867,7 @@ impl Dataplane for NftDataplane {
     }
 
     fn forget(&mut self, netns: &Path) {
+        lock(&self.verified).remove(netns);
         self.applied.forget(netns);
         self.state.remove(netns);
         self.tables.remove(netns);
@@ -829,6 +876,7 @@ impl Dataplane for NftDataplane {
     }
 
     fn forget_all(&mut self) {
+        lock(&self.verified).clear();
         self.applied.forget_all();
         self.state.clear();
         self.tables.clear();

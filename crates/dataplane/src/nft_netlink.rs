@@ -264,6 +264,14 @@ fn generation(
     id.ok_or_else(|| NfnetlinkError::Malformed("no generation id".into()))
 }
 
+/// The ruleset generation of the calling thread's netns: every nf_tables commit there moves
+/// it (see `NftDataplane::verify`).
+pub fn generation_here() -> Result<u32, ListingError> {
+    let socket = open_socket()?;
+    let mut buffer = vec![0; 8 << 10];
+    Ok(generation(&socket, 1, &mut buffer)?)
+}
+
 static READINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many times this process read a netns with [`read_here`] (tests assert on it: what a
@@ -328,8 +336,17 @@ pub fn ruleset_json_here(table: &str) -> Result<String, ListingError> {
     nft_json(&["list", "table", TABLE_FAMILY, table])
 }
 
+static COMMANDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many `nft` listing processes this process started (tests assert on it: what a
+/// comparison costs).
+pub fn commands() -> u64 {
+    COMMANDS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// What `nft -j -t ARGS` prints, when it succeeds and prints whole JSON.
 fn nft_json(args: &[&str]) -> Result<String, ListingError> {
+    COMMANDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let output = std::process::Command::new("nft")
         .args(["-j", "-t"])
         .args(args)

@@ -22,7 +22,7 @@ use std::net::{TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use netwarden_dataplane::conntrack;
+use netwarden_dataplane::conntrack::{self, DumpFilter};
 use netwarden_dataplane::iptables_apply::IptablesDataplane;
 use netwarden_dataplane::{ApplyOutcome, Dataplane, Netns, NftDataplane};
 use netwarden_engine::testing::{
@@ -211,9 +211,11 @@ impl Live {
 
 fn revoke(ns: &Path, rules: &PodRules) -> conntrack::Revoked {
     let rules = rules.clone();
-    conntrack::revoke(&Netns::open(ns).unwrap(), move |f: &TrackedFlow| {
-        judge(&rules, f).is_denied()
-    })
+    conntrack::revoke(
+        &Netns::open(ns).unwrap(),
+        vec![DumpFilter::All],
+        move |f: &TrackedFlow| judge(&rules, f).is_denied(),
+    )
     .unwrap()
 }
 
@@ -278,7 +280,7 @@ fn scenario_with<D: Dataplane>(mut dp: D, tag: &str, v6: bool, revoke_on: bool, 
     // The revoked TCP connections left tombstones, which a later revocation leaves alone.
     let listed = Netns::open(&p)
         .unwrap()
-        .run(conntrack::list_here)
+        .run(|| conntrack::list_here(DumpFilter::All))
         .unwrap()
         .unwrap();
     let mut tombstones: Vec<u16> = listed
@@ -372,6 +374,80 @@ fn revoked_packets_are_rejected_with_tcp_pickup_off() {
             false,
         );
     }
+}
+
+/// A revocation scoped to the peers a change lost asks the kernel for their connections only
+/// (a filtered dump, `CTA_FILTER`; IPv6 by family): listing by original source or destination
+/// returns exactly those, and a pass scoped to the IPv6 peer ends its denied connection while
+/// the IPv4 one, denied by the same rules but outside the scope, is not even listed. (What makes the scope
+/// sound is proven in `engine/tests/revocation_scope.rs`; here, that the kernel filters.)
+#[test]
+fn a_scoped_revocation_lists_only_the_lost_peers_connections() {
+    if !root_or_skip() {
+        return;
+    }
+    use netwarden_engine::revocation::RevocationScope;
+    use netwarden_engine::AddrSet;
+    let topo = topology("s");
+    let (p, q) = (topo.pod.clone(), topo.peer.clone());
+    let mut dp = NftDataplane::new(RenderOptions::default());
+    let before_rules = dp.render(&before()).unwrap();
+    dp.apply(&p, &before_rules).unwrap();
+    let mut v4 = live("ingress 9090 v4", &q, &p, POD_V4, 9090);
+    let mut v6 = live("ingress 9090 v6", &q, &p, POD_V6, 9090);
+    let mut out_v4 = live("egress 5050 v4", &p, &q, PEER_V4, 5050);
+    for l in [&mut v4, &mut v6, &mut out_v4] {
+        l.assert_passes("before");
+    }
+    let list = |filter: DumpFilter| {
+        let mut flows: Vec<(String, String, u16)> = Netns::open(&p)
+            .unwrap()
+            .run(move || conntrack::list_here(filter))
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.flow.src.to_string(), c.flow.dst.to_string(), c.flow.dport))
+            .collect();
+        flows.sort();
+        flows
+    };
+    let peer_v6: std::net::IpAddr = PEER_V6.parse().unwrap();
+    let peer_v4: std::net::IpAddr = PEER_V4.parse().unwrap();
+    assert_eq!(
+        list(DumpFilter::OrigSource(peer_v4)),
+        vec![(PEER_V4.to_string(), POD_V4.to_string(), 9090)]
+    );
+    assert_eq!(
+        list(DumpFilter::OrigDestination(peer_v4)),
+        vec![(POD_V4.to_string(), PEER_V4.to_string(), 5050)]
+    );
+    // IPv6: the family's entries (the kernel's IPv6 filter is inverted, see `dump_request`).
+    assert_eq!(
+        list(DumpFilter::OrigSource(peer_v6)),
+        vec![(PEER_V6.to_string(), POD_V6.to_string(), 9090)]
+    );
+    assert!(list(DumpFilter::All).len() >= 3);
+
+    let after_rules = dp.render(&after()).unwrap();
+    dp.apply(&p, &after_rules).unwrap();
+    let scope = RevocationScope::Peers {
+        ingress: AddrSet::from_addrs([peer_v6]),
+        egress: AddrSet::new(),
+    };
+    let revoked = NftDataplane::revoke_connections(&p, &after(), &scope).unwrap();
+    assert_eq!(revoked.listed, 1, "{revoked:?}");
+    assert_eq!(revoked.flows.len(), 1, "{revoked:?}");
+    v6.assert_revoked();
+    v4.assert_passes("outside the scope");
+    out_v4.assert_passes("outside the scope");
+    // Nothing in scope: no dump at all.
+    let none = NftDataplane::revoke_connections(&p, &after(), &RevocationScope::Nothing).unwrap();
+    assert_eq!(none, conntrack::Revoked::default());
+    // The whole table: the IPv4 connections the rules deny go too.
+    let all = NftDataplane::revoke_connections(&p, &after(), &RevocationScope::Everything).unwrap();
+    assert_eq!(all.flows.len(), 2, "{all:?}");
+    v4.assert_revoked();
+    out_v4.assert_revoked();
 }
 
 #[test]
@@ -534,7 +610,7 @@ fn revocation_cost_with_a_large_table() {
     let count = || {
         Netns::open(&p)
             .unwrap()
-            .run(conntrack::list_here)
+            .run(|| conntrack::list_here(DumpFilter::All))
             .unwrap()
             .unwrap()
             .len()

@@ -40,6 +40,7 @@ pub mod engine;
 pub mod fuzzing;
 pub mod generate;
 pub mod judge;
+pub mod revocation;
 pub mod rules;
 pub mod sorted;
 

@@ -19,11 +19,15 @@
 //!    rule to the packet path, it deletes conntrack entries out of band after an apply, so what
 //!    it costs the data path is the agent's pass over the conntrack table beside the traffic.
 //!    Two nft configurations measure it: while the trial runs, a policy apply every 100 ms
-//!    (alternating two rulesets that differ in a peer other than the client, through the
+//!    (alternating two rulesets that differ in where one peer other than the client is, through the
 //!    dataplane as the agent applies them), each followed by a revocation pass judged by the
-//!    new rules (`Dataplane::revoke_connections`, what the agent calls), or not. The pass
-//!    lists the whole table (every connection of the trial so far: reset connections linger
-//!    10 s in it) and revokes nothing: the client stays allowed. Reported per configuration: the median wall-clock rate and the CPU
+//!    new rules (`Dataplane::revoke_connections`, what the agent calls), or not. The passes
+//!    are scheduled and scoped as the agent does (`netwarden_agent::revocations`): one per
+//!    250 ms window for the changes in it, judged against what the previous pass judged; each
+//!    change moves one filler peer, so a pass asks the kernel for that peer's connections
+//!    only (a filtered dump; the first pass lists the whole table, every connection of the
+//!    trial so far: reset connections linger 10 s in it), and revokes nothing: the client
+//!    stays allowed. Reported per configuration: the median wall-clock rate and the CPU
 //!    time per connection (this process's user + system time, which includes the server's
 //!    firewall: the veth delivers in the sender's softirq context), and the paired per-round
 //!    ratios of both. On a shared machine the wall-clock rate follows whatever else runs; the
@@ -56,6 +60,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
+use netwarden_agent::revocations::{Revocations, REVOCATION_DELAY};
 use netwarden_agent::sync::{Reconciler, Syncer};
 use netwarden_dataplane::iptables_apply::{iptables_variant, IptablesDataplane, IptablesVariant};
 use netwarden_dataplane::netns::exec_in;
@@ -300,22 +305,32 @@ fn server_rules_admin(n: usize) -> PodRules {
         .expect("server pod")
 }
 
-/// An address no configuration uses: where [`server_rules_moved`] moves a filler peer.
+/// Addresses no configuration uses: where [`server_rules_moved`] moves a filler peer (the
+/// `k`-th move goes to the `k`-th address from here).
 const MOVED_FILLER: Ipv4Addr = Ipv4Addr::new(10, 100, 250, 1);
+
+/// How many rulesets a churning configuration cycles through: the installed one and the
+/// filler peer at `CHURN_RULESETS - 1` other addresses. Two: each apply reuses the sets the
+/// one before the last left (a cycle of more creates a 10,000-element set per apply, which
+/// falls behind a 100 ms schedule on two cores). A revocation window (250 ms) takes three
+/// changes, an odd number, so each pass finds the filler moved from where the last one
+/// judged it: each pass has a lost peer to look at.
+const CHURN_RULESETS: usize = 2;
 
 /// What the churning configurations' labels say about their applies.
 const CHURN_LABEL: &str = "applies/100 ms";
 
-/// [`server_rules`] with one filler peer (`peer-0`) moved to another address: a policy change
-/// that does not concern the client, as most changes in a cluster do not concern a given
-/// connection.
-fn server_rules_moved(n: usize) -> PodRules {
+/// [`server_rules`] with one filler peer (`peer-0`) moved to its `k`-th other address: a
+/// policy change that does not concern the client, as most changes in a cluster do not
+/// concern a given connection.
+fn server_rules_moved(n: usize, k: usize) -> PodRules {
     let mut engine = server_engine(n);
+    let address = Ipv4Addr::from(u32::from(MOVED_FILLER) + k as u32);
     engine.set_pod(pod(
         NS,
         "peer-0",
         &[("role", "peer"), ("kind", "filler")],
-        &[&MOVED_FILLER.to_string()],
+        &[&address.to_string()],
     ));
     engine
         .pod_rules(&PodKey::new(NS, "server"))
@@ -727,11 +742,11 @@ struct Config {
     churn: Option<Churn>,
 }
 
-/// The agent at work beside the traffic: the two rulesets applied alternately every
-/// [`CHURN_PERIOD`] (the first is the installed one, so every apply changes the rules).
+/// The agent at work beside the traffic: the rulesets applied in turn every [`CHURN_PERIOD`]
+/// (the first is the installed one, so every apply changes the rules).
 #[derive(Clone)]
 struct Churn {
-    rules: [PodRules; 2],
+    rules: Vec<PodRules>,
     /// Whether each apply is followed by a revocation pass judged by the new rules.
     revoke: bool,
 }
@@ -770,17 +785,36 @@ fn start_churn(
             ..ChurnStats::default()
         };
         let start = Instant::now();
+        // As the agent: passes coalesced over `REVOCATION_DELAY` after a change, run when due
+        // (the loop wakes then, as the agent's does), each scoped against what the previous
+        // one judged (see `netwarden_agent::revocations`). The installed rules were judged
+        // when the agent installed them.
+        let mut revocations = Revocations::new(REVOCATION_DELAY);
+        revocations.done(&server, &churn.rules[0], true);
+        let mut next_apply = start;
         while !stop.load(Ordering::Relaxed) {
-            let i = (stats.applies + 1) % 2;
-            let outcome = dp
-                .apply(&server, &rulesets[i])
-                .unwrap_or_else(|e| panic!("churn apply: {e}"));
-            assert_eq!(outcome, ApplyOutcome::Applied);
-            stats.applies += 1;
-            if churn.revoke {
+            if Instant::now() >= next_apply {
+                let i = (stats.applies + 1) % churn.rules.len();
+                let outcome = dp
+                    .apply(&server, &rulesets[i])
+                    .unwrap_or_else(|e| panic!("churn apply: {e}"));
+                assert_eq!(outcome, ApplyOutcome::Applied);
+                stats.applies += 1;
+                next_apply = start + CHURN_PERIOD * stats.applies as u32;
+                if churn.revoke {
+                    revocations.changed(
+                        churn.rules[i].pod.clone(),
+                        server.clone(),
+                        churn.rules[i].clone(),
+                        Instant::now(),
+                    );
+                }
+            }
+            for pass in revocations.due(Instant::now(), false) {
                 let started = Instant::now();
-                let revoked = NftDataplane::revoke_connections(&server, &churn.rules[i])
+                let revoked = NftDataplane::revoke_connections(&server, &pass.rules, &pass.scope)
                     .unwrap_or_else(|e| panic!("revocation pass: {e}"));
+                revocations.done(&server, &pass.rules, true);
                 stats.passes.push(started.elapsed());
                 assert!(
                     revoked.flows.is_empty(),
@@ -789,9 +823,11 @@ fn start_churn(
                 );
                 stats.listed.push(revoked.listed);
             }
-            let next = start + CHURN_PERIOD * stats.applies as u32;
-            while !stop.load(Ordering::Relaxed) && Instant::now() < next {
-                std::thread::sleep(Duration::from_millis(2).min(next - Instant::now()));
+            let wake = revocations
+                .next_due()
+                .map_or(next_apply, |due| due.min(next_apply));
+            while !stop.load(Ordering::Relaxed) && Instant::now() < wake {
+                std::thread::sleep(Duration::from_millis(2).min(wake - Instant::now()));
             }
         }
         stats
@@ -926,8 +962,13 @@ fn configs(params: &Params) -> Vec<Config> {
         churn: None,
     });
     // Revocation on vs off: the same applies beside the traffic, with or without the pass.
-    let churn_rules = [headline.clone(), server_rules_moved(n)];
-    assert!(churn_rules[0] != churn_rules[1], "the two rulesets differ");
+    let churn_rules: Vec<PodRules> = std::iter::once(headline.clone())
+        .chain((0..CHURN_RULESETS - 1).map(|k| server_rules_moved(n, k)))
+        .collect();
+    assert!(
+        churn_rules.windows(2).all(|w| w[0] != w[1]),
+        "each ruleset differs from the one before"
+    );
     for revoke in [false, true] {
         out.push(Config {
             label: format!(
@@ -1187,15 +1228,21 @@ fn data_path(params: &Params, namespaces: &mut Namespaces) -> DataPath {
         assert!(!passes.is_empty(), "{label}: no revocation pass");
         let listed: u64 = stats.listed.iter().map(|&n| n as u64).sum();
         let spent: Duration = passes.iter().sum();
+        let per_entry = match listed {
+            0 => "no entry listed".to_string(),
+            n => format!(
+                "{:.2} µs per listed entry",
+                spent.as_secs_f64() * 1e6 / n as f64
+            ),
+        };
         println!(
-            "; {} revocation passes (none revoked anything), entries listed per pass median {:.0} max {}, pass p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {:.2} µs per listed entry (wall-clock, beside the traffic)",
+            "; {} revocation passes (none revoked anything), entries listed per pass median {:.0} max {}, pass p50 {:.2} ms p99 {:.2} ms max {:.2} ms, {per_entry} (wall-clock, beside the traffic)",
             passes.len(),
             median(&stats.listed.iter().map(|&n| n as f64).collect::<Vec<_>>()),
             stats.listed.iter().max().copied().unwrap_or(0),
             ms(percentile(&passes, 0.5)),
             ms(percentile(&passes, 0.99)),
             ms(*passes.last().expect("passes")),
-            spent.as_secs_f64() * 1e6 / listed.max(1) as f64,
         );
     }
     result

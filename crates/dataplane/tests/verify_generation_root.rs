@@ -1,0 +1,120 @@
+//! The nft comparison trusts the ruleset generation between listings: a netns where nothing
+//! was committed since its last clean comparison compares equal without a listing (the rule
+//! listing is a child `nft` process, see `nft_netlink`), at most `LIST_EVERY` (6) times in a
+//! row; any commit — a tamper, an apply of ours — moves the generation and the next
+//! comparison lists. Asserted on the count of listing processes (process-wide: one test in
+//! this binary).
+
+use std::sync::Arc;
+
+use netwarden_dataplane::netns::exec_in;
+use netwarden_dataplane::nft_netlink::commands;
+use netwarden_dataplane::tamper::VerifyScope;
+use netwarden_dataplane::{Dataplane, NftDataplane};
+use netwarden_engine::{
+    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, Isolation, Mode,
+    NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
+    Protocol, RuleOrigin,
+};
+use netwarden_render::RenderOptions;
+use netwarden_testing::{root_or_skip, Namespaces};
+
+/// Ingress on `nwv0` allowing TCP `port` from one peer.
+fn rules(port: u16) -> PodRules {
+    let policy = PolicyRef {
+        kind: PolicyKind::NetworkPolicy,
+        key: ObjectKey::new("t", "allow"),
+    };
+    let rule = AllowRule {
+        origin: RuleOrigin {
+            policy: policy.clone(),
+            direction: Direction::Ingress,
+            index: 0,
+            mode: Mode::Enforce,
+        },
+        clauses: vec![Clause {
+            peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(["10.231.80.2"
+                .parse()
+                .unwrap()]))),
+            ports: PortMatch::Only(vec![PortRange {
+                protocol: Protocol::Tcp,
+                ports: Some((port, port)),
+            }]),
+        }],
+    };
+    let iso = Isolation::Isolated(vec![rule].into());
+    let mut ingress = DirectionRules::open();
+    ingress.enforced = iso.clone();
+    ingress.staged = iso;
+    ingress.enforced_policies = vec![policy];
+    PodRules {
+        pod: ObjectKey::new("t", "pod"),
+        netns: None,
+        learn: false,
+        interfaces: vec![InterfaceRules {
+            name: "nwv0".into(),
+            network: NetworkId::Primary,
+            ips: vec!["10.231.80.1".parse().unwrap()],
+            ingress,
+            egress: DirectionRules::open(),
+        }],
+    }
+}
+
+#[test]
+fn an_unchanged_generation_compares_equal_without_listing() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut guard = Namespaces::new("nwgen");
+    let ns = guard.create("p");
+    let mut dp = NftDataplane::new(RenderOptions::default());
+    let table = dp.render(&rules(8080)).unwrap();
+    dp.apply(&ns, &table).unwrap();
+    let all = VerifyScope::all();
+
+    // The first comparison after the apply lists; the next six do not; the seventh does.
+    let start = commands();
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(commands() - start, 1, "the first comparison lists");
+    for _ in 0..6 {
+        assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    }
+    assert_eq!(
+        commands() - start,
+        1,
+        "an unchanged generation lists nothing"
+    );
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(commands() - start, 2, "listed again after six");
+
+    // A commit of someone else's that changes nothing of ours moves the generation: listed,
+    // equal. A tamper: listed, seen.
+    let nft = |script: &str| {
+        let out = exec_in(&ns, "sh", &["-c", script], None).unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    nft("nft add table inet pods_own");
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(commands() - start, 3);
+    nft("nft flush table inet netwarden");
+    assert!(!dp.verify(&ns, &all).unwrap().is_empty());
+    assert_eq!(commands() - start, 4);
+    // Still different, listed each time until repaired.
+    assert!(!dp.verify(&ns, &all).unwrap().is_empty());
+    assert_eq!(commands() - start, 5);
+    dp.repair(&ns).unwrap();
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(
+        commands() - start,
+        6,
+        "listed after the repair, then trusted"
+    );
+
+    // An apply of ours moves it too.
+    let changed = dp.render(&rules(8081)).unwrap();
+    dp.apply(&ns, &changed).unwrap();
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(commands() - start, 7);
+}
