@@ -53,6 +53,9 @@ struct Job {
     state: Option<NftNetnsState>,
     /// The name of netwarden's table in this netns ([`TABLE_NAME`] unless a pod took it).
     table_name: String,
+    /// The ruleset generation of the netns's last clean comparison, if known (see
+    /// `Committed::vouched`).
+    verified: Option<u32>,
 }
 
 struct JobDone {
@@ -62,6 +65,12 @@ struct JobDone {
 }
 
 struct Committed {
+    /// The generation after the job, when it can stand for a clean comparison: the netns was
+    /// at its last clean comparison's generation when the job began, and every commit since
+    /// is one of the job's (each moves it by one). Then the kernel holds exactly what was
+    /// compared plus what the job committed, and the notifications of the job's own commits
+    /// need no listing (see `NftDataplane::verify`).
+    vouched: Option<u32>,
     after: NftNetnsState,
     /// The table's name now (another than the job's when the pod holds that one).
     table_name: String,
@@ -222,6 +231,17 @@ fn run_job(job: Job) -> JobDone {
     };
     let result = (|| {
         let mut name = job.table_name;
+        let at_start = job
+            .verified
+            .and_then(|_| nft_netlink::generation_here().ok());
+        let commits = std::cell::Cell::new(0u32);
+        let commit = |ctx: &mut NftContext, tx: &Transaction, name: &str| {
+            let result = commit(ctx, tx, name);
+            if result.is_ok() {
+                commits.set(commits.get() + 1);
+            }
+            result
+        };
         // First contact (or after a failure): one cheap listing says what the kernel holds,
         // whether the iptables backend left chains here, and which tables of netwarden's
         // names an earlier agent left.
@@ -261,7 +281,14 @@ fn run_job(job: Job) -> JobDone {
         for other in others.iter().filter(|other| **other != name) {
             let _ = commit(&mut ctx, &Transaction::removal(), other);
         }
+        let vouched = match (job.verified, at_start) {
+            (Some(verified), Some(start)) if verified == start => nft_netlink::generation_here()
+                .ok()
+                .filter(|now| *now == start.wrapping_add(commits.get())),
+            _ => None,
+        };
         Ok(Committed {
+            vouched,
             after: plan.after,
             table_name: name,
             iptables_leftovers,
@@ -319,6 +346,19 @@ struct Verified {
     generation: u32,
     /// Comparisons answered from the generation since the last listing.
     skipped: u32,
+    /// Whether the comparison covered every set's elements too (else the rules and objects
+    /// only: what the periodic comparison asks for).
+    whole: bool,
+}
+
+/// Where a netns first compared by the periodic comparison starts counting towards
+/// [`LIST_EVERY`]: spread by path, so that it lists a sixth of the netns each round, not all
+/// of them every sixth round (a burst of child processes that held the agent's loop ~400 ms).
+fn list_offset(netns: &Path) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    netns.hash(&mut hasher);
+    (hasher.finish() % u64::from(LIST_EVERY)) as u32
 }
 
 /// Every how many comparisons of an unchanged generation the rules are listed anyway (a
@@ -481,6 +521,7 @@ impl NftDataplane {
             desired: desired.clone(),
             state,
             table_name: self.table_name(netns).to_string(),
+            verified: lock(&self.verified).get(netns).map(|v| v.generation),
         }
     }
 
@@ -493,7 +534,27 @@ impl NftDataplane {
         ruleset: &NftRuleset,
         done: JobDone,
     ) -> Result<ApplyOutcome, ApplyError> {
-        let committed = done.result.map_err(|e| e.into_apply_error(netns))?;
+        let committed = match done.result {
+            Ok(committed) => committed,
+            Err(e) => {
+                lock(&self.verified).remove(netns);
+                return Err(e.into_apply_error(netns));
+            }
+        };
+        {
+            let mut verified = lock(&self.verified);
+            match committed.vouched {
+                Some(generation) => {
+                    // What was compared, plus the job's commits: as wide as the comparison.
+                    if let Some(v) = verified.get_mut(netns) {
+                        v.generation = generation;
+                    }
+                }
+                None => {
+                    verified.remove(netns);
+                }
+            }
+        }
         if let Some(ctx) = done.ctx {
             self.contexts.give_back(netns, ctx, handle.id());
         }
@@ -792,28 +853,39 @@ impl Dataplane for NftDataplane {
         // process each (see `nft_netlink`); still listed every `LIST_EVERY` times.
         let known = lock(&self.verified).get(netns).copied();
         let whole = scope.all;
+        let elements = scope.all || !scope.sets.is_empty();
         let (differences, generation, skipped) = Self::in_netns(netns, move || {
             let generation = nft_netlink::generation_here()?;
-            if let Some(v) = known.filter(|v| v.generation == generation && v.skipped < LIST_EVERY)
-            {
+            if let Some(v) = known.filter(|v| {
+                v.generation == generation && v.skipped < LIST_EVERY && (v.whole || !elements)
+            }) {
                 return Ok((Vec::new(), generation, Some(v.skipped + 1)));
             }
             let differences = verify_in(&mut NftContext::new()?, &table, &name, &kept, &scope)?;
             Ok((differences, generation, None))
         })?;
         let mut verified = lock(&self.verified);
-        // Only a comparison of everything vouches for the generation.
-        if differences.is_empty() && whole {
-            verified.insert(
-                netns.to_owned(),
-                Verified {
-                    generation,
-                    skipped: skipped.unwrap_or(0),
-                },
-            );
-        } else if !differences.is_empty() {
+        if !differences.is_empty() {
             verified.remove(netns);
+            return Ok(differences);
         }
+        let entry = match (skipped, verified.get(netns)) {
+            // Answered from the generation: one more time.
+            (Some(skipped), Some(v)) => Verified { skipped, ..*v },
+            (Some(_), None) => return Ok(differences),
+            // Listed: vouches for the generation, as widely as it compared.
+            (None, previous) => Verified {
+                generation,
+                // The periodic comparison (rules only) of netns first listed together
+                // spreads their next listings over the rounds.
+                skipped: match previous {
+                    None if !whole => list_offset(netns),
+                    _ => 0,
+                },
+                whole: whole || previous.is_some_and(|v| v.whole && v.generation == generation),
+            },
+        };
+        verified.insert(netns.to_owned(), entry);
         Ok(differences)
     }
 

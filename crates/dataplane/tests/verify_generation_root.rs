@@ -1,8 +1,9 @@
 //! The nft comparison trusts the ruleset generation between listings: a netns where nothing
 //! was committed since its last clean comparison compares equal without a listing (the rule
 //! listing is a child `nft` process, see `nft_netlink`), at most `LIST_EVERY` (6) times in a
-//! row; any commit — a tamper, an apply of ours — moves the generation and the next
-//! comparison lists. Asserted on the count of listing processes (process-wide: one test in
+//! row; any commit of someone else's moves the generation and the next comparison lists. An
+//! apply of ours on a netns compared clean, with nothing else committed in between, vouches
+//! for the generation it leaves. Asserted on the count of listing processes (process-wide: one test in
 //! this binary).
 
 use std::sync::Arc;
@@ -112,9 +113,24 @@ fn an_unchanged_generation_compares_equal_without_listing() {
         "listed after the repair, then trusted"
     );
 
-    // An apply of ours moves it too.
+    // An apply of ours on a netns compared clean, with no commit of anyone else's between:
+    // the kernel holds what was compared plus the apply, so the notifications of its own
+    // commits need no listing.
     let changed = dp.render(&rules(8081)).unwrap();
     dp.apply(&ns, &changed).unwrap();
     assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
-    assert_eq!(commands() - start, 7);
+    assert_eq!(commands() - start, 6, "our own apply vouched for");
+    // Someone else's commit before our apply: not vouched, listed.
+    nft("nft add table inet pods_other");
+    dp.apply(&ns, &table).unwrap();
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    assert_eq!(commands() - start, 7, "another commit came first: listed");
+    // A tamper between a clean comparison and our apply: not vouched for either, so the
+    // comparison lists, and sees what the apply left of it.
+    assert_eq!(dp.verify(&ns, &all).unwrap(), vec![]);
+    nft("nft add table inet pods_third");
+    nft("nft add chain inet netwarden pods_chain");
+    dp.apply(&ns, &changed).unwrap();
+    assert!(!dp.verify(&ns, &all).unwrap().is_empty());
+    assert_eq!(commands() - start, 8);
 }
