@@ -15,8 +15,16 @@ use netwarden_manifest::{ClusterKey, Problem, Severity};
 pub const SELECTS_NO_PODS_NOTE: &str =
     "spec.podSelector: selects no pod in the cluster (hostNetwork pods are never selected): the policy has no effect";
 
-/// The kinds Events are written about.
+/// The namespaced kinds Events are written about.
 const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy"];
+
+/// The cluster-scoped kinds (SPEC 8) Events are written about (their problems name the object
+/// by name alone).
+const ADMIN_POLICY_KINDS: [&str; 3] = [
+    "AdminNetworkPolicy",
+    "BaselineAdminNetworkPolicy",
+    "ClusterNetworkPolicy",
+];
 
 /// The Events wanted now, sorted. A policy whose identity the watchers do not hold
 /// (`identity` answers `None`: it cannot be referenced) gets none. Several errors of one
@@ -35,10 +43,15 @@ pub fn wanted_events(
 ) -> Vec<PolicyEvent> {
     let mut notes: BTreeMap<(ClusterKey, EventReason), Vec<String>> = BTreeMap::new();
     for problem in problems.iter().filter(|p| p.severity == Severity::Error) {
-        if !POLICY_KINDS.contains(&problem.kind.as_str()) {
-            continue;
-        }
-        let Some((namespace, name)) = problem.object.split_once('/') else {
+        let kind = problem.kind.as_str();
+        let (namespace, name) = if POLICY_KINDS.contains(&kind) {
+            let Some(split) = problem.object.split_once('/') else {
+                continue;
+            };
+            split
+        } else if ADMIN_POLICY_KINDS.contains(&kind) {
+            ("", problem.object.as_str())
+        } else {
             continue;
         };
         let key = ClusterKey::new(&problem.kind, namespace, name);
@@ -120,6 +133,40 @@ spec:
             generation: 1,
         };
         (key, object)
+    }
+
+    /// An admin policy (cluster-scoped) with a load error wants its `InvalidPolicy` Event
+    /// too, its problems naming it by name alone.
+    #[test]
+    fn an_invalid_admin_policy_wants_an_event() {
+        let text = r#"
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata: {name: default}
+spec:
+  subject: {namespaces: {}}
+  egress:
+  - {name: pass, action: Pass, to: [{networks: [10.0.0.0/8]}]}
+"#;
+        let inventory = parse_str("cluster", text, &LoadOptions::default());
+        let engine = Engine::new(EngineOptions::default());
+        let key = ClusterKey::new("BaselineAdminNetworkPolicy", "", "default");
+        let object = PolicyObject {
+            key: key.clone(),
+            api_version: "policy.networking.k8s.io/v1alpha1".into(),
+            uid: "uid-default".into(),
+            generation: 1,
+        };
+        let known = |k: &ClusterKey| (*k == key).then(|| object.clone());
+        let wanted = wanted_events(&inventory.problems, &engine, &[], &known);
+        assert_eq!(wanted.len(), 1, "{wanted:#?}");
+        assert_eq!(wanted[0].reason, EventReason::InvalidPolicy);
+        assert_eq!(wanted[0].policy.key, key);
+        assert!(
+            wanted[0].note.contains("spec.egress[0]"),
+            "{}",
+            wanted[0].note
+        );
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub struct SideVerdict {
     /// namespaced tier, or a Baseline rule when no namespaced policy isolates), if one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier_rule: Option<TierDecision>,
-    /// Admin tier rules that matched with Pass before the namespaced tier decided.
+    /// The Admin tier rule that matched with Pass, handing the flow to the namespaced tier
+    /// (empty or one: the first matching Admin rule decides).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub passed: Vec<TierOrigin>,
 }
@@ -148,13 +149,16 @@ fn side(
             passed: Vec::new(),
         };
     }
+    // The first Admin rule that matches decides (SPEC 8): a Pass hands over at once, so at
+    // most one Pass is ever consulted; the rules after it are not.
     let passed: Vec<TierOrigin> = rules
         .admin
         .view(staged)
         .iter()
-        .take_while(|r| !(r.matches(peer, protocol, port) && r.action != AdminAction::Pass))
-        .filter(|r| r.matches(peer, protocol, port))
+        .find(|r| r.matches(peer, protocol, port))
+        .filter(|r| r.action == AdminAction::Pass)
         .map(|r| r.origin.clone())
+        .into_iter()
         .collect();
     let decided = |rule: &crate::rules::TierRule| TierDecision {
         origin: rule.origin.clone(),
@@ -286,5 +290,51 @@ pub fn flow_verdict(
         cause,
         monitored_policies,
         monitored_admin,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::{AdminAction, AdminKind, AdminPeer};
+    use crate::testing::*;
+    use crate::{Engine, EngineOptions, PodRules};
+
+    /// The first Admin rule that matches decides: of two matching Pass rules, `explain`
+    /// names the first only (the second is never consulted).
+    #[test]
+    fn only_the_first_matching_pass_is_named() {
+        let mut e = Engine::new(EngineOptions::default());
+        e.set_namespace(namespace("a", &[("team", "a")]));
+        e.set_pod(pod("a", "client", &[], &["10.0.0.1"]));
+        e.set_pod(pod("a", "server", &[], &["10.0.0.2"]));
+        for (name, priority) in [("first", 1), ("second", 2)] {
+            e.set_admin_policy(admin_policy(
+                AdminKind::AdminNetworkPolicy,
+                name,
+                priority,
+                in_namespaces(&[("team", "a")]),
+                vec![admin_rule(
+                    AdminAction::Pass,
+                    vec![AdminPeer::Pods(in_namespaces(&[("team", "a")]))],
+                    None,
+                )],
+                vec![],
+            ));
+        }
+        let (ck, sk) = (PodKey::new("a", "client"), PodKey::new("a", "server"));
+        let (client, server) = (e.pod_rules(&ck).unwrap(), e.pod_rules(&sk).unwrap());
+        fn end<'a>(pod: &'a PodKey, rules: &'a PodRules) -> FlowEnd<'a> {
+            FlowEnd {
+                pod,
+                interface: &rules.interfaces[0],
+                ip: rules.interfaces[0].ips[0],
+            }
+        }
+        let verdict = flow_verdict(end(&ck, &client), end(&sk, &server), Protocol::Tcp, 80);
+        let passed = &verdict.ingress.enforced.passed;
+        assert_eq!(passed.len(), 1, "{passed:?}");
+        assert_eq!(passed[0].policy.name, "first");
+        assert!(verdict.ingress.enforced.allowed);
     }
 }

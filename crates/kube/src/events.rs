@@ -321,13 +321,25 @@ impl EventPublisher {
     }
 }
 
+/// Where the Events about a cluster-scoped object go (as `kubectl describe` looks for them).
+const CLUSTER_SCOPED_EVENTS_NAMESPACE: &str = "default";
+
+/// The namespace the Event about `policy` is written in: the policy's own, `default` for a
+/// cluster-scoped one (an admin policy, SPEC 8).
+fn event_namespace(policy: &PolicyObject) -> &str {
+    match policy.key.namespace.as_str() {
+        "" => CLUSTER_SCOPED_EVENTS_NAMESPACE,
+        namespace => namespace,
+    }
+}
+
 /// The Event object written for `event`.
 fn event_object(event: &PolicyEvent, reporting_instance: &str) -> Event {
     let policy = &event.policy;
     Event {
         metadata: ObjectMeta {
             name: Some(event.name()),
-            namespace: Some(policy.key.namespace.clone()),
+            namespace: Some(event_namespace(policy).to_string()),
             ..ObjectMeta::default()
         },
         event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
@@ -346,7 +358,7 @@ fn event_object(event: &PolicyEvent, reporting_instance: &str) -> Event {
         regarding: Some(ObjectReference {
             api_version: Some(policy.api_version.clone()),
             kind: Some(policy.key.kind.clone()),
-            namespace: Some(policy.key.namespace.clone()),
+            namespace: (!policy.key.namespace.is_empty()).then(|| policy.key.namespace.clone()),
             name: Some(policy.key.name.clone()),
             uid: (!policy.uid.is_empty()).then(|| policy.uid.clone()),
             ..ObjectReference::default()
@@ -363,7 +375,7 @@ async fn publish(
     counters: Arc<EventCounters>,
 ) {
     while let Some(event) = rx.recv().await {
-        let api: Api<Event> = Api::namespaced(client.clone(), &event.policy.key.namespace);
+        let api: Api<Event> = Api::namespaced(client.clone(), event_namespace(&event.policy));
         let object = event_object(&event, &reporting_instance);
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => {
@@ -534,5 +546,27 @@ mod tests {
         assert_eq!(regarding.kind.as_deref(), Some("NetworkPolicy"));
         assert_eq!(regarding.name.as_deref(), Some("web-in"));
         assert_eq!(regarding.uid.as_deref(), Some("u"));
+    }
+
+    /// An admin policy is cluster-scoped: its Events go to `default` (where `kubectl
+    /// describe` looks for a cluster-scoped object's), regarding it without a namespace.
+    #[test]
+    fn a_cluster_scoped_policy_has_its_events_in_default() {
+        let e = PolicyEvent {
+            policy: PolicyObject {
+                key: ClusterKey::new("AdminNetworkPolicy", "", "deny-all"),
+                api_version: "policy.networking.k8s.io/v1alpha1".into(),
+                uid: "u".into(),
+                generation: 2,
+            },
+            reason: EventReason::InvalidPolicy,
+            note: "spec.ingress[0].from: fails closed".into(),
+        };
+        let object = event_object(&e, "node-1");
+        assert_eq!(object.metadata.namespace.as_deref(), Some("default"));
+        let regarding = object.regarding.unwrap();
+        assert_eq!(regarding.kind.as_deref(), Some("AdminNetworkPolicy"));
+        assert_eq!(regarding.namespace, None);
+        assert_eq!(regarding.name.as_deref(), Some("deny-all"));
     }
 }

@@ -356,7 +356,14 @@ impl KubeSource {
 }
 
 /// The kinds whose objects Events are written about.
-const POLICY_KINDS: [&str; 3] = ["NetworkPolicy", "DanmNetworkPolicy", "MultiNetworkPolicy"];
+const POLICY_KINDS: [&str; 6] = [
+    "NetworkPolicy",
+    "DanmNetworkPolicy",
+    "MultiNetworkPolicy",
+    "AdminNetworkPolicy",
+    "BaselineAdminNetworkPolicy",
+    "ClusterNetworkPolicy",
+];
 
 /// Asks discovery, every `interval`, for the first served version of an optional kind; then
 /// watches it, until it is no longer served (its CRD deleted: see [`watch`]), and asks again.

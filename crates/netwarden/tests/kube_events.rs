@@ -203,3 +203,54 @@ fn bad_policies_get_one_event_each_cluster_wide() {
         }
     }
 }
+
+/// An admin policy (cluster-scoped, SPEC 8) with a load error gets its `InvalidPolicy` Event
+/// too: written in `default` (where `kubectl describe` looks for a cluster-scoped object's
+/// Events), regarding the policy without a namespace.
+#[test]
+fn an_invalid_admin_policy_gets_its_event_in_default() {
+    if !root_or_skip() {
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .expect("start the fake API server");
+    api.install_crd(
+        "policy.networking.k8s.io",
+        "v1alpha1",
+        "BaselineAdminNetworkPolicy",
+    );
+    let dir = TempDir::new("nwevadm");
+    let kubeconfig = dir.path.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    api.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}))
+        .unwrap();
+    // Pass is not a Baseline action: the rule fails closed, and the policy is reported.
+    api.create(json!({
+        "apiVersion": "policy.networking.k8s.io/v1alpha1",
+        "kind": "BaselineAdminNetworkPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"subject": {"namespaces": {}},
+                 "egress": [{"name": "pass", "action": "Pass",
+                             "to": [{"networks": ["10.0.0.0/8"]}]}]},
+    }))
+    .unwrap();
+    let n1 = start_agent(&kubeconfig, "n1", &dir.path.join("n1.log"));
+    wait_events(&api, 1, "the admin policy's Event", &[&n1]);
+    let written = api.objects("Event");
+    assert_eq!(written.len(), 1, "{written:#?}");
+    let event = &written[0];
+    assert_eq!(event["metadata"]["namespace"], "default", "{event:#}");
+    assert_eq!(event["reason"], "InvalidPolicy");
+    assert_eq!(event["regarding"]["kind"], "BaselineAdminNetworkPolicy");
+    assert_eq!(event["regarding"]["name"], "default");
+    assert!(event["regarding"].get("namespace").is_none(), "{event:#}");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("spec.egress[0]"),
+        "{event:#}"
+    );
+}
