@@ -79,6 +79,7 @@ use crate::dispatch::{self, Target};
 use crate::logkey::{counter_name, log_key_for, log_prefix, CounterKind, LogAction, LogKey};
 use crate::nft::RenderError;
 use crate::options::RenderOptions;
+use crate::tiers::tier_runs;
 use netwarden_engine::hash::hash_bytes;
 
 /// `-m comment --comment nw_cn_<key>`: marks a rule whose packet counter is evidence counter
@@ -470,8 +471,9 @@ impl FamilyRenderer<'_> {
         }
     }
 
-    /// A tier's rules (SPEC 8) in order, each expansion with its action's target (`pass`: a
-    /// Pass's; `None`: a Pass decides nothing here).
+    /// A tier's rules (SPEC 8) in order, run by run ([`crate::tiers`]: consecutive rules of one
+    /// action merged), each expansion with its action's target (`pass`: a Pass's; `None`: a
+    /// Pass decides nothing here).
     fn tier_rules(
         &mut self,
         chain: &str,
@@ -480,8 +482,8 @@ impl FamilyRenderer<'_> {
         outcome: &TierTargets,
         pass: Option<&str>,
     ) {
-        for rule in tier {
-            let target = match rule.action {
+        for run in tier_runs(tier, pass.is_none()) {
+            let target = match run.action {
                 AdminAction::Allow => outcome.allow.as_str(),
                 AdminAction::Deny => outcome.deny.as_str(),
                 AdminAction::Pass => match pass {
@@ -490,7 +492,7 @@ impl FamilyRenderer<'_> {
                 },
             }
             .to_string();
-            for clause in &rule.clauses {
+            for clause in &run.clauses {
                 let Some(peer) = self.peer_match(dir, &clause.peers) else {
                     continue;
                 };

@@ -32,6 +32,7 @@ pub mod iptables;
 pub mod logkey;
 pub mod nft;
 pub mod options;
+pub mod tiers;
 pub mod tracer;
 
 pub use logkey::{

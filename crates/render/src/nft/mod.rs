@@ -114,6 +114,7 @@ use netwarden_engine::{
 use crate::dispatch;
 use crate::logkey::{assign_keys, counter_name, CounterKind, LogAction, LogKey};
 use crate::options::RenderOptions;
+use crate::tiers::tier_runs;
 use netwarden_engine::hash::StableHasher;
 
 pub use transaction::{Command, Transaction};
@@ -839,23 +840,25 @@ impl Builder<'_> {
     }
 
     /// The rules of `tier` (an Admin or Baseline view) as the first-match list SPEC 8 asks
-    /// for: each rule's expansions in order, with the verdict of its action (`pass`: what a
-    /// Pass does here).
+    /// for, run by run ([`crate::tiers`]: consecutive rules of one action merged), each with
+    /// the verdict of its action (`pass`: what a Pass does here; `None`: it decides nothing,
+    /// the Baseline tier).
     fn tier_rules(
         &mut self,
         tier: &[TierRule],
         end: AddrEnd,
         outcome: &TierOutcome,
-        pass: &Verdict,
+        pass: Option<&Verdict>,
     ) -> Vec<Rule> {
         let mut out = Vec::new();
-        for rule in tier {
-            let (stmts, verdict) = match rule.action {
-                AdminAction::Allow => (outcome.allow_stmts.clone(), outcome.allow.clone()),
-                AdminAction::Deny => (Vec::new(), outcome.deny.clone()),
-                AdminAction::Pass => (Vec::new(), pass.clone()),
+        for run in tier_runs(tier, pass.is_none()) {
+            let (stmts, verdict) = match (run.action, pass) {
+                (AdminAction::Allow, _) => (outcome.allow_stmts.clone(), outcome.allow.clone()),
+                (AdminAction::Deny, _) => (Vec::new(), outcome.deny.clone()),
+                (AdminAction::Pass, Some(pass)) => (Vec::new(), pass.clone()),
+                (AdminAction::Pass, None) => continue,
             };
-            for clause in &rule.clauses {
+            for clause in &run.clauses {
                 for matches in self.clause_matches(clause, end) {
                     out.push(Rule::new(matches, stmts.clone(), verdict.clone()));
                 }
@@ -886,9 +889,8 @@ impl Builder<'_> {
             }
             Isolation::Open => {
                 // Pass is refused in the Baseline tier at the edge; were one here, it would
-                // decide nothing.
-                let mut rules =
-                    self.tier_rules(dr.baseline.view(staged), end, outcome, &Verdict::Continue);
+                // decide nothing (left out).
+                let mut rules = self.tier_rules(dr.baseline.view(staged), end, outcome, None);
                 rules.push(Rule::new(
                     vec![],
                     outcome.allow_stmts.clone(),
@@ -906,7 +908,7 @@ impl Builder<'_> {
             }];
         }
         let handover = Verdict::Goto(format!("{entry}_ns"));
-        let mut rules = self.tier_rules(admin, end, outcome, &handover);
+        let mut rules = self.tier_rules(admin, end, outcome, Some(&handover));
         rules.push(Rule::new(vec![], vec![], handover));
         vec![
             Chain {

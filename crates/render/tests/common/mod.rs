@@ -594,6 +594,43 @@ pub fn scenarios() -> Vec<(&'static str, PodRules, RenderOptions)> {
         ));
     }
 
+    // Admin rules in runs (SPEC 8, `render::tiers`): three Deny rules in a row (two for any
+    // port, from .4 and .5, merged into one set; one for TCP 22 from .6, apart), then an Allow
+    // of .7 and a Deny of .8 (not merged across the Allow, which decides first for .7).
+    {
+        let deny = |index, peers: &[&str], port: PortMatch| {
+            tier_rule(
+                "admins",
+                Tier::Admin,
+                Ingress,
+                index,
+                AdminAction::Deny,
+                vec![clause(addrs(peers), port)],
+            )
+        };
+        let admin = vec![
+            deny(0, &["10.0.0.4"], PortMatch::Any),
+            deny(1, &["10.0.0.5"], PortMatch::Any),
+            deny(2, &["10.0.0.6"], ports(&[tcp(22)])),
+            tier_rule(
+                "admins",
+                Tier::Admin,
+                Ingress,
+                3,
+                AdminAction::Allow,
+                vec![clause(addrs(&["10.0.0.7"]), PortMatch::Any)],
+            ),
+            deny(4, &["10.0.0.7", "10.0.0.8"], PortMatch::Any),
+        ];
+        let mut ingress = open();
+        ingress.admin = tiers(admin.clone(), admin);
+        v.push((
+            "admin_tier_runs",
+            pod(vec![iface("eth0", &["10.0.0.1"], ingress, open())]),
+            o(),
+        ));
+    }
+
     // A monitored Baseline policy (SPEC 8 and 4): enforced, an Admin Deny of .9 only; staged,
     // also a Baseline Deny of 10.0.0.0/24 (would-denies counted and logged, nothing refused).
     {
