@@ -3,8 +3,9 @@
 //! The first Admin (or Baseline) rule that matches decides, so its rules are walked in order.
 //! But consecutive rules with the same action decide the same way whichever of them matches
 //! first: a run of them can be walked as one. Within a run, the clauses with the same ports
-//! are merged into one whose peers are the union of theirs — one set lookup per distinct port
-//! list instead of one per rule. Fifty admin rules denying whole namespaces cost a new
+//! are merged into one whose peers are the union of theirs, then those with the same peers
+//! into one whose ports are the union of theirs — one set lookup per distinct peer set and
+//! port list instead of one per rule. Fifty admin rules denying whole namespaces cost a new
 //! connection fifty set lookups before; the same rules in one run cost one. What a packet
 //! meets is still the first run that matches, in the rules' order.
 //!
@@ -13,7 +14,7 @@
 
 use std::sync::Arc;
 
-use netwarden_engine::{AddrSet, AdminAction, Clause, PeerMatch, TierRule};
+use netwarden_engine::{AddrSet, AdminAction, Clause, PeerMatch, PortMatch, PortRange, TierRule};
 
 /// One run: the action, and the clauses that take it (merged).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,12 +44,39 @@ pub fn tier_runs(tier: &[TierRule], skip_pass: bool) -> Vec<TierRun> {
         .collect()
 }
 
-/// `clauses` with the same ports merged (peers united), in the order each port list first
-/// appears.
+/// `clauses` merged where it is exact: those with the same ports into one (peers united),
+/// then those with the same peers into one (ports united) — never two that differ in both,
+/// which would allow the pairs neither did. In the order each first appears.
 fn merged(clauses: &[&Clause]) -> Vec<Clause> {
+    let by_ports = group(
+        clauses,
+        |a, b| a.ports == b.ports,
+        |group| Clause {
+            peers: united(group),
+            ports: group[0].ports.clone(),
+        },
+    );
+    let refs: Vec<&Clause> = by_ports.iter().collect();
+    group(
+        &refs,
+        |a, b| a.peers == b.peers,
+        |group| Clause {
+            peers: group[0].peers.clone(),
+            ports: ports_united(group),
+        },
+    )
+}
+
+/// `clauses` grouped by `same` (each joins the first group it is the same as), a group of
+/// several made one by `join`, one alone kept as it was.
+fn group(
+    clauses: &[&Clause],
+    same: impl Fn(&Clause, &Clause) -> bool,
+    join: impl Fn(&[&Clause]) -> Clause,
+) -> Vec<Clause> {
     let mut groups: Vec<Vec<&Clause>> = Vec::new();
     for clause in clauses {
-        match groups.iter_mut().find(|g| g[0].ports == clause.ports) {
+        match groups.iter_mut().find(|g| same(g[0], clause)) {
             Some(group) => group.push(clause),
             None => groups.push(vec![clause]),
         }
@@ -57,12 +85,26 @@ fn merged(clauses: &[&Clause]) -> Vec<Clause> {
         .into_iter()
         .map(|group| match group.as_slice() {
             [one] => (*one).clone(),
-            _ => Clause {
-                peers: united(&group),
-                ports: group[0].ports.clone(),
-            },
+            _ => join(&group),
         })
         .collect()
+}
+
+fn ports_united(group: &[&Clause]) -> PortMatch {
+    let mut ranges: Vec<PortRange> = Vec::new();
+    for clause in group {
+        match &clause.ports {
+            PortMatch::Any => return PortMatch::Any,
+            PortMatch::Only(only) => {
+                for range in only {
+                    if !ranges.contains(range) {
+                        ranges.push(*range);
+                    }
+                }
+            }
+        }
+    }
+    PortMatch::Only(ranges)
 }
 
 fn united(group: &[&Clause]) -> PeerMatch {
@@ -79,9 +121,7 @@ fn united(group: &[&Clause]) -> PeerMatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netwarden_engine::{
-        AdminKind, AdminRef, Direction, Mode, PortMatch, PortRange, Protocol, Tier, TierOrigin,
-    };
+    use netwarden_engine::{AdminKind, AdminRef, Direction, Mode, Protocol, Tier, TierOrigin};
     use std::net::IpAddr;
 
     fn rule(action: AdminAction, peers: &[&str], port: Option<u16>) -> TierRule {
@@ -140,6 +180,21 @@ mod tests {
             runs[0].clauses[1], tier[2].clauses[0],
             "alone: kept as it was"
         );
+        // The same peers on different ports: one clause, the ports united (and never a clause
+        // of other peers and other ports: 10.0.0.9 stays on 443 alone).
+        let tier = [
+            rule(Deny, &["10.0.0.1"], Some(80)),
+            rule(Deny, &["10.0.0.1"], Some(81)),
+            rule(Deny, &["10.0.0.9"], Some(443)),
+        ];
+        let runs = tier_runs(&tier, false);
+        assert_eq!(runs[0].clauses.len(), 2);
+        assert_eq!(runs[0].clauses[0].peers, tier[0].clauses[0].peers);
+        let PortMatch::Only(ports) = &runs[0].clauses[0].ports else {
+            panic!()
+        };
+        assert_eq!(ports.len(), 2);
+        assert_eq!(runs[0].clauses[1], tier[2].clauses[0]);
         // Baseline: Pass decides nothing, so the Denies around it join.
         let baseline = [
             rule(Deny, &["10.0.0.1"], None),

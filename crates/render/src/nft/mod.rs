@@ -747,9 +747,11 @@ impl Builder<'_> {
         let mut out = Vec::new();
         for p in &peers {
             for q in &ports {
+                // Ports first: a port compare is cheaper than a set lookup, and a rule whose
+                // port does not match (most, for a given connection) skips the lookup.
                 let mut m = Vec::new();
-                m.extend(p.clone());
                 m.extend(q.iter().cloned());
+                m.extend(p.clone());
                 out.push(m);
             }
         }
