@@ -67,6 +67,11 @@ impl Revocations {
         }
     }
 
+    /// How long after a netns's first unjudged change its pass runs.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
     /// `pod`'s rules in `netns` changed to `rules` at `now` (an apply reached the kernel).
     pub fn changed(&mut self, pod: PodKey, netns: PathBuf, rules: PodRules, now: Instant) {
         match self.pending.get_mut(&netns) {

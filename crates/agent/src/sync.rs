@@ -33,10 +33,10 @@ use netwarden_dataplane::{
     ApplyError, ApplyOutcome, Backend, Dataplane, EvidenceCounters, IptablesDataplane, NftDataplane,
 };
 use netwarden_engine::revocation::RevocationScope;
-
-use crate::revocations::{Pass, Revocations};
 use netwarden_engine::{Engine, PodKey, PodRules};
 use netwarden_render::RenderOptions;
+
+use crate::revocations::{Pass, Revocations};
 
 /// What happens to live connections that an apply denies (`--established`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -178,7 +178,6 @@ pub struct Syncer<D: Dataplane> {
     established: Established,
     /// The revocation passes owed and what each netns was last judged by.
     revocations: Revocations,
-    revocation_delay: Duration,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -191,7 +190,6 @@ impl<D: Dataplane> Syncer<D> {
             // Revocation enters connection tables: only an agent asks for it.
             established: Established::Keep,
             revocations: Revocations::new(Duration::ZERO),
-            revocation_delay: Duration::ZERO,
         }
     }
 
@@ -363,7 +361,7 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
             }
         }
         // Without a delay (the lab, tests), the passes run now and report here.
-        if self.revocation_delay.is_zero() {
+        if self.revocations.delay().is_zero() {
             let revoked = self.revoke_due(Instant::now(), false);
             report.revoked = revoked.revoked;
             report.revoke_errors = revoked.errors;
@@ -413,7 +411,6 @@ impl<D: Dataplane> Reconciler for Syncer<D> {
     }
 
     fn set_revocation_delay(&mut self, delay: Duration) {
-        self.revocation_delay = delay;
         self.revocations = Revocations::new(delay);
     }
 
