@@ -227,6 +227,11 @@ pub struct Engine {
     /// Services with a selector, filed by the pods it can select.
     services_by_selector: SelectorIndex<ObjectKey>,
     dirty: BTreeSet<PodKey>,
+    /// Every pod is in `dirty`: nothing computed and taken since the engine was made (the
+    /// cluster being fed). A pod enters only through `set_pod`, which names it dirty, and
+    /// `dirty` empties only when taken, so this holds until then. Marking pods dirty has
+    /// nothing to look for meanwhile.
+    every_pod_dirty: bool,
     /// Addresses two pods or more claim ([`Engine::is_ambiguous`]).
     ambiguous: HashSet<IpAddr>,
     /// Pods whose netns is locked down ([`Engine::set_lockdown`]), with why.
@@ -258,6 +263,7 @@ impl Engine {
     pub fn new(options: EngineOptions) -> Self {
         Engine {
             options,
+            every_pod_dirty: true,
             ..Default::default()
         }
     }
@@ -359,6 +365,7 @@ impl Engine {
     /// engine looks only at the rules it has cached, so a pod named and not recomputed is not
     /// named again for later changes (an agent holds, and recomputes, only its node's pods).
     pub fn take_dirty(&mut self) -> BTreeSet<PodKey> {
+        self.every_pod_dirty = false;
         std::mem::take(&mut self.dirty)
     }
 
@@ -1631,6 +1638,7 @@ impl Engine {
     /// Rules for every pod, keyed by pod.
     pub fn all_pod_rules(&mut self) -> BTreeMap<PodKey, PodRules> {
         let keys: Vec<PodKey> = self.pods.keys().cloned().collect();
+        self.every_pod_dirty = false;
         self.dirty.clear();
         keys.into_iter()
             .filter_map(|k| self.pod_rules(&k).map(|r| (k, r)))

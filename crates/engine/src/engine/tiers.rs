@@ -123,6 +123,12 @@ impl Engine {
     }
 
     fn mark_admin_subjects_dirty(&mut self, policy: &AdminPolicy) {
+        // Every pod dirty already (the cluster being fed before its first computation): no
+        // subject to look for. 200 admin policies selecting whole namespaces evaluated their
+        // subjects against 100,000 pods for nothing (9% of that first computation).
+        if self.every_pod_dirty {
+            return;
+        }
         let mut policies = vec![policy];
         // A monitored policy replacing another changes the staged view of the other's pods.
         let other = policy.replaces.as_ref().and_then(|replaced| {
