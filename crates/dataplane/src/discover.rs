@@ -34,9 +34,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
-use nix::sys::time::{TimeVal, TimeValLike};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
 
 use crate::netns::{Netns, NetnsError};
 pub use rtnl::Dump;
@@ -196,20 +194,9 @@ struct RouteSocket(Socket);
 
 impl RouteSocket {
     fn open() -> Result<RouteSocket, DiscoverError> {
-        let err = |step| move |source| DiscoverError::Socket { step, source };
-        let socket = Socket::new(NETLINK_ROUTE).map_err(err("socket"))?;
-        // Connected to the kernel (port 0): the kernel then refuses datagrams to this socket
-        // from any other sender, so a process in the pod cannot slip forged replies in.
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(err("connect"))?;
-        setsockopt(
-            &socket,
-            ReceiveTimeout,
-            &TimeVal::milliseconds(REPLY_TIMEOUT.as_millis() as i64),
-        )
-        .map_err(|e| err("SO_RCVTIMEO")(io::Error::from(e)))?;
-        Ok(RouteSocket(socket))
+        crate::nfnetlink::kernel_socket(NETLINK_ROUTE, REPLY_TIMEOUT)
+            .map(RouteSocket)
+            .map_err(|(step, source)| DiscoverError::Socket { step, source })
     }
 
     /// Sends the request for `dump` and reads the reply to its end. `None`: start over (the

@@ -138,17 +138,28 @@ pub fn read_datagram(
 
 /// A `NETLINK_NETFILTER` socket in the calling thread's netns, connected to the kernel.
 pub fn open_socket() -> Result<Socket, NfnetlinkError> {
-    let err = |step| move |source| NfnetlinkError::Socket { step, source };
-    let socket = Socket::new(NETLINK_NETFILTER).map_err(err("socket"))?;
+    kernel_socket(NETLINK_NETFILTER, REPLY_TIMEOUT)
+        .map_err(|(step, source)| NfnetlinkError::Socket { step, source })
+}
+
+/// A netlink socket of `protocol` in the calling thread's netns, connected to the kernel (port
+/// 0: the kernel then refuses datagrams to it from any other sender, so a process in the pod
+/// cannot slip forged replies in), each receive waiting at most `timeout`. On failure, the step
+/// that failed.
+pub fn kernel_socket(
+    protocol: isize,
+    timeout: Duration,
+) -> Result<Socket, (&'static str, io::Error)> {
+    let socket = Socket::new(protocol).map_err(|e| ("socket", e))?;
     socket
         .connect(&SocketAddr::new(0, 0))
-        .map_err(err("connect"))?;
+        .map_err(|e| ("connect", e))?;
     setsockopt(
         &socket,
         ReceiveTimeout,
-        &TimeVal::milliseconds(REPLY_TIMEOUT.as_millis() as i64),
+        &TimeVal::milliseconds(timeout.as_millis() as i64),
     )
-    .map_err(|e| err("SO_RCVTIMEO")(io::Error::from(e)))?;
+    .map_err(|e| ("SO_RCVTIMEO", io::Error::from(e)))?;
     Ok(socket)
 }
 

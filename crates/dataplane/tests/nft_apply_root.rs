@@ -15,12 +15,12 @@ use netwarden_dataplane::netns::{self, exec_in, run_in};
 use netwarden_dataplane::nft_apply::NftRuleset;
 use netwarden_dataplane::{ApplyError, ApplyOutcome, Dataplane, NftDataplane};
 use netwarden_engine::{
-    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, Isolation, Mode,
-    NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
-    Protocol, RuleOrigin,
+    AddrSet, DirectionRules, InterfaceRules, Isolation, NetworkId, ObjectKey, PeerMatch, PodRules,
+    PolicyKind, PolicyRef, PortMatch, PortRange, Protocol,
 };
 use netwarden_render::nft::{Rule, Transaction, Verdict};
 use netwarden_render::RenderOptions;
+use netwarden_testing::rules::tcp_ingress_rules;
 use netwarden_testing::{
     close_with_reset, connect_timed, listen, root_or_skip, this_test_in_a_child, veth,
     wait_reachable, Namespaces,
@@ -40,50 +40,13 @@ fn pod_rules_with(allowed_ports: &[u16], peers: &[&str], ifaces: &[&str]) -> Pod
 }
 
 fn pod_rules_for(allowed_ports: &[u16], peers: AddrSet, ifaces: &[&str]) -> PodRules {
-    let policy = PolicyRef {
-        kind: PolicyKind::DanmNetworkPolicy,
-        key: ObjectKey::new("t", "allow"),
-    };
-    let rule = AllowRule {
-        origin: RuleOrigin {
-            policy: policy.clone(),
-            direction: Direction::Ingress,
-            index: 0,
-            mode: Mode::Enforce,
-        },
-        clauses: vec![Clause {
-            peers: PeerMatch::Addrs(Arc::new(peers)),
-            ports: PortMatch::Only(
-                allowed_ports
-                    .iter()
-                    .map(|&p| PortRange {
-                        protocol: Protocol::Tcp,
-                        ports: Some((p, p)),
-                    })
-                    .collect(),
-            ),
-        }],
-    };
-    let iso = Isolation::Isolated(vec![rule].into());
-    let mut ingress = DirectionRules::open();
-    ingress.enforced = iso.clone();
-    ingress.staged = iso;
-    ingress.enforced_policies = vec![policy];
-    PodRules {
-        pod: ObjectKey::new("t", "pod"),
-        netns: None,
-        learn: false,
-        interfaces: ifaces
-            .iter()
-            .map(|name| InterfaceRules {
-                name: name.to_string(),
-                network: NetworkId::Primary,
-                ips: vec![POD_IP.parse().unwrap()],
-                ingress: ingress.clone(),
-                egress: DirectionRules::open(),
-            })
-            .collect(),
-    }
+    tcp_ingress_rules(
+        PolicyKind::DanmNetworkPolicy,
+        ifaces,
+        POD_IP,
+        peers,
+        allowed_ports,
+    )
 }
 
 fn table(dp: &NftDataplane, rules: &PodRules) -> NftRuleset {

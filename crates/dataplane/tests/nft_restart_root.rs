@@ -10,18 +10,14 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use netwarden_dataplane::libnft::call_counts;
 use netwarden_dataplane::netns::exec_in;
 use netwarden_dataplane::nft_netlink::readings;
 use netwarden_dataplane::{ApplyOutcome, Dataplane, NftDataplane};
-use netwarden_engine::{
-    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, Isolation, Mode,
-    NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
-    Protocol, RuleOrigin,
-};
+use netwarden_engine::{AddrSet, PodRules, PolicyKind};
 use netwarden_render::RenderOptions;
+use netwarden_testing::rules::tcp_ingress_rules;
 use netwarden_testing::{root_or_skip, Namespaces};
 
 /// Pod netns of the test; peers per set.
@@ -36,42 +32,13 @@ fn peers(shift: u32) -> AddrSet {
 
 /// Ingress on `nwv0` allowing TCP `port` from `peers`.
 fn rules(port: u16, peers: &AddrSet) -> PodRules {
-    let policy = PolicyRef {
-        kind: PolicyKind::NetworkPolicy,
-        key: ObjectKey::new("t", "allow"),
-    };
-    let rule = AllowRule {
-        origin: RuleOrigin {
-            policy: policy.clone(),
-            direction: Direction::Ingress,
-            index: 0,
-            mode: Mode::Enforce,
-        },
-        clauses: vec![Clause {
-            peers: PeerMatch::Addrs(Arc::new(peers.clone())),
-            ports: PortMatch::Only(vec![PortRange {
-                protocol: Protocol::Tcp,
-                ports: Some((port, port)),
-            }]),
-        }],
-    };
-    let iso = Isolation::Isolated(vec![rule].into());
-    let mut ingress = DirectionRules::open();
-    ingress.enforced = iso.clone();
-    ingress.staged = iso;
-    ingress.enforced_policies = vec![policy];
-    PodRules {
-        pod: ObjectKey::new("t", "pod"),
-        netns: None,
-        learn: false,
-        interfaces: vec![InterfaceRules {
-            name: "nwv0".into(),
-            network: NetworkId::Primary,
-            ips: vec!["10.231.79.1".parse().unwrap()],
-            ingress,
-            egress: DirectionRules::open(),
-        }],
-    }
+    tcp_ingress_rules(
+        PolicyKind::NetworkPolicy,
+        &["nwv0"],
+        "10.231.79.1",
+        peers.clone(),
+        &[port],
+    )
 }
 
 fn listed(netns: &Path) -> String {

@@ -6,60 +6,25 @@
 //! for the generation it leaves. Asserted on the count of listing processes (process-wide: one test in
 //! this binary).
 
-use std::sync::Arc;
-
 use netwarden_dataplane::netns::exec_in;
 use netwarden_dataplane::nft_netlink::commands;
 use netwarden_dataplane::tamper::VerifyScope;
 use netwarden_dataplane::{Dataplane, NftDataplane};
-use netwarden_engine::{
-    AddrSet, AllowRule, Clause, Direction, DirectionRules, InterfaceRules, Isolation, Mode,
-    NetworkId, ObjectKey, PeerMatch, PodRules, PolicyKind, PolicyRef, PortMatch, PortRange,
-    Protocol, RuleOrigin,
-};
+use netwarden_engine::{AddrSet, PodRules, PolicyKind};
 use netwarden_render::RenderOptions;
+use netwarden_testing::rules::tcp_ingress_rules;
 use netwarden_testing::{root_or_skip, Namespaces};
 
 /// Ingress on `nwv0` allowing TCP `port` from one peer.
 fn rules(port: u16) -> PodRules {
-    let policy = PolicyRef {
-        kind: PolicyKind::NetworkPolicy,
-        key: ObjectKey::new("t", "allow"),
-    };
-    let rule = AllowRule {
-        origin: RuleOrigin {
-            policy: policy.clone(),
-            direction: Direction::Ingress,
-            index: 0,
-            mode: Mode::Enforce,
-        },
-        clauses: vec![Clause {
-            peers: PeerMatch::Addrs(Arc::new(AddrSet::from_addrs(["10.231.80.2"
-                .parse()
-                .unwrap()]))),
-            ports: PortMatch::Only(vec![PortRange {
-                protocol: Protocol::Tcp,
-                ports: Some((port, port)),
-            }]),
-        }],
-    };
-    let iso = Isolation::Isolated(vec![rule].into());
-    let mut ingress = DirectionRules::open();
-    ingress.enforced = iso.clone();
-    ingress.staged = iso;
-    ingress.enforced_policies = vec![policy];
-    PodRules {
-        pod: ObjectKey::new("t", "pod"),
-        netns: None,
-        learn: false,
-        interfaces: vec![InterfaceRules {
-            name: "nwv0".into(),
-            network: NetworkId::Primary,
-            ips: vec!["10.231.80.1".parse().unwrap()],
-            ingress,
-            egress: DirectionRules::open(),
-        }],
-    }
+    let peer = AddrSet::from_addrs(["10.231.80.2".parse().unwrap()]);
+    tcp_ingress_rules(
+        PolicyKind::NetworkPolicy,
+        &["nwv0"],
+        "10.231.80.1",
+        peer,
+        &[port],
+    )
 }
 
 #[test]

@@ -40,6 +40,7 @@ pub mod process;
 pub mod random;
 pub mod records;
 pub mod root;
+pub mod rules;
 pub mod tcp;
 pub mod udp;
 
