@@ -193,8 +193,13 @@ impl Monitor {
             dropped: &dropped,
             kernel: &|pods: &[PodKey]| kernel_counters(syncer, pods),
         };
-        self.status
-            .observe(engine.policies(), &cover, &counters, Timestamp::now());
+        self.status.observe(
+            engine.policies(),
+            engine.admin_policies().map(Arc::as_ref),
+            &cover,
+            &counters,
+            Timestamp::now(),
+        );
         self.metrics
             .retain_dropped_pods(&|pod| programmed.contains(pod));
     }

@@ -1,6 +1,9 @@
 //! The agent's side of the `status` records (`netwarden_monitor::status`): which monitored
 //! policies it watches, since when, over which local pods, and the cumulative counters it
-//! writes every `--status-interval` and once at shutdown.
+//! writes every `--status-interval` and once at shutdown. A monitored policy is a namespaced
+//! one or a cluster-scoped admin policy (SPEC 8), one [`MonitoredRef`]: its records name it as
+//! its would-deny events do (`ns/name`, `Kind/name`), its pods are the local pods whose
+//! (interface, direction) it judges (isolates, or has admin rules on).
 //!
 //! An *episode* is one policy watched with one spec: it starts when the agent first sees the
 //! policy in monitor mode, and again when the spec changes (a different policy is a different
@@ -27,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use netwarden_dataplane::EvidenceCounters;
-use netwarden_engine::{Direction, Mode, PodKey, PodRules, Policy, PolicyRef};
+use netwarden_engine::{AdminPolicy, Direction, Mode, MonitoredRef, PodKey, PodRules, Policy};
 use netwarden_monitor::{RecordType, StatusRecord, Timestamp};
 use netwarden_render::{log_key_for, CounterKind, LogKey};
 
@@ -90,9 +93,25 @@ impl PodShare {
     }
 }
 
+/// The spec an episode watches: a change of it starts a new episode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Spec {
+    Namespaced(Policy),
+    Admin(AdminPolicy),
+}
+
+impl Spec {
+    fn reference(&self) -> MonitoredRef {
+        match self {
+            Spec::Namespaced(p) => p.reference().into(),
+            Spec::Admin(p) => p.reference().into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Episode {
-    spec: Policy,
+    spec: Spec,
     since: Timestamp,
     /// The policy's would-deny count when the episode started.
     would_deny_base: u64,
@@ -108,7 +127,7 @@ struct Episode {
 
 /// What the metrics and the kernel count, read at one instant.
 pub struct Counters<'a> {
-    /// Would-deny events naming a policy (`ns/name`).
+    /// Would-deny events naming a policy (`ns/name`, or `Kind/name` for an admin policy).
     pub would_deny: &'a dyn Fn(&str) -> u64,
     /// NFLOG messages lost per pod (`ns/name`).
     pub dropped: &'a BTreeMap<String, u64>,
@@ -129,8 +148,8 @@ impl Counters<'_> {
 /// currently programmed.
 pub fn coverage<'a>(
     rules: impl IntoIterator<Item = &'a PodRules>,
-) -> BTreeMap<PolicyRef, BTreeMap<PodKey, BTreeSet<LogKey>>> {
-    let mut out: BTreeMap<PolicyRef, BTreeMap<PodKey, BTreeSet<LogKey>>> = BTreeMap::new();
+) -> BTreeMap<MonitoredRef, BTreeMap<PodKey, BTreeSet<LogKey>>> {
+    let mut out: BTreeMap<MonitoredRef, BTreeMap<PodKey, BTreeSet<LogKey>>> = BTreeMap::new();
     for pod in rules {
         for iface in &pod.interfaces {
             for (direction, dr) in [
@@ -138,9 +157,9 @@ pub fn coverage<'a>(
                 (Direction::Egress, &iface.egress),
             ] {
                 let key = log_key_for(pod, &iface.name, direction);
-                for p in &dr.monitored_policies {
+                for p in dr.monitored() {
                     let keys = out
-                        .entry(p.clone())
+                        .entry(p)
                         .or_default()
                         .entry(pod.pod.clone())
                         .or_default();
@@ -155,7 +174,7 @@ pub fn coverage<'a>(
 /// The episodes of every monitored policy this agent knows.
 #[derive(Debug, Default)]
 pub struct StatusTracker {
-    episodes: BTreeMap<PolicyRef, Episode>,
+    episodes: BTreeMap<MonitoredRef, Episode>,
 }
 
 impl StatusTracker {
@@ -163,32 +182,39 @@ impl StatusTracker {
         StatusTracker::default()
     }
 
-    /// Follows the current state: `policies` (all of them; the monitored ones are kept) and
-    /// the local pods each covers. Call it after every sync so pods join promptly (a joining
-    /// pod's kernel counters are read then, as its base).
+    /// Follows the current state: `policies` and `admin` (all of them; the monitored ones are
+    /// kept) and the local pods each covers. Call it after every sync so pods join promptly (a
+    /// joining pod's kernel counters are read then, as its base).
     pub fn observe<'a>(
         &mut self,
         policies: impl IntoIterator<Item = &'a Policy>,
-        coverage: &BTreeMap<PolicyRef, BTreeMap<PodKey, BTreeSet<LogKey>>>,
+        admin: impl IntoIterator<Item = &'a AdminPolicy>,
+        coverage: &BTreeMap<MonitoredRef, BTreeMap<PodKey, BTreeSet<LogKey>>>,
         counters: &Counters,
         now: Timestamp,
     ) {
-        let monitored: Vec<&Policy> = policies
+        // Monitored policies are few: their specs are copied, to compare with the episodes'.
+        let namespaced = policies
             .into_iter()
             .filter(|p| p.mode == Mode::Monitor)
+            .map(|p| Spec::Namespaced(p.clone()));
+        let admin = admin
+            .into_iter()
+            .filter(|p| p.mode == Mode::Monitor)
+            .map(|p| Spec::Admin(p.clone()));
+        let monitored: Vec<(MonitoredRef, Spec)> = namespaced
+            .chain(admin)
+            .map(|spec| (spec.reference(), spec))
             .collect();
         // The pods joining an episode need a reading, their base. One reading per pod, all
         // asked at once: when the agent starts, every covered pod joins every monitored
         // policy covering it.
         let joining: BTreeSet<&PodKey> = monitored
             .iter()
-            .flat_map(|policy| {
-                let episode = self
-                    .episodes
-                    .get(&policy.reference())
-                    .filter(|e| e.spec == **policy);
+            .flat_map(|(reference, spec)| {
+                let episode = self.episodes.get(reference).filter(|e| e.spec == *spec);
                 coverage
-                    .get(&policy.reference())
+                    .get(reference)
                     .into_iter()
                     .flat_map(|c| c.keys())
                     .filter(move |pod| episode.is_none_or(|e| !e.pods.contains_key(*pod)))
@@ -201,12 +227,11 @@ impl StatusTracker {
             .zip((counters.kernel)(&joining))
             .collect();
         let mut seen = BTreeSet::new();
-        for policy in monitored {
-            let reference = policy.reference();
+        for (reference, spec) in monitored {
             let fresh = || Episode {
-                spec: policy.clone(),
+                spec: spec.clone(),
                 since: now,
-                would_deny_base: (counters.would_deny)(&policy.key.to_string()),
+                would_deny_base: (counters.would_deny)(&reference.to_string()),
                 pods: BTreeMap::new(),
                 dropped_settled: 0,
                 counted_settled: Counted::default(),
@@ -216,7 +241,7 @@ impl StatusTracker {
                 .episodes
                 .entry(reference.clone())
                 .and_modify(|e| {
-                    if e.spec != *policy {
+                    if e.spec != spec {
                         *e = fresh();
                     }
                 })
@@ -275,7 +300,7 @@ impl StatusTracker {
         self.episodes
             .iter_mut()
             .map(|(reference, e)| {
-                let policy = reference.key.to_string();
+                let policy = reference.to_string();
                 let mut dropped_now = 0;
                 let mut counted = e.counted_settled;
                 let mut known = !e.counted_unknown;
@@ -289,7 +314,7 @@ impl StatusTracker {
                     time: now,
                     node: node.to_owned(),
                     record: RecordType::Status,
-                    kind: reference.kind.to_string(),
+                    kind: reference.kind_str().to_owned(),
                     monitored_since: e.since,
                     pods: e.pods.len() as u64,
                     would_deny: (counters.would_deny)(&policy).saturating_sub(e.would_deny_base),
@@ -348,7 +373,7 @@ mod tests {
         let lock = policy("lock", Mode::Enforce, true);
         let mut would_deny: BTreeMap<String, u64> = [("shop/web".to_owned(), 5)].into();
         let mut dropped: BTreeMap<String, u64> = [("shop/a".to_owned(), 7)].into();
-        let mut cover = BTreeMap::from([(web.reference(), pods(&["a"]))]);
+        let mut cover = BTreeMap::from([(web.reference().into(), pods(&["a"]))]);
         let mut t = StatusTracker::new();
         let at = Timestamp::from_secs;
         macro_rules! counters {
@@ -360,7 +385,7 @@ mod tests {
                 }
             };
         }
-        t.observe([&web, &lock], &cover, &counters!(), at(100));
+        t.observe([&web, &lock], [], &cover, &counters!(), at(100));
         let r = t.records("node-a", &counters!(), at(110));
         assert_eq!(r.len(), 1, "only monitored policies: {r:?}");
         assert_eq!(
@@ -373,9 +398,9 @@ mod tests {
         // Later: 2 would-deny, pod a lost 3 messages, then left; pod b joined.
         *would_deny.get_mut("shop/web").unwrap() += 2;
         *dropped.get_mut("shop/a").unwrap() += 3;
-        cover.insert(web.reference(), pods(&["b"]));
+        cover.insert(web.reference().into(), pods(&["b"]));
         dropped.insert("shop/b".into(), 1);
-        t.observe([&web], &cover, &counters!(), at(200));
+        t.observe([&web], [], &cover, &counters!(), at(200));
         dropped.insert("shop/b".into(), 2);
         let r = t.records("node-a", &counters!(), at(210));
         assert_eq!(
@@ -390,7 +415,7 @@ mod tests {
 
         // A changed spec is a new episode.
         let web2 = policy("web", Mode::Monitor, false);
-        t.observe([&web2], &cover, &counters!(), at(300));
+        t.observe([&web2], [], &cover, &counters!(), at(300));
         let r = t.records("node-a", &counters!(), at(310));
         assert_eq!(
             (r[0].monitored_since, r[0].would_deny, r[0].nflog_dropped),
@@ -398,7 +423,7 @@ mod tests {
         );
         // Promoted (enforced): no more records.
         let enforced = policy("web", Mode::Enforce, false);
-        t.observe([&enforced], &cover, &counters!(), at(400));
+        t.observe([&enforced], [], &cover, &counters!(), at(400));
         assert!(t.records("node-a", &counters!(), at(410)).is_empty());
     }
 
@@ -406,7 +431,7 @@ mod tests {
     fn kernel_counters_count_from_joining_survive_restarts_and_fail_closed() {
         let web = policy("web", Mode::Monitor, true);
         let dropped = BTreeMap::new();
-        let cover = BTreeMap::from([(web.reference(), pods(&["a"]))]);
+        let cover = BTreeMap::from([(web.reference().into(), pods(&["a"]))]);
         let reading = std::cell::RefCell::new(Some(kernel(10, 4, 4)));
         let counters = Counters {
             would_deny: &|_: &str| 0,
@@ -417,7 +442,7 @@ mod tests {
         let mut t = StatusTracker::new();
         // Joins with 10 connections and 4 would-denies (4 logged) counted before: not this
         // episode's. Then 15 connections, 5 would-denies, 2 logged: 3 suppressed.
-        t.observe([&web], &cover, &counters, at(100));
+        t.observe([&web], [], &cover, &counters, at(100));
         *reading.borrow_mut() = Some(kernel(25, 9, 6));
         let r = t.records("n", &counters, at(110));
         assert_eq!((r[0].connections, r[0].rate_limited), (Some(15), Some(3)));
@@ -434,9 +459,133 @@ mod tests {
         assert_eq!((r[0].connections, r[0].rate_limited), (None, None));
         // A new spec is a new episode: known again, counting from its start.
         let web2 = policy("web", Mode::Monitor, false);
-        t.observe([&web2], &cover, &counters, at(150));
+        t.observe([&web2], [], &cover, &counters, at(150));
         *reading.borrow_mut() = Some(kernel(52, 1, 0));
         let r = t.records("n", &counters, at(160));
         assert_eq!((r[0].connections, r[0].rate_limited), (Some(2), Some(0)));
+    }
+
+    /// A monitored admin policy: its pods are those its rules judge, found in the rules the
+    /// engine computes; its record names it `Kind/name` (as its would-deny events), apart from
+    /// a namespaced policy of the same name; a changed spec restarts its episode; enforced, it
+    /// has no record.
+    #[test]
+    fn admin_policies_have_episodes_of_their_own() {
+        use netwarden_engine::testing::{
+            admin_policy, admin_rule, in_namespaces, namespace, pod, selector,
+        };
+        use netwarden_engine::{
+            AdminAction, AdminKind, AdminPeer, Engine, EngineOptions, PodsSelector,
+        };
+
+        let mut engine = Engine::new(EngineOptions::default());
+        engine.set_namespace(namespace("shop", &[("team", "shop")]));
+        for (name, app) in [("web-0", "web"), ("db-0", "db")] {
+            let mut p = pod("shop", name, &[("app", app)], &["10.0.0.1"]);
+            p.netns = Some("/run/netns/x".into());
+            engine.set_pod(p);
+        }
+        let deny_all = admin_rule(
+            AdminAction::Deny,
+            vec![AdminPeer::Pods(in_namespaces(&[]))],
+            None,
+        );
+        let mut admin = admin_policy(
+            AdminKind::ClusterNetworkPolicy,
+            "web",
+            10,
+            PodsSelector {
+                namespaces: selector(&[("team", "shop")]),
+                pods: selector(&[("app", "web")]),
+            },
+            vec![deny_all],
+            Vec::new(),
+        );
+        admin.mode = Mode::Monitor;
+        engine.set_admin_policy(admin.clone());
+        // A monitored NetworkPolicy of the same name, on the db pod.
+        let mut namespaced = policy("web", Mode::Monitor, true);
+        namespaced.pod_selector = selector(&[("app", "db")]);
+        engine.set_policy(namespaced.clone());
+        let rules = engine.all_pod_rules();
+        let cover = coverage(rules.values());
+        let admin_ref = MonitoredRef::from(admin.reference());
+        assert_eq!(
+            cover[&admin_ref].keys().collect::<Vec<_>>(),
+            [&ObjectKey::new("shop", "web-0")],
+            "{cover:?}"
+        );
+        let web_rules = &rules[&ObjectKey::new("shop", "web-0")];
+        assert_eq!(
+            cover[&admin_ref][&ObjectKey::new("shop", "web-0")],
+            BTreeSet::from([log_key_for(web_rules, "eth0", Direction::Ingress).unwrap()]),
+            "ingress only: the policy has no egress rules"
+        );
+
+        let would_deny: BTreeMap<String, u64> = [
+            ("ClusterNetworkPolicy/web".to_owned(), 3),
+            ("shop/web".to_owned(), 1),
+        ]
+        .into();
+        let dropped = BTreeMap::new();
+        let reading = std::cell::RefCell::new(0u64);
+        let key = log_key_for(web_rules, "eth0", Direction::Ingress).unwrap();
+        let counters = Counters {
+            would_deny: &|p: &str| would_deny.get(p).copied().unwrap_or(0),
+            dropped: &dropped,
+            kernel: &|pods: &[PodKey]| {
+                let n = *reading.borrow();
+                let counted: EvidenceCounters = [
+                    ((key, CounterKind::Connections), n),
+                    ((key, CounterKind::WouldDeny), 0),
+                    ((key, CounterKind::Logged), 0),
+                ]
+                .into();
+                vec![Some(counted); pods.len()]
+            },
+        };
+        let at = Timestamp::from_secs;
+        let mut t = StatusTracker::new();
+        t.observe(engine.policies(), [&admin], &cover, &counters, at(100));
+        *reading.borrow_mut() = 6;
+        let records = t.records("n", &counters, at(110));
+        let row = |records: &[StatusRecord], policy: &str| {
+            records
+                .iter()
+                .find(|r| r.policy == policy)
+                .cloned()
+                .unwrap_or_else(|| panic!("no record of {policy}: {records:?}"))
+        };
+        let a = row(&records, "ClusterNetworkPolicy/web");
+        assert_eq!(
+            (a.kind.as_str(), a.pods, a.monitored_since, a.would_deny),
+            ("ClusterNetworkPolicy", 1, at(100), 0)
+        );
+        assert_eq!((a.connections, a.rate_limited), (Some(6), Some(0)));
+        let n = row(&records, "shop/web");
+        assert_eq!((n.kind.as_str(), n.pods), ("NetworkPolicy", 1));
+        assert_eq!(records.len(), 2);
+
+        // A changed spec: a new episode; enforced: no record, the namespaced one goes on.
+        let mut changed = admin.clone();
+        changed.priority = 11;
+        t.observe([&namespaced], [&changed], &cover, &counters, at(200));
+        let records = t.records("n", &counters, at(210));
+        assert_eq!(
+            row(&records, "ClusterNetworkPolicy/web").monitored_since,
+            at(200)
+        );
+        assert_eq!(row(&records, "shop/web").monitored_since, at(100));
+        let mut enforced = changed;
+        enforced.mode = Mode::Enforce;
+        t.observe([&namespaced], [&enforced], &cover, &counters, at(300));
+        let records = t.records("n", &counters, at(310));
+        assert_eq!(
+            records
+                .iter()
+                .map(|r| r.policy.as_str())
+                .collect::<Vec<_>>(),
+            ["shop/web"]
+        );
     }
 }

@@ -17,7 +17,9 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::labels::Labels;
-use crate::model::{Direction, LabelSelector, Mode, NetworkId, PodInterface, PolicyScope};
+use crate::model::{
+    Direction, LabelSelector, Mode, NetworkId, PodInterface, PolicyRef, PolicyScope,
+};
 use crate::rules::PortRange;
 
 /// The three kinds, as written.
@@ -70,6 +72,55 @@ impl fmt::Display for AdminRef {
 impl Serialize for AdminRef {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+/// A policy object of either scope, as the monitor phase names it: a namespaced policy
+/// (`ns/name` in events, status records and the would-deny counters) or a cluster-scoped admin
+/// policy (`Kind/name`: it has no namespace, and a kind is never a namespace name, so the two
+/// cannot be confused). The status records and `promote` identify a monitored policy by it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MonitoredRef {
+    Namespaced(PolicyRef),
+    Admin(AdminRef),
+}
+
+impl MonitoredRef {
+    /// The kind, as `kind:` names it.
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            MonitoredRef::Namespaced(r) => r.kind.as_str(),
+            MonitoredRef::Admin(r) => r.kind.as_str(),
+        }
+    }
+
+    /// `Kind ns/name` or `Kind name`: the object as messages and load problems name it.
+    pub fn object(&self) -> String {
+        match self {
+            MonitoredRef::Namespaced(r) => format!("{} {}", r.kind, r.key),
+            MonitoredRef::Admin(r) => format!("{} {}", r.kind, r.name),
+        }
+    }
+}
+
+impl fmt::Display for MonitoredRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MonitoredRef::Namespaced(r) => r.fmt(f),
+            MonitoredRef::Admin(r) => r.fmt(f),
+        }
+    }
+}
+
+impl From<PolicyRef> for MonitoredRef {
+    fn from(r: PolicyRef) -> Self {
+        MonitoredRef::Namespaced(r)
+    }
+}
+
+impl From<AdminRef> for MonitoredRef {
+    fn from(r: AdminRef) -> Self {
+        MonitoredRef::Admin(r)
     }
 }
 

@@ -30,8 +30,8 @@ pub mod selectorindex;
 
 pub use addrset::AddrSet;
 pub use admin::{
-    AdminAction, AdminKind, AdminPeer, AdminPolicy, AdminPort, AdminRef, AdminRule, Node,
-    PodsSelector, Tier,
+    AdminAction, AdminKind, AdminPeer, AdminPolicy, AdminPort, AdminRef, AdminRule, MonitoredRef,
+    Node, PodsSelector, Tier,
 };
 pub use model::*;
 pub mod engine;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::addrset::AddrSet;
-use crate::admin::{AdminAction, AdminRef, Tier};
+use crate::admin::{AdminAction, AdminRef, MonitoredRef, Tier};
 use crate::model::{Direction, Mode, NetworkId, PodKey, PolicyRef, Protocol};
 
 /// Where an allow rule comes from: `policy`'s `direction` rule number `index` (0-based).
@@ -339,6 +339,19 @@ impl DirectionRules {
             }
         }
         out
+    }
+
+    /// Every monitored policy judging this direction: the namespaced ones isolating it, then
+    /// the admin ones with rules here.
+    pub fn monitored(&self) -> Vec<MonitoredRef> {
+        let namespaced = self
+            .monitored_policies
+            .iter()
+            .cloned()
+            .map(MonitoredRef::from);
+        namespaced
+            .chain(self.monitored_admin().into_iter().map(MonitoredRef::from))
+            .collect()
     }
 
     /// Whether any admin policy (either tier, either view) has rules here.
