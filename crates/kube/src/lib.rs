@@ -124,6 +124,15 @@ pub enum KubeError {
     },
     #[error("{kind} is not served by the cluster (CRD not installed?)")]
     NotServed { kind: &'static str },
+    #[error(
+        "{kind} is {}: its objects are named {}",
+        if *namespaced { "namespaced" } else { "cluster-scoped" },
+        if *namespaced { "with a namespace" } else { "without one" }
+    )]
+    Scope {
+        kind: &'static str,
+        namespaced: bool,
+    },
     #[error("{kind} {name}: {source}")]
     Object {
         kind: &'static str,

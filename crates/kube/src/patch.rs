@@ -1,5 +1,6 @@
 //! `netwarden promote --kube`: read one policy from the cluster and change its annotations
-//! with a JSON merge patch (RFC 7386).
+//! with a JSON merge patch (RFC 7386). A namespaced kind's object is named with its namespace,
+//! a cluster-scoped kind's (the admin policies of SPEC 8) without one.
 //!
 //! This is a user command run with the user's kubeconfig (as kubectl), not the agent: the
 //! agent's ClusterRole stays read-only plus Events. The patch carries the `resourceVersion`
@@ -28,13 +29,21 @@ fn block_on<T>(
         .block_on(future)
 }
 
-/// The API of `kind` in `namespace` at its served version, and who answers.
+/// The API of `kind` (in `namespace` when it is namespaced, cluster-wide when not) at its
+/// served version, and who answers. A namespace given for a cluster-scoped kind, or missing
+/// for a namespaced one, is refused before anything is asked.
 async fn api(
     kubeconfig: Option<&Path>,
     request_timeout: Duration,
     kind: &'static WatchedKind,
-    namespace: &str,
+    namespace: Option<&str>,
 ) -> Result<(Api<RawObject>, kube::api::ApiResource, Asked), KubeError> {
+    if kind.namespaced != namespace.is_some() {
+        return Err(KubeError::Scope {
+            kind: kind.kind,
+            namespaced: kind.namespaced,
+        });
+    }
     let timeouts = ClientTimeouts::one_shot(request_timeout);
     let (client, server): (Client, _) = client(kubeconfig, timeouts, None).await?;
     let asked = Asked {
@@ -46,26 +55,26 @@ async fn api(
         .map_err(|source| asked.discovery_error(kind.kind, source))?
         .ok_or(KubeError::NotServed { kind: kind.kind })?;
     let resource = api_resource(kind, version);
-    Ok((
-        Api::namespaced_with(client, namespace, &resource),
-        resource,
-        asked,
-    ))
+    let api = match namespace {
+        Some(namespace) => Api::namespaced_with(client, namespace, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    Ok((api, resource, asked))
 }
 
-/// The error of a request about `namespace/name` of `kind`.
+/// The error of a request about `namespace/name` (or `name`) of `kind`.
 fn object_error(
     asked: &Asked,
     verb: &str,
     kind: &'static WatchedKind,
-    namespace: &str,
+    namespace: Option<&str>,
     name: &str,
 ) -> impl FnOnce(kube::Error) -> KubeError {
-    let (asked, verb, name) = (
-        asked.clone(),
-        verb.to_string(),
-        format!("{namespace}/{name}"),
-    );
+    let name = match namespace {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_string(),
+    };
+    let (asked, verb) = (asked.clone(), verb.to_string());
     move |source| {
         let what = format!("{verb} of {} {name}", kind.kind);
         asked.error(
@@ -80,14 +89,14 @@ fn object_error(
     }
 }
 
-/// The object `namespace/name` of `kind` as JSON (with apiVersion and kind), or `None` when
-/// the cluster has no such object. Each answer of the API server is awaited at most
-/// `request_timeout`.
+/// The object `namespace/name` of `kind` (`name` alone, `namespace` `None`, for a
+/// cluster-scoped kind) as JSON (with apiVersion and kind), or `None` when the cluster has no
+/// such object. Each answer of the API server is awaited at most `request_timeout`.
 pub fn get_object(
     kubeconfig: Option<&Path>,
     request_timeout: Duration,
     kind: &'static WatchedKind,
-    namespace: &str,
+    namespace: Option<&str>,
     name: &str,
 ) -> Result<Option<Value>, KubeError> {
     block_on(async {
@@ -100,13 +109,14 @@ pub fn get_object(
     })
 }
 
-/// Sends `patch` (a JSON merge patch) to `namespace/name` of `kind`; returns the object after.
+/// Sends `patch` (a JSON merge patch) to `namespace/name` of `kind` (`name` alone for a
+/// cluster-scoped kind); returns the object after.
 /// Each answer of the API server is awaited at most `request_timeout`.
 pub fn merge_patch(
     kubeconfig: Option<&Path>,
     request_timeout: Duration,
     kind: &'static WatchedKind,
-    namespace: &str,
+    namespace: Option<&str>,
     name: &str,
     patch: &Value,
 ) -> Result<Value, KubeError> {

@@ -190,7 +190,14 @@ fn status_records(lab: &EnforcedLab, tracker: &mut StatusTracker, node: &str) ->
         .keys()
         .filter_map(|key| syncer.current().get(key));
     let now = Timestamp::now();
-    tracker.observe(lab.engine.policies(), &coverage(rules), &counters, now);
+    let admin = lab.engine.admin_policies().map(|p| p.as_ref());
+    tracker.observe(
+        lab.engine.policies(),
+        admin,
+        &coverage(rules),
+        &counters,
+        now,
+    );
     tracker.records(node, &counters, now)
 }
 
@@ -333,7 +340,7 @@ pub fn run(base: &Inventory, traffic: &Path, backend: Backend, workdir: &Path) -
         let mut text = yaml.clone();
         let name = file.display().to_string();
         for policy in &suggested.policies {
-            let target = Target {
+            let target = Target::Namespaced {
                 key: policy.key.clone(),
                 kind: Some(policy.kind),
             };

@@ -1,5 +1,5 @@
-//! `netwarden promote NS/NAME`: switch one monitored policy to enforce, in a manifest file or in
-//! the cluster.
+//! `netwarden promote NS/NAME` (or `Kind/NAME` for a cluster-scoped admin policy, SPEC 8):
+//! switch one monitored policy to enforce, in a manifest file or in the cluster.
 //!
 //! In a file, only the values of the mode annotations of that one object change
 //! (`netwarden.io/mode: monitor` → `enforce`, kube-router's `monitor`/`staged` `"true"` →
@@ -14,7 +14,12 @@
 //!    into before, except the target's mode, now enforce — or nothing is written.
 //!
 //! In a cluster, the same change is one JSON merge patch of the annotations, with the
-//! `resourceVersion` read as a precondition ([`netwarden_kube::merge_patch`]).
+//! `resourceVersion` read as a precondition ([`netwarden_kube::merge_patch`]); an admin
+//! policy's object is cluster-scoped (named without a namespace).
+//!
+//! A namespaced policy is `NS/NAME`, an admin policy `Kind/NAME` — as its would-deny events
+//! and status records name it; a kind is never a namespace name, so the two cannot be taken
+//! for one another.
 //!
 //! Pure functions decide ([`plan_text`], [`annotation_patch`], [`check_ready`]); around them,
 //! [`plan_files`] and [`plan_cluster`] find the one file or object to change and build the
@@ -26,7 +31,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use netwarden_engine::{Mode, ObjectKey, Policy, PolicyKind};
+use netwarden_engine::{AdminKind, AdminRef, Mode, MonitoredRef, ObjectKey, Policy, PolicyKind};
 use netwarden_manifest::{parse_str, Inventory, LoadOptions};
 use netwarden_manifest::{KUBE_ROUTER_MONITOR, KUBE_ROUTER_STAGED, MODE};
 use netwarden_monitor::{PolicyStatus, Report};
@@ -46,44 +51,149 @@ const POLICY_KINDS: [PolicyKind; 3] = [
     PolicyKind::DanmNetworkPolicy,
 ];
 
+/// The admin policy kinds (SPEC 8), as `kind:` names them.
+const ADMIN_KINDS: [AdminKind; 3] = [
+    AdminKind::ClusterNetworkPolicy,
+    AdminKind::AdminNetworkPolicy,
+    AdminKind::BaselineAdminNetworkPolicy,
+];
+
 /// The policy kind that `kind:` names `name`, if `name` is one.
 pub fn policy_kind(name: &str) -> Option<PolicyKind> {
     POLICY_KINDS.into_iter().find(|k| k.as_str() == name)
 }
 
+/// The admin policy kind that `kind:` names `name`, if `name` is one.
+pub fn admin_kind(name: &str) -> Option<AdminKind> {
+    ADMIN_KINDS.into_iter().find(|k| k.as_str() == name)
+}
+
+/// A kind `--kind` names: namespaced or admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    Namespaced(PolicyKind),
+    Admin(AdminKind),
+}
+
+impl TargetKind {
+    /// The kind `kind:` names `name`, if it is a policy kind.
+    pub fn parse(name: &str) -> Option<TargetKind> {
+        policy_kind(name)
+            .map(TargetKind::Namespaced)
+            .or_else(|| admin_kind(name).map(TargetKind::Admin))
+    }
+}
+
 /// Which policy to promote.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub key: ObjectKey,
-    /// `None`: any kind, as long as only one policy has this namespace and name.
-    pub kind: Option<PolicyKind>,
+pub enum Target {
+    /// `NS/NAME`, of `kind` when given (`None`: any kind, as long as only one policy has this
+    /// namespace and name).
+    Namespaced {
+        key: ObjectKey,
+        kind: Option<PolicyKind>,
+    },
+    /// `Kind/NAME`: a cluster-scoped admin policy, whose kind is part of its name.
+    Admin(AdminRef),
 }
 
 impl Target {
-    /// The policy `policy` names as `NS/NAME`, of `kind` when given.
-    pub fn parse(policy: &str, kind: Option<PolicyKind>) -> Result<Target, PromoteError> {
-        let (ns, name) = policy
+    /// The policy `policy` names: `NS/NAME`, or `Kind/NAME` for an admin policy (`NAME` alone
+    /// when `kind` is an admin kind); of `kind` when given.
+    pub fn parse(policy: &str, kind: Option<TargetKind>) -> Result<Target, PromoteError> {
+        let bad = |why: &'static str| PromoteError::BadName {
+            given: policy.to_owned(),
+            why,
+        };
+        let admin = |kind: AdminKind, name: &str| {
+            Target::Admin(AdminRef {
+                kind,
+                name: name.to_owned(),
+            })
+        };
+        let split = policy
             .split_once('/')
-            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
-            .ok_or_else(|| PromoteError::BadName {
-                given: policy.to_owned(),
-            })?;
-        Ok(Target {
-            key: ObjectKey::new(ns, name),
-            kind,
-        })
+            .filter(|(first, name)| !first.is_empty() && !name.is_empty() && !name.contains('/'));
+        let named = split.and_then(|(first, name)| admin_kind(first).map(|k| (k, name)));
+        match (kind, named, split) {
+            (None, Some((named, name)), _) => Ok(admin(named, name)),
+            (Some(TargetKind::Admin(given)), Some((named, name)), _) if named == given => {
+                Ok(admin(named, name))
+            }
+            (Some(_), Some(_), _) => Err(bad("names another kind than --kind")),
+            (Some(TargetKind::Admin(given)), None, _)
+                if !policy.is_empty() && !policy.contains('/') =>
+            {
+                Ok(admin(given, policy))
+            }
+            (Some(TargetKind::Admin(_)), None, _) => Err(bad(
+                "an admin policy is cluster-scoped: give it as NAME or Kind/NAME",
+            )),
+            (kind, None, Some((ns, name))) => Ok(Target::Namespaced {
+                key: ObjectKey::new(ns, name),
+                kind: match kind {
+                    Some(TargetKind::Namespaced(k)) => Some(k),
+                    _ => None,
+                },
+            }),
+            (_, None, None) => Err(bad(
+                "give the policy as NS/NAME, or an admin policy as Kind/NAME",
+            )),
+        }
     }
 
     fn matches(&self, p: &Policy) -> bool {
-        p.key == self.key && self.kind.is_none_or(|k| k == p.kind)
+        match self {
+            Target::Namespaced { key, kind } => p.key == *key && kind.is_none_or(|k| k == p.kind),
+            Target::Admin(_) => false,
+        }
+    }
+
+    /// Whether the policy may be of the kind `kind:` names `kind`.
+    fn may_be(&self, kind: &str) -> bool {
+        match self {
+            Target::Namespaced { kind: want, .. } => {
+                policy_kind(kind).is_some_and(|k| want.is_none_or(|w| w == k))
+            }
+            Target::Admin(r) => r.kind.as_str() == kind,
+        }
+    }
+
+    /// Whether the kind was given (then a cluster not serving it is an error).
+    fn kind_given(&self) -> bool {
+        match self {
+            Target::Namespaced { kind, .. } => kind.is_some(),
+            Target::Admin(_) => true,
+        }
+    }
+
+    /// The object's namespace (`None`: cluster-scoped) and name.
+    fn object_name(&self) -> (Option<&str>, &str) {
+        match self {
+            Target::Namespaced { key, .. } => (Some(&key.namespace), &key.name),
+            Target::Admin(r) => (None, &r.name),
+        }
+    }
+
+    /// The policy as the events, the status records and `report` name it: `ns/name`, or
+    /// `Kind/name` for an admin policy.
+    pub fn event_name(&self) -> String {
+        match self {
+            Target::Namespaced { key, .. } => key.to_string(),
+            Target::Admin(r) => r.to_string(),
+        }
     }
 }
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            Some(kind) => write!(f, "{kind} {}", self.key),
-            None => write!(f, "policy {}", self.key),
+        match self {
+            Target::Namespaced {
+                key,
+                kind: Some(kind),
+            } => write!(f, "{kind} {key}"),
+            Target::Namespaced { key, kind: None } => write!(f, "policy {key}"),
+            Target::Admin(r) => write!(f, "{} {}", r.kind, r.name),
         }
     }
 }
@@ -91,8 +201,8 @@ impl fmt::Display for Target {
 /// Why a policy cannot be promoted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PromoteError {
-    #[error("{given:?}: give the policy as NS/NAME")]
-    BadName { given: String },
+    #[error("{given:?}: {why}")]
+    BadName { given: String, why: &'static str },
     #[error("{target}: not found in {place}")]
     NotFound { target: String, place: String },
     #[error("{target} is ambiguous: {found} (name it with --kind)")]
@@ -103,22 +213,14 @@ pub enum PromoteError {
     NotInEvents { target: String },
     #[error("{target} is not ready to promote: {reason}")]
     NotReady { target: String, reason: String },
-    #[error("{kind} {key}: not monitored (its mode annotations say enforce)")]
-    NotMonitored { kind: PolicyKind, key: ObjectKey },
-    #[error("{kind} {key} in {file}: no mode annotation in the text could be changed alone (written in a way this command does not edit); change it by hand")]
-    NoEdit {
-        kind: PolicyKind,
-        key: ObjectKey,
-        file: String,
-    },
-    #[error("{kind} {key} in {file}: the edited file would load differently beyond the mode of this policy; nothing written")]
-    Unverified {
-        kind: PolicyKind,
-        key: ObjectKey,
-        file: String,
-    },
-    #[error("{kind} {key}: still monitored after the patch")]
-    StillMonitored { kind: PolicyKind, key: ObjectKey },
+    #[error("{}: not monitored (its mode annotations say enforce)", .policy.object())]
+    NotMonitored { policy: MonitoredRef },
+    #[error("{} in {file}: no mode annotation in the text could be changed alone (written in a way this command does not edit); change it by hand", .policy.object())]
+    NoEdit { policy: MonitoredRef, file: String },
+    #[error("{} in {file}: the edited file would load differently beyond the mode of this policy; nothing written", .policy.object())]
+    Unverified { policy: MonitoredRef, file: String },
+    #[error("{}: still monitored after the patch", .policy.object())]
+    StillMonitored { policy: MonitoredRef },
 }
 
 /// One replaced value: `range` of the original text becomes `new`.
@@ -132,8 +234,7 @@ pub struct ValueEdit {
 /// The change to one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileEdit {
-    pub kind: PolicyKind,
-    pub key: ObjectKey,
+    pub policy: MonitoredRef,
     pub edits: Vec<ValueEdit>,
     pub text: String,
 }
@@ -221,47 +322,103 @@ fn joined<T: fmt::Display>(items: impl Iterator<Item = T>) -> String {
     items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-/// The one policy of `inventory` that `target` names.
-fn find<'a>(
-    inventory: &'a Inventory,
+/// The one policy of `inventory` that `target` names, with its mode.
+fn find(
+    inventory: &Inventory,
     target: &Target,
     place: &str,
-) -> Result<&'a Policy, PromoteError> {
-    let found: Vec<&Policy> = inventory
-        .policies
-        .iter()
-        .filter(|p| target.matches(p))
-        .collect();
+) -> Result<(MonitoredRef, Mode), PromoteError> {
+    let found: Vec<(MonitoredRef, Mode)> = match target {
+        Target::Namespaced { .. } => inventory
+            .policies
+            .iter()
+            .filter(|p| target.matches(p))
+            .map(|p| (p.reference().into(), p.mode))
+            .collect(),
+        Target::Admin(r) => inventory
+            .admin_policies
+            .iter()
+            .filter(|p| p.kind == r.kind && p.name == r.name)
+            .map(|p| (p.reference().into(), p.mode))
+            .collect(),
+    };
     match found.as_slice() {
         [] => Err(PromoteError::NotFound {
             target: target.to_string(),
             place: place.to_owned(),
         }),
-        [one] => Ok(one),
+        [one] => Ok(one.clone()),
         many => Err(PromoteError::Ambiguous {
             target: target.to_string(),
-            found: joined(many.iter().map(|p| format!("{} {}", p.kind, p.key))),
+            found: joined(many.iter().map(|(r, _)| r.object())),
         }),
     }
 }
 
-/// What `inventory` should become once `policy` is promoted.
-fn promoted(inventory: &Inventory, policy: &Policy) -> Inventory {
-    let mut expected = inventory.clone();
-    for p in &mut expected.policies {
-        if p.kind == policy.kind && p.key == policy.key {
-            p.mode = Mode::Enforce;
-        }
+/// The one monitored policy of `inventory` that `target` names.
+fn find_monitored(
+    inventory: &Inventory,
+    target: &Target,
+    place: &str,
+) -> Result<MonitoredRef, PromoteError> {
+    let (policy, mode) = find(inventory, target, place)?;
+    if mode != Mode::Monitor {
+        return Err(PromoteError::NotMonitored { policy });
     }
-    expected
+    Ok(policy)
+}
+
+/// The mode and `replaces` of the policy `policy` of `inventory`, to read or change (both
+/// scopes carry the same annotations).
+fn annotations_mut<'a>(
+    inventory: &'a mut Inventory,
+    policy: &MonitoredRef,
+) -> Option<(&'a mut Mode, &'a mut Option<String>)> {
+    match policy {
+        MonitoredRef::Namespaced(r) => inventory
+            .policies
+            .iter_mut()
+            .find(|p| p.kind == r.kind && p.key == r.key)
+            .map(|p| (&mut p.mode, &mut p.replaces)),
+        MonitoredRef::Admin(r) => inventory
+            .admin_policies
+            .iter_mut()
+            .find(|p| p.kind == r.kind && p.name == r.name)
+            .map(|p| (&mut p.mode, &mut p.replaces)),
+    }
+}
+
+/// `inventory` without `policy`, and without problems (an edit of the policy may change what
+/// is said of it): what an edit of that policy alone must leave as it was.
+fn others(inventory: &Inventory, policy: &MonitoredRef) -> Inventory {
+    let mut rest = inventory.clone();
+    match policy {
+        MonitoredRef::Namespaced(r) => rest
+            .policies
+            .retain(|p| !(p.kind == r.kind && p.key == r.key)),
+        MonitoredRef::Admin(r) => rest
+            .admin_policies
+            .retain(|p| !(p.kind == r.kind && p.name == r.name)),
+    }
+    rest.problems.clear();
+    rest
+}
+
+/// Whether `problem` is about the object of `policy`.
+fn about(problem: &netwarden_manifest::Problem, policy: &MonitoredRef) -> bool {
+    let object = match policy {
+        MonitoredRef::Namespaced(r) => r.key.to_string(),
+        MonitoredRef::Admin(r) => r.name.clone(),
+    };
+    problem.kind == policy.kind_str() && problem.object == object
 }
 
 /// Whether `text` holds the policy `target` names (any mode).
 pub fn holds(file: &str, text: &str, target: &Target, opts: &LoadOptions) -> bool {
-    parse_str(file, text, opts)
-        .policies
-        .iter()
-        .any(|p| target.matches(p))
+    matches!(
+        find(&parse_str(file, text, opts), target, file),
+        Ok(_) | Err(PromoteError::Ambiguous { .. })
+    )
 }
 
 /// Plans the promotion of `target` in the file `file` whose content is `text` (see the module
@@ -273,70 +430,45 @@ pub fn plan_text(
     opts: &LoadOptions,
 ) -> Result<FileEdit, PromoteError> {
     let before = parse_str(file, text, opts);
-    let policy = find(&before, target, file)?;
-    if policy.mode != Mode::Monitor {
-        return Err(PromoteError::NotMonitored {
-            kind: policy.kind,
-            key: policy.key.clone(),
-        });
+    let policy = find_monitored(&before, target, file)?;
+    let mut expected = before.clone();
+    if let Some((mode, _)) = annotations_mut(&mut expected, &policy) {
+        *mode = Mode::Enforce;
     }
-    let expected = promoted(&before, policy);
-    let others = |inv: &Inventory| -> Vec<Policy> {
-        inv.policies
-            .iter()
-            .filter(|p| !(p.kind == policy.kind && p.key == policy.key))
-            .cloned()
-            .collect()
-    };
-    let others_before = others(&before);
+    let others_before = others(&before, &policy);
     let all = candidates(text);
     let mine: Vec<&ValueEdit> = all
         .iter()
         .filter(|edit| {
-            let after = parse_str(file, &apply(text, &[*edit]), opts);
-            let target_mode = after
-                .policies
-                .iter()
-                .find(|p| p.kind == policy.kind && p.key == policy.key)
-                .map(|p| p.mode);
-            target_mode == Some(Mode::Enforce)
-                && others(&after) == others_before
-                && after.pods == before.pods
-                && after.namespaces == before.namespaces
-                && after.services == before.services
+            let mut after = parse_str(file, &apply(text, &[*edit]), opts);
+            let target_mode = annotations_mut(&mut after, &policy).map(|(mode, _)| *mode);
+            target_mode == Some(Mode::Enforce) && others(&after, &policy) == others_before
         })
         .collect();
-    let error_ctx = (policy.kind, policy.key.clone(), file.to_owned());
     if mine.is_empty() {
         return Err(PromoteError::NoEdit {
-            kind: error_ctx.0,
-            key: error_ctx.1,
-            file: error_ctx.2,
+            policy,
+            file: file.to_owned(),
         });
     }
     let new_text = apply(text, &mine);
     // `replaces` only means something on a monitored policy: the loader may drop it (and say
     // so) once the policy is enforced. Everything else must load exactly as before.
     let normalize = |mut inv: Inventory| {
-        for p in &mut inv.policies {
-            if p.kind == policy.kind && p.key == policy.key {
-                p.replaces = None;
-            }
+        if let Some((_, replaces)) = annotations_mut(&mut inv, &policy) {
+            *replaces = None;
         }
-        let named = policy.key.to_string();
-        inv.problems.retain(|p| !p.to_string().contains(&named));
+        inv.problems.retain(|p| !about(p, &policy));
         inv
     };
     if normalize(parse_str(file, &new_text, opts)) != normalize(expected) {
         return Err(PromoteError::Unverified {
-            kind: error_ctx.0,
-            key: error_ctx.1,
-            file: error_ctx.2,
+            policy,
+            file: file.to_owned(),
         });
     }
     Ok(FileEdit {
-        kind: policy.kind,
-        key: policy.key.clone(),
+        policy,
         edits: mine.into_iter().cloned().collect(),
         text: new_text,
     })
@@ -385,18 +517,10 @@ pub fn check_served(
     object: &Value,
     target: &Target,
     opts: &LoadOptions,
-) -> Result<Policy, PromoteError> {
+) -> Result<MonitoredRef, PromoteError> {
     let mut loader = netwarden_manifest::Loader::new(opts.clone());
     loader.add_value("cluster", "cluster", object);
-    let inventory = loader.finish();
-    let policy = find(&inventory, target, "the cluster")?;
-    if policy.mode != Mode::Monitor {
-        return Err(PromoteError::NotMonitored {
-            kind: policy.kind,
-            key: policy.key.clone(),
-        });
-    }
-    Ok(policy.clone())
+    find_monitored(&loader.finish(), target, "the cluster")
 }
 
 /// Files named on the command line that hold `target`, with their text.
@@ -425,7 +549,7 @@ pub fn files_holding(
 /// `--require-ready`: the reason `report` gives for `target` being ready to promote, or why it
 /// is not (the report was made with `target` among the monitored policies).
 pub fn check_ready<'r>(report: &'r Report, target: &Target) -> Result<&'r str, PromoteError> {
-    let policy = target.key.to_string();
+    let policy = target.event_name();
     let row = report
         .policies
         .iter()
@@ -484,13 +608,14 @@ pub fn plan_files(
 #[derive(Debug, Clone)]
 pub struct ClusterPromotion {
     pub kind: &'static netwarden_kube::WatchedKind,
-    pub policy: Policy,
+    pub policy: MonitoredRef,
     pub patch: Value,
 }
 
 /// Plans the promotion of `target` in the cluster reached with `kubeconfig` (`None`: as kubectl
 /// finds it): the one policy object of that namespace and name among the policy kinds (those
-/// the cluster does not serve hold none, unless `target` names the kind), checked monitored.
+/// the cluster does not serve hold none, unless `target` names the kind), or the one
+/// cluster-scoped object of an admin policy, checked monitored.
 pub fn plan_cluster(
     kubeconfig: Option<&Path>,
     request_timeout: Duration,
@@ -499,21 +624,15 @@ pub fn plan_cluster(
 ) -> anyhow::Result<ClusterPromotion> {
     let kinds = netwarden_kube::WATCHED_KINDS
         .iter()
-        .filter(|k| policy_kind(k.kind).is_some())
-        .filter(|k| target.kind.is_none_or(|want| want.as_str() == k.kind));
+        .filter(|k| target.may_be(k.kind));
+    let (namespace, name) = target.object_name();
     let mut found = Vec::new();
     for kind in kinds {
-        match netwarden_kube::get_object(
-            kubeconfig,
-            request_timeout,
-            kind,
-            &target.key.namespace,
-            &target.key.name,
-        ) {
+        match netwarden_kube::get_object(kubeconfig, request_timeout, kind, namespace, name) {
             Ok(Some(object)) => found.push((kind, object)),
             Ok(None) => {}
             // A kind the cluster does not serve holds no such policy.
-            Err(netwarden_kube::KubeError::NotServed { .. }) if target.kind.is_none() => {}
+            Err(netwarden_kube::KubeError::NotServed { .. }) if !target.kind_given() => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -548,21 +667,18 @@ pub fn apply_cluster(
     promotion: &ClusterPromotion,
     opts: &LoadOptions,
 ) -> anyhow::Result<()> {
+    let (namespace, name) = target.object_name();
     let after = netwarden_kube::merge_patch(
         kubeconfig,
         request_timeout,
         promotion.kind,
-        &target.key.namespace,
-        &target.key.name,
+        namespace,
+        name,
         &promotion.patch,
     )?;
     match check_served(&after, target, opts) {
         Err(PromoteError::NotMonitored { .. }) => Ok(()),
-        Ok(_) => Err(PromoteError::StillMonitored {
-            kind: promotion.policy.kind,
-            key: promotion.policy.key.clone(),
-        }
-        .into()),
+        Ok(policy) => Err(PromoteError::StillMonitored { policy }.into()),
         Err(e) => Err(e.into()),
     }
 }
@@ -591,7 +707,7 @@ mod tests {
     use super::*;
 
     fn target(ns: &str, name: &str) -> Target {
-        Target {
+        Target::Namespaced {
             key: ObjectKey::new(ns, name),
             kind: None,
         }
@@ -682,7 +798,7 @@ spec:
         );
         let err = plan_text("f.yaml", FILE, &target("shop", "nope"), &opts).unwrap_err();
         assert_eq!(err.to_string(), "policy shop/nope: not found in f.yaml");
-        let kinded = Target {
+        let kinded = Target::Namespaced {
             key: ObjectKey::new("shop", "web"),
             kind: Some(PolicyKind::MultiNetworkPolicy),
         };
@@ -723,5 +839,262 @@ spec:
             json!({"metadata": {"resourceVersion": "42", "annotations": {
                 "netwarden.io/mode": "enforce", "kube-router.io/network-policy.monitor": "false"}}})
         );
+    }
+
+    /// A NetworkPolicy and a ClusterNetworkPolicy both named `web` (block style), an
+    /// AdminNetworkPolicy on a secondary network replacing another (flow style), the baseline,
+    /// and an enforced admin policy.
+    const ADMIN_FILE: &str = "apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: web
+  namespace: shop
+  annotations:
+    netwarden.io/mode: monitor
+spec:
+  podSelector: {}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata:
+  name: web
+  annotations:
+    netwarden.io/mode: monitor    # trial of the guardrail
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress:
+  - {name: no-lab, action: Deny, from: [{namespaces: {matchLabels: {team: lab}}}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: storage, annotations: {k8s.v1.cni.cncf.io/policy-for: shop/storage, \"netwarden.io/mode\": \"monitor\", netwarden.io/replaces: storage-old}}
+spec: {priority: 5, subject: {namespaces: {}}, ingress: [{name: no-ops, action: Deny, from: [{namespaces: {matchLabels: {team: ops}}}]}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: storage-old, annotations: {k8s.v1.cni.cncf.io/policy-for: shop/storage}}
+spec: {priority: 6, subject: {namespaces: {}}, ingress: [{name: no-lab, action: Deny, from: [{namespaces: {matchLabels: {team: lab}}}]}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata:
+  name: default
+  annotations: {kube-router.io/network-policy.monitor: \"true\"}
+spec:
+  subject: {namespaces: {}}
+  ingress:
+  - {name: baseline-deny, action: Deny, from: [{namespaces: {}}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: lock}
+spec:
+  tier: Baseline
+  priority: 3
+  subject: {namespaces: {}}
+  ingress:
+  - {action: Deny, from: [{namespaces: {matchLabels: {team: lab}}}]}
+";
+
+    fn admin(kind: AdminKind, name: &str) -> Target {
+        Target::Admin(AdminRef {
+            kind,
+            name: name.into(),
+        })
+    }
+
+    #[test]
+    fn admin_targets_parse_as_kind_and_name() {
+        let parse = |p: &str, k: Option<&str>| {
+            Target::parse(p, k.map(|k| TargetKind::parse(k).unwrap())).map_err(|e| e.to_string())
+        };
+        let cnp = admin(AdminKind::ClusterNetworkPolicy, "web");
+        assert_eq!(parse("ClusterNetworkPolicy/web", None), Ok(cnp.clone()));
+        assert_eq!(parse("web", Some("ClusterNetworkPolicy")), Ok(cnp.clone()));
+        assert_eq!(
+            parse("ClusterNetworkPolicy/web", Some("ClusterNetworkPolicy")),
+            Ok(cnp)
+        );
+        assert_eq!(
+            parse("BaselineAdminNetworkPolicy/default", None),
+            Ok(admin(AdminKind::BaselineAdminNetworkPolicy, "default"))
+        );
+        assert_eq!(parse("shop/web", None), Ok(target("shop", "web")));
+        assert_eq!(
+            parse("ClusterNetworkPolicy/web", Some("AdminNetworkPolicy")),
+            Err("\"ClusterNetworkPolicy/web\": names another kind than --kind".into())
+        );
+        assert_eq!(
+            parse("ClusterNetworkPolicy/web", Some("NetworkPolicy")),
+            Err("\"ClusterNetworkPolicy/web\": names another kind than --kind".into())
+        );
+        assert_eq!(
+            parse("shop/web", Some("AdminNetworkPolicy")),
+            Err(
+                "\"shop/web\": an admin policy is cluster-scoped: give it as NAME or Kind/NAME"
+                    .into()
+            )
+        );
+        assert_eq!(
+            parse("web", None),
+            Err("\"web\": give the policy as NS/NAME, or an admin policy as Kind/NAME".into())
+        );
+        // The kind names are case-sensitive, as `kind:`: a lower-case one is a namespace.
+        assert_eq!(
+            parse("clusternetworkpolicy/web", None),
+            Ok(target("clusternetworkpolicy", "web"))
+        );
+        let cnp = admin(AdminKind::ClusterNetworkPolicy, "web");
+        assert_eq!(cnp.event_name(), "ClusterNetworkPolicy/web");
+        assert_eq!(cnp.to_string(), "ClusterNetworkPolicy web");
+    }
+
+    #[test]
+    fn admin_block_style_edits_its_own_value_not_the_namespaced_namesake() {
+        let opts = LoadOptions::default();
+        let before = parse_str("f.yaml", ADMIN_FILE, &opts);
+        assert!(before.errors().next().is_none(), "{:?}", before.problems);
+        let cnp = admin(AdminKind::ClusterNetworkPolicy, "web");
+        let edit = plan_text("f.yaml", ADMIN_FILE, &cnp, &opts).unwrap();
+        assert_eq!(edit.policy.to_string(), "ClusterNetworkPolicy/web");
+        assert_eq!(edit.edits.len(), 1);
+        assert_eq!(
+            edit.text,
+            ADMIN_FILE.replacen(
+                "netwarden.io/mode: monitor    # trial",
+                "netwarden.io/mode: enforce    # trial",
+                1
+            )
+        );
+        assert_eq!(
+            describe("f.yaml", ADMIN_FILE, &edit),
+            "f.yaml:16: -     netwarden.io/mode: monitor    # trial of the guardrail\n\
+             f.yaml:16: +     netwarden.io/mode: enforce    # trial of the guardrail\n"
+        );
+        let after = parse_str("f.yaml", &edit.text, &opts);
+        let mode = |kind: AdminKind, name: &str| {
+            after
+                .admin_policies
+                .iter()
+                .find(|p| p.kind == kind && p.name == name)
+                .map(|p| p.mode)
+        };
+        assert_eq!(
+            mode(AdminKind::ClusterNetworkPolicy, "web"),
+            Some(Mode::Enforce)
+        );
+        assert_eq!(after.policies[0].mode, Mode::Monitor, "the namesake");
+
+        // And the other way round: the NetworkPolicy alone.
+        let edit = plan_text("f.yaml", ADMIN_FILE, &target("shop", "web"), &opts).unwrap();
+        assert_eq!(edit.policy.to_string(), "shop/web");
+        assert_eq!(
+            edit.text,
+            ADMIN_FILE.replacen(
+                "    netwarden.io/mode: monitor\n",
+                "    netwarden.io/mode: enforce\n",
+                1
+            )
+        );
+        assert!(edit.text.contains("netwarden.io/mode: monitor    # trial"));
+    }
+
+    #[test]
+    fn admin_flow_style_keeps_replaces_and_policy_for() {
+        let opts = LoadOptions::default();
+        let anp = admin(AdminKind::AdminNetworkPolicy, "storage");
+        let edit = plan_text("f.yaml", ADMIN_FILE, &anp, &opts).unwrap();
+        assert_eq!(edit.edits.len(), 1);
+        assert_eq!(
+            edit.text,
+            ADMIN_FILE.replacen(
+                "policy-for: shop/storage, \"netwarden.io/mode\": \"monitor\"",
+                "policy-for: shop/storage, \"netwarden.io/mode\": \"enforce\"",
+                1
+            )
+        );
+        let after = parse_str("f.yaml", &edit.text, &opts);
+        let storage = after
+            .admin_policies
+            .iter()
+            .find(|p| p.name == "storage")
+            .unwrap();
+        assert_eq!(storage.mode, Mode::Enforce);
+        assert_eq!(storage.replaces.as_deref(), Some("storage-old"));
+
+        // kube-router's key on the baseline, in its own quotes.
+        let baseline = admin(AdminKind::BaselineAdminNetworkPolicy, "default");
+        let edit = plan_text("f.yaml", ADMIN_FILE, &baseline, &opts).unwrap();
+        assert_eq!(
+            edit.text,
+            ADMIN_FILE.replacen(
+                "kube-router.io/network-policy.monitor: \"true\"",
+                "kube-router.io/network-policy.monitor: \"false\"",
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn admin_refusals_name_the_object() {
+        let opts = LoadOptions::default();
+        let err = |t: &Target| {
+            plan_text("f.yaml", ADMIN_FILE, t, &opts)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(&admin(AdminKind::ClusterNetworkPolicy, "lock")),
+            "ClusterNetworkPolicy lock: not monitored (its mode annotations say enforce)"
+        );
+        assert_eq!(
+            err(&admin(AdminKind::ClusterNetworkPolicy, "nope")),
+            "ClusterNetworkPolicy nope: not found in f.yaml"
+        );
+        // Same name, other kind: not the ClusterNetworkPolicy.
+        assert_eq!(
+            err(&admin(AdminKind::AdminNetworkPolicy, "web")),
+            "AdminNetworkPolicy web: not found in f.yaml"
+        );
+        assert!(holds(
+            "f.yaml",
+            ADMIN_FILE,
+            &admin(AdminKind::ClusterNetworkPolicy, "lock"),
+            &opts
+        ));
+        assert!(!holds(
+            "f.yaml",
+            ADMIN_FILE,
+            &admin(AdminKind::AdminNetworkPolicy, "web"),
+            &opts
+        ));
+    }
+
+    #[test]
+    fn served_admin_objects_are_checked_as_the_agent_reads_them() {
+        let opts = LoadOptions::default();
+        let object = json!({"apiVersion": "policy.networking.k8s.io/v1alpha2",
+            "kind": "ClusterNetworkPolicy",
+            "metadata": {"name": "web", "resourceVersion": "7",
+                "annotations": {"netwarden.io/mode": "monitor"}},
+            "spec": {"tier": "Admin", "priority": 10, "subject": {"namespaces": {}},
+                "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}]}});
+        let cnp = admin(AdminKind::ClusterNetworkPolicy, "web");
+        assert_eq!(
+            check_served(&object, &cnp, &opts).unwrap().to_string(),
+            "ClusterNetworkPolicy/web"
+        );
+        assert_eq!(
+            annotation_patch(&object),
+            json!({"metadata": {"resourceVersion": "7",
+                "annotations": {"netwarden.io/mode": "enforce"}}})
+        );
+        assert!(matches!(
+            check_served(&object, &admin(AdminKind::AdminNetworkPolicy, "web"), &opts),
+            Err(PromoteError::NotFound { .. })
+        ));
+        assert_eq!(cnp.object_name(), (None, "web"));
     }
 }

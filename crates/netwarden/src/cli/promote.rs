@@ -8,11 +8,14 @@ use super::{parse_window, ClusterArgs};
 
 #[derive(Args)]
 pub struct PromoteArgs {
-    /// The policy to switch to enforce, `NS/NAME`.
+    /// The policy to switch to enforce: `NS/NAME`, or `Kind/NAME` for a cluster-scoped admin
+    /// policy (`ClusterNetworkPolicy/NAME`, `AdminNetworkPolicy/NAME`,
+    /// `BaselineAdminNetworkPolicy/default`).
     pub policy: String,
-    /// Its kind, when several kinds have a policy of that name.
+    /// Its kind, when several kinds have a policy of that name (an admin kind: then the policy
+    /// may be given as `NAME`).
     #[arg(long, value_parser = parse_policy_kind)]
-    pub kind: Option<netwarden_engine::PolicyKind>,
+    pub kind: Option<netwarden::promote::TargetKind>,
     /// The manifest files holding the policy (exactly one of them must).
     #[arg(short = 'f', long = "filename", num_args = 1.., required_unless_present = "kube", conflicts_with = "kube")]
     pub paths: Vec<PathBuf>,
@@ -37,8 +40,11 @@ pub struct PromoteArgs {
 }
 
 /// `--kind`: a policy kind as `kind:` names it.
-fn parse_policy_kind(s: &str) -> Result<netwarden_engine::PolicyKind, String> {
-    netwarden::promote::policy_kind(s).ok_or_else(|| {
-        format!("unknown kind {s:?}: NetworkPolicy, MultiNetworkPolicy or DanmNetworkPolicy")
+fn parse_policy_kind(s: &str) -> Result<netwarden::promote::TargetKind, String> {
+    netwarden::promote::TargetKind::parse(s).ok_or_else(|| {
+        format!(
+            "unknown kind {s:?}: NetworkPolicy, MultiNetworkPolicy, DanmNetworkPolicy, \
+             ClusterNetworkPolicy, AdminNetworkPolicy or BaselineAdminNetworkPolicy"
+        )
     })
 }

@@ -14,7 +14,7 @@ use crate::cli::promote::PromoteArgs;
 pub fn promote_command(args: PromoteArgs) -> Result<ExitCode> {
     let target = Target::parse(&args.policy, args.kind)?;
     if args.require_ready {
-        let (report, _) = evidence_report(&args.events, &[target.key.to_string()], args.clean_for)?;
+        let (report, _) = evidence_report(&args.events, &[target.event_name()], args.clean_for)?;
         let reason = promote::check_ready(&report, &target)?;
         eprintln!("{target}: ready to promote ({reason})");
     }
@@ -27,11 +27,11 @@ pub fn promote_command(args: PromoteArgs) -> Result<ExitCode> {
     let edit = &plan.edit;
     print!("{}", promote::describe(&label, &plan.original, edit));
     if args.dry_run {
-        println!("dry run: {} {} left in monitor mode", edit.kind, edit.key);
+        println!("dry run: {} left in monitor mode", edit.policy.object());
     } else {
         promote::write_atomically(&plan.path, &edit.text)
             .map_err(|e| anyhow!("writing {label}: {e}"))?;
-        println!("{} {} promoted to enforce in {label}", edit.kind, edit.key);
+        println!("{} promoted to enforce in {label}", edit.policy.object());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -40,24 +40,16 @@ fn promote_in_cluster(args: &PromoteArgs, target: &Target, opts: &LoadOptions) -
     let kubeconfig = args.cluster.kubeconfig.as_deref();
     let timeout = args.cluster.request_timeout;
     let plan = promote::plan_cluster(kubeconfig, timeout, target, opts)?;
-    let policy = &plan.policy;
+    let policy = plan.policy.object();
     println!(
-        "{} {}: merge patch {}",
-        policy.kind,
-        policy.key,
+        "{policy}: merge patch {}",
         serde_json::to_string(&plan.patch)?
     );
     if args.dry_run {
-        println!(
-            "dry run: {} {} left in monitor mode",
-            policy.kind, policy.key
-        );
+        println!("dry run: {policy} left in monitor mode");
         return Ok(ExitCode::SUCCESS);
     }
     promote::apply_cluster(kubeconfig, timeout, target, &plan, opts)?;
-    println!(
-        "{} {} promoted to enforce in the cluster",
-        policy.kind, policy.key
-    );
+    println!("{policy} promoted to enforce in the cluster");
     Ok(ExitCode::SUCCESS)
 }

@@ -47,16 +47,31 @@ pub fn evidence_report(
     Ok((report, stream))
 }
 
+/// The monitored policies of `inventory` as the events name them: `ns/name`, and `Kind/name`
+/// for the admin policies (SPEC 8).
+fn monitored_in(inventory: &netwarden_manifest::Inventory) -> Vec<String> {
+    use netwarden_engine::{Mode, MonitoredRef};
+    let namespaced = inventory
+        .policies
+        .iter()
+        .filter(|p| p.mode == Mode::Monitor)
+        .map(|p| MonitoredRef::from(p.reference()));
+    let admin = inventory
+        .admin_policies
+        .iter()
+        .filter(|p| p.mode == Mode::Monitor)
+        .map(|p| MonitoredRef::from(p.reference()));
+    namespaced.chain(admin).map(|r| r.to_string()).collect()
+}
+
 pub fn report_command(args: ReportArgs) -> Result<ExitCode> {
     let monitored: Vec<String> = if args.paths.is_empty() {
         Vec::new()
     } else {
-        netwarden_manifest::load_paths(&args.paths, &LoadOptions::default())
-            .policies
-            .iter()
-            .filter(|p| p.mode == netwarden_engine::Mode::Monitor)
-            .map(|p| p.key.to_string())
-            .collect()
+        monitored_in(&netwarden_manifest::load_paths(
+            &args.paths,
+            &LoadOptions::default(),
+        ))
     };
     let (report, stream) = evidence_report(&args.events, &monitored, args.clean_for)?;
     match args.output {
