@@ -536,7 +536,7 @@ fn admin_policies_decide_before_and_after_the_namespaced_tier() {
     );
     assert!(
         String::from_utf8_lossy(&out.stdout)
-            .contains("1 policy(ies), 4 admin policy(ies), 0 node(s)"),
+            .contains("1 policy(ies), 5 admin policy(ies), 0 node(s)"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );

@@ -1,7 +1,8 @@
 //! `netwarden promote` through the real binary (no root): in a file (only the mode value of
 //! that one object changes, `--dry-run` changes nothing, refusals name the object), gated by
 //! `--require-ready` on a recorded event stream, and in a cluster (the fake API server of
-//! `crates/kube-fake`: one merge PATCH of the annotations).
+//! `crates/kube-fake`: one merge PATCH of the annotations). The same for a cluster-scoped admin
+//! policy (`Kind/NAME`, SPEC 8): the monitored ClusterNetworkPolicy of `examples/admin`.
 
 mod cli_support;
 
@@ -84,6 +85,23 @@ fn status(
     since_minutes_ago: i64,
     connections: u64,
 ) -> String {
+    status_of(
+        now,
+        (policy, "NetworkPolicy"),
+        minutes_ago,
+        since_minutes_ago,
+        connections,
+    )
+}
+
+/// [`status`] of a policy of any kind: `(policy, kind)` as the record names them.
+fn status_of(
+    now: i64,
+    (policy, kind): (&str, &str),
+    minutes_ago: i64,
+    since_minutes_ago: i64,
+    connections: u64,
+) -> String {
     // `now` is the real time, which the verdict's window ends at (a time rounded down to the
     // hour put the "1 minute ago" record out of the last hour from HH:59 on).
     StatusRecord {
@@ -91,7 +109,7 @@ fn status(
         node: "node-a".into(),
         record: RecordType::Status,
         policy: policy.into(),
-        kind: "NetworkPolicy".into(),
+        kind: kind.into(),
         monitored_since: Timestamp(now - since_minutes_ago * 60_000_000),
         pods: 1,
         would_deny: 0,
@@ -217,6 +235,263 @@ fn promotes_in_a_cluster_with_one_merge_patch() {
         text(&again.stderr).contains("not monitored"),
         "{}",
         text(&again.stderr)
+    );
+    drop(api);
+}
+
+/// The monitored ClusterNetworkPolicy of `examples/admin` (on a secondary network).
+const ADMIN: &str = "ClusterNetworkPolicy/storage-protect-ops";
+
+fn admin_example() -> PathBuf {
+    example().join("../admin")
+}
+
+#[test]
+fn promotes_an_admin_policy_in_a_file() {
+    let dir = TempDir::new("promote-admin-file");
+    let original = std::fs::read_to_string(admin_example().join("monitor.yaml")).unwrap();
+    dir.write("monitor.yaml", &original);
+    let path = dir.path.join("monitor.yaml");
+    let file = path.to_str().unwrap();
+
+    let dry = netwarden(&["promote", ADMIN, "-f", file, "--dry-run"]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let out = text(&dry.stdout);
+    assert!(
+        out.contains(":13: -     netwarden.io/mode: monitor"),
+        "{out}"
+    );
+    assert!(
+        out.contains(":13: +     netwarden.io/mode: enforce"),
+        "{out}"
+    );
+    assert!(
+        out.contains("dry run: ClusterNetworkPolicy storage-protect-ops left in monitor mode"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original, "dry run");
+
+    // Not ready on this evidence: refused, nothing written.
+    let now = Timestamp::now().micros();
+    let record = |minutes_ago, connections| {
+        status_of(
+            now,
+            (ADMIN, "ClusterNetworkPolicy"),
+            minutes_ago,
+            120,
+            connections,
+        )
+    };
+    dir.write(
+        "quiet.jsonl",
+        &format!("{}\n{}\n", record(61, 5), record(1, 5)),
+    );
+    let quiet = dir.path.join("quiet.jsonl");
+    let refused = netwarden(&[
+        "promote",
+        ADMIN,
+        "-f",
+        file,
+        "--require-ready",
+        "-e",
+        quiet.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains(
+            "ClusterNetworkPolicy storage-protect-ops is not ready to promote: no traffic on its pods"
+        ),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
+
+    // Ready: `--kind` and the bare name say the same.
+    dir.write(
+        "busy.jsonl",
+        &format!("{}\n{}\n", record(61, 5), record(1, 50)),
+    );
+    let busy = dir.path.join("busy.jsonl");
+    // With no evidence, `report -f` lists the monitored admin policy of the file all the same.
+    dir.write("none.jsonl", "");
+    let none = dir.path.join("none.jsonl");
+    let listed = netwarden(&[
+        "report",
+        "-e",
+        none.to_str().unwrap(),
+        "-f",
+        file,
+        "-o",
+        "json",
+    ]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(json["policies"][0]["policy"], ADMIN, "{json}");
+    assert_eq!(json["policies"][0]["reason"], "no evidence yet", "{json}");
+    let report = netwarden(&[
+        "report",
+        "-e",
+        busy.to_str().unwrap(),
+        "-f",
+        file,
+        "-o",
+        "json",
+    ]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(json["policies"][0]["policy"], ADMIN, "{json}");
+    assert_eq!(
+        json["policies"][0]["kind"], "ClusterNetworkPolicy",
+        "{json}"
+    );
+    assert_eq!(json["policies"][0]["status"], "ready-to-promote", "{json}");
+    let run = netwarden(&[
+        "promote",
+        "--kind",
+        "ClusterNetworkPolicy",
+        "storage-protect-ops",
+        "-f",
+        file,
+        "--require-ready",
+        "-e",
+        busy.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stdout)
+            .contains("ClusterNetworkPolicy storage-protect-ops promoted to enforce in"),
+        "{}",
+        text(&run.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        original.replacen(
+            "    netwarden.io/mode: monitor\n",
+            "    netwarden.io/mode: enforce\n",
+            1
+        )
+    );
+
+    let again = netwarden(&["promote", ADMIN, "-f", file]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("ClusterNetworkPolicy storage-protect-ops: not monitored"),
+        "{}",
+        text(&again.stderr)
+    );
+    let other_kind = netwarden(&[
+        "promote",
+        "AdminNetworkPolicy/storage-protect-ops",
+        "-f",
+        file,
+    ]);
+    assert_eq!(other_kind.status.code(), Some(2));
+    assert!(
+        text(&other_kind.stderr).contains("AdminNetworkPolicy storage-protect-ops: not found in"),
+        "{}",
+        text(&other_kind.stderr)
+    );
+}
+
+#[test]
+fn promotes_an_admin_policy_in_a_cluster_with_one_merge_patch() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let api = runtime
+        .block_on(FakeApiServer::start(ServerOptions::default()))
+        .unwrap();
+    let loaded = load_dir(&api, &admin_example()).unwrap();
+    assert!(loaded.skipped.is_empty(), "{loaded:?}");
+    let dir = TempDir::new("promote-admin-kube");
+    let kubeconfig = dir.path.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let kc = kubeconfig.to_str().unwrap();
+    let object = |api: &FakeApiServer| {
+        api.object(
+            "policy.networking.k8s.io/v1alpha2",
+            "ClusterNetworkPolicy",
+            "",
+            "storage-protect-ops",
+        )
+        .unwrap()
+    };
+    let before = object(&api);
+    assert_eq!(
+        before["metadata"]["annotations"]["netwarden.io/mode"],
+        "monitor"
+    );
+    let rv = before["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let dry = netwarden(&["promote", ADMIN, "--kube", "--kubeconfig", kc, "--dry-run"]);
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    assert!(
+        text(&dry.stdout).contains(&format!(
+            r#"ClusterNetworkPolicy storage-protect-ops: merge patch {{"metadata":{{"annotations":{{"netwarden.io/mode":"enforce"}},"resourceVersion":"{rv}"}}}}"#
+        )),
+        "{}",
+        text(&dry.stdout)
+    );
+    assert_eq!(object(&api), before);
+
+    // The resourceVersion read is a precondition: a change in between is a conflict.
+    let target = netwarden::promote::Target::parse(ADMIN, None).unwrap();
+    let opts = netwarden_manifest::LoadOptions::default();
+    let timeout = std::time::Duration::from_secs(10);
+    let plan =
+        netwarden::promote::plan_cluster(Some(&kubeconfig), timeout, &target, &opts).unwrap();
+    let mut changed = before.clone();
+    changed["metadata"]["labels"] = serde_json::json!({"edited": "meanwhile"});
+    api.update(changed).unwrap();
+    let conflict =
+        netwarden::promote::apply_cluster(Some(&kubeconfig), timeout, &target, &plan, &opts)
+            .unwrap_err()
+            .to_string();
+    assert!(
+        conflict.contains("ClusterNetworkPolicy storage-protect-ops"),
+        "{conflict}"
+    );
+    assert_eq!(
+        object(&api)["metadata"]["annotations"]["netwarden.io/mode"],
+        "monitor"
+    );
+
+    api.clear_requests();
+    let run = netwarden(&["promote", ADMIN, "--kube", "--kubeconfig", kc]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let after = object(&api);
+    assert_eq!(
+        after["metadata"]["annotations"]["netwarden.io/mode"],
+        "enforce"
+    );
+    assert_eq!(
+        after["metadata"]["annotations"]["k8s.v1.cni.cncf.io/policy-for"], "shop/storage",
+        "other annotations kept"
+    );
+    assert_eq!(api.requests().count(Verb::Patch, "ClusterNetworkPolicy"), 1);
+    assert_eq!(api.requests().count(Verb::Patch, "NetworkPolicy"), 0);
+
+    let again = netwarden(&["promote", ADMIN, "--kube", "--kubeconfig", kc]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("ClusterNetworkPolicy storage-protect-ops: not monitored"),
+        "{}",
+        text(&again.stderr)
+    );
+    let missing = netwarden(&[
+        "promote",
+        "AdminNetworkPolicy/storage-protect-ops",
+        "--kube",
+        "--kubeconfig",
+        kc,
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr)
+            .contains("AdminNetworkPolicy storage-protect-ops: not found in the cluster"),
+        "{}",
+        text(&missing.stderr)
     );
     drop(api);
 }
