@@ -355,7 +355,7 @@ impl Metrics {
         per_policy(
             &mut out,
             "netwarden_would_deny_total",
-            "Connections a monitored policy would deny (traffic passed).",
+            "Connections a monitored policy would deny (traffic passed); admin policies named Kind/name.",
             &self.would_deny,
         );
         per_policy(
@@ -622,6 +622,31 @@ mod tests {
         assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
         assert_eq!(escape_label("x\ny"), "x\\ny");
         assert_eq!(escape_label("ns/name"), "ns/name");
+    }
+
+    /// A monitored admin policy's would-denies are counted under the name its events and
+    /// status records give it (`Kind/name`), apart from a namespaced policy of the same name.
+    #[test]
+    fn admin_policies_are_counted_under_their_event_name() {
+        let m = Metrics::new();
+        m.record_event(&event(
+            EventAction::WouldDeny,
+            &["shop/web", "ClusterNetworkPolicy/web"],
+            &[],
+        ));
+        m.record_event(&event(
+            EventAction::WouldDeny,
+            &["ClusterNetworkPolicy/web"],
+            &[],
+        ));
+        assert_eq!(m.would_deny_count("ClusterNetworkPolicy/web"), 2);
+        assert_eq!(m.would_deny_count("shop/web"), 1);
+        let text = m.render();
+        assert!(
+            text.lines()
+                .any(|l| l == "netwarden_would_deny_total{policy=\"ClusterNetworkPolicy/web\"} 2"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -579,6 +579,111 @@ mod tests {
         assert!(pol("shop/lock").failing.is_empty());
     }
 
+    /// Admin policies (SPEC 8) are named `Kind/name` by their events and status records: their
+    /// rows and flows stand beside those of a namespaced policy of the same name, each with
+    /// its own verdict.
+    #[test]
+    fn admin_policies_have_rows_flows_and_verdicts_of_their_own() {
+        use crate::status::RecordType;
+        let now = Timestamp::from_secs(10_000);
+        let record = |policy: &str, kind: &str, connections: u64| StatusRecord {
+            time: Timestamp::from_secs(9_990),
+            node: "n".into(),
+            record: RecordType::Status,
+            policy: policy.into(),
+            kind: kind.into(),
+            monitored_since: Timestamp::from_secs(1_000),
+            pods: 2,
+            would_deny: 0,
+            nflog_dropped: 0,
+            rate_limited: Some(0),
+            connections: Some(connections),
+        };
+        let statuses = [
+            record("ClusterNetworkPolicy/web", "ClusterNetworkPolicy", 40),
+            record("shop/web", "NetworkPolicy", 40),
+            record("AdminNetworkPolicy/guard", "AdminNetworkPolicy", 40),
+        ];
+        // One would-deny of the admin guard, on a secondary network; none of the others.
+        let mut would_deny = ev(
+            9_000,
+            EventAction::WouldDeny,
+            Direction::Ingress,
+            "ops/mon-0",
+            Some("shop/web-0"),
+            8080,
+            &["AdminNetworkPolicy/guard"],
+            &[],
+        );
+        would_deny.interface = "net1".into();
+        would_deny.network = "shop/storage".into();
+        let monitored = [
+            "shop/web".to_owned(),
+            "ClusterNetworkPolicy/web".to_owned(),
+            "BaselineAdminNetworkPolicy/default".to_owned(),
+        ];
+        let r = aggregate_with(
+            &[would_deny],
+            &statuses,
+            &monitored,
+            now,
+            Duration::from_secs(3600),
+        );
+        let row = |name: &str| r.policies.iter().find(|p| p.policy == name).unwrap();
+        assert_eq!(
+            row("ClusterNetworkPolicy/web").status,
+            PolicyStatus::ReadyToPromote
+        );
+        assert_eq!(
+            row("ClusterNetworkPolicy/web").kind.as_deref(),
+            Some("ClusterNetworkPolicy")
+        );
+        assert_eq!(row("shop/web").status, PolicyStatus::ReadyToPromote);
+        assert_eq!(
+            row("AdminNetworkPolicy/guard").status,
+            PolicyStatus::NotReady
+        );
+        assert_eq!(
+            row("AdminNetworkPolicy/guard").failing,
+            vec![Failing::WouldDeny { count: 1 }]
+        );
+        assert_eq!(
+            row("BaselineAdminNetworkPolicy/default").failing,
+            vec![Failing::NoEvidence]
+        );
+        assert_eq!(r.flows.len(), 1);
+        assert_eq!(
+            (
+                r.flows[0].policy.as_str(),
+                r.flows[0].source.as_str(),
+                r.flows[0].destination.as_str()
+            ),
+            ("AdminNetworkPolicy/guard", "shop/web", "ops/mon")
+        );
+        let text = r.render_text();
+        assert!(
+            text.contains("ClusterNetworkPolicy/web") && text.contains("AdminNetworkPolicy/guard"),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&r.render_json()).unwrap();
+        assert_eq!(json["flows"][0]["policy"], "AdminNetworkPolicy/guard");
+        let statuses: Vec<(&str, &str)> = json["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["policy"].as_str().unwrap(), p["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ("AdminNetworkPolicy/guard", "not-ready"),
+                ("BaselineAdminNetworkPolicy/default", "not-ready"),
+                ("ClusterNetworkPolicy/web", "ready-to-promote"),
+                ("shop/web", "ready-to-promote"),
+            ]
+        );
+    }
+
     #[test]
     fn quiet_monitored_policies_are_listed() {
         // The defect this module once had: an empty events file called a monitored policy

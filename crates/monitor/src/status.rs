@@ -73,9 +73,10 @@ pub struct StatusRecord {
     pub time: Timestamp,
     pub node: String,
     pub record: RecordType,
-    /// `ns/name`, as in the events' `policies`.
+    /// `ns/name`, as in the events' `policies`; `Kind/name` for an admin policy (SPEC 8).
     pub policy: String,
-    /// `NetworkPolicy`, `MultiNetworkPolicy` or `DanmNetworkPolicy`.
+    /// `NetworkPolicy`, `MultiNetworkPolicy`, `DanmNetworkPolicy`, or an admin kind
+    /// (`ClusterNetworkPolicy`, `AdminNetworkPolicy`, `BaselineAdminNetworkPolicy`).
     pub kind: String,
     /// When this agent first saw the policy in monitor mode with its current spec.
     pub monitored_since: Timestamp,
