@@ -12,6 +12,11 @@
 //!   rate-limit suppressions make 4, the connections 8, and the report says not ready, naming
 //!   the would-denies and the lost events.
 //!
+//! `promote --require-ready --dry-run` follows the report: accepted when ready, refused after.
+//! The same runs with a monitored admin policy instead (SPEC 8): a ClusterNetworkPolicy whose
+//! Admin-tier Deny names `role=no`, counted in the kernel's tier chains, its records and report
+//! row named `ClusterNetworkPolicy/server-in`.
+//!
 //! They need root (network namespaces); without it they skip, or fail when `CI=true`.
 
 mod common;
@@ -32,20 +37,68 @@ const TIMEOUT: Duration = Duration::from_secs(15);
 /// The evidence window given to `report`: the policy must be watched this long first.
 const CLEAN_FOR_SECS: u64 = 3;
 
-/// The monitored ingress policy of `server`: `role=ok` may connect on `PORT`.
-fn monitored_policy() -> Value {
-    let mut policy = ingress_policy("server-in", "server", &["ok"], false);
-    policy["metadata"]["annotations"] = json!({"netwarden.io/mode": "monitor"});
-    policy
+/// Which monitored policy the run watches.
+#[derive(Clone, Copy)]
+enum Monitored {
+    /// A NetworkPolicy of `server`: `role=ok` may connect on `PORT`.
+    Namespaced,
+    /// A ClusterNetworkPolicy (Admin tier) of `server`: `role=no` denied.
+    Admin,
 }
 
-/// The status records of `server-in` in the events file, in order.
-fn status_records(events: &Path) -> Vec<Value> {
+impl Monitored {
+    fn policy(self) -> Value {
+        let mut policy = match self {
+            Monitored::Namespaced => ingress_policy("server-in", "server", &["ok"], false),
+            Monitored::Admin => json!({
+                "apiVersion": "policy.networking.k8s.io/v1alpha2",
+                "kind": "ClusterNetworkPolicy",
+                "metadata": {"name": "server-in"},
+                "spec": {
+                    "tier": "Admin",
+                    "priority": 10,
+                    "subject": {"pods": {
+                        "namespaceSelector": {"matchLabels": {"team": "e2e"}},
+                        "podSelector": {"matchLabels": {"app": "server"}},
+                    }},
+                    "ingress": [{
+                        "name": "no-role-no",
+                        "action": "Deny",
+                        "from": [{"pods": {
+                            "namespaceSelector": {},
+                            "podSelector": {"matchLabels": {"role": "no"}},
+                        }}],
+                    }],
+                },
+            }),
+        };
+        policy["metadata"]["annotations"] = json!({"netwarden.io/mode": "monitor"});
+        policy
+    }
+
+    /// How events, status records and `report` name it (and `promote` takes it).
+    fn name(self) -> String {
+        match self {
+            Monitored::Namespaced => format!("{NS}/server-in"),
+            Monitored::Admin => "ClusterNetworkPolicy/server-in".into(),
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Monitored::Namespaced => "NetworkPolicy",
+            Monitored::Admin => "ClusterNetworkPolicy",
+        }
+    }
+}
+
+/// The status records of `policy` in the events file, in order.
+fn status_records(events: &Path, policy: &str) -> Vec<Value> {
     std::fs::read_to_string(events)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["record"] == "status" && v["policy"] == format!("{NS}/server-in"))
+        .filter(|v| v["record"] == "status" && v["policy"] == policy)
         .collect()
 }
 
@@ -63,8 +116,8 @@ fn count(record: &Value, field: &str) -> Option<u64> {
     record[field].as_u64()
 }
 
-/// `netwarden report -e EVENTS --clean-for 3s -o json`: the row of `server-in`.
-fn report_row(events: &Path) -> Value {
+/// `netwarden report -e EVENTS --clean-for 3s -o json`: the row of `policy`.
+fn report_row(events: &Path, policy: &str) -> Value {
     let out = Command::new(BIN)
         .args(["report", "-e"])
         .arg(events)
@@ -79,12 +132,27 @@ fn report_row(events: &Path) -> Value {
     let report: Value = serde_json::from_slice(&out.stdout).expect("report JSON");
     report["policies"]
         .as_array()
-        .and_then(|rows| {
-            rows.iter()
-                .find(|r| r["policy"] == format!("{NS}/server-in"))
-                .cloned()
-        })
-        .unwrap_or_else(|| panic!("no row for server-in in {report}"))
+        .and_then(|rows| rows.iter().find(|r| r["policy"] == policy).cloned())
+        .unwrap_or_else(|| panic!("no row for {policy} in {report}"))
+}
+
+/// `netwarden promote POLICY -f OBJECTS --require-ready -e EVENTS --clean-for 3s --dry-run`:
+/// whether it accepted, and what it said.
+fn promote_ready(policy: &str, objects: &Path, events: &Path) -> (bool, String) {
+    let out = Command::new(BIN)
+        .args(["promote", policy, "-f"])
+        .arg(objects)
+        .args(["--require-ready", "-e"])
+        .arg(events)
+        .args(["--clean-for", &format!("{CLEAN_FOR_SECS}s"), "--dry-run"])
+        .output()
+        .expect("run netwarden promote");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }
 
 fn failing_kinds(row: &Value) -> Vec<String> {
@@ -98,7 +166,7 @@ fn failing_kinds(row: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn status_evidence(backend: Backend) {
+fn status_evidence(backend: Backend, monitored: Monitored) {
     if !root_or_skip() {
         return;
     }
@@ -114,7 +182,9 @@ fn status_evidence(backend: Backend) {
         PODS.iter()
             .map(|d| pod_doc(d, Some(&netns_of(&lab, d.name)))),
     );
-    docs.push(monitored_policy());
+    docs.push(monitored.policy());
+    let policy = monitored.name();
+    let objects = dir.path.join("objects.yaml");
     dir.write("objects.yaml", &docs_text(&docs));
     let events = logs.path.join("events.jsonl");
     let events_arg = events.display().to_string();
@@ -141,7 +211,9 @@ fn status_evidence(backend: Backend) {
         &[("RUST_LOG", "info")],
         &logs.path.join("agent.log"),
     );
-    let what = format!("{} backend", backend.as_str());
+    let what = format!("{} backend, {policy}", backend.as_str());
+    let status_records = |events: &Path| status_records(events, &policy);
+    let report_row = |events: &Path| report_row(events, &policy);
 
     // 1. Watched, no traffic yet: counted zero, and the verdict says so.
     agent.wait_for("a status record watched for the window", TIMEOUT, || {
@@ -163,6 +235,7 @@ fn status_evidence(backend: Backend) {
         (Some(0), Some(0), Some(0), Some(1)),
         "{what}: before any traffic: {last}"
     );
+    assert_eq!(last["kind"], monitored.kind(), "{what}: {last}");
     let row = report_row(&events);
     assert_eq!(row["status"], "not-ready", "{what}: {row}");
     assert_eq!(failing_kinds(&row), ["no-traffic"], "{what}: {row}");
@@ -183,6 +256,9 @@ fn status_evidence(backend: Backend) {
     let row = report_row(&events);
     assert_eq!(row["status"], "ready-to-promote", "{what}: {row}");
     assert_eq!(row["evidence"]["connections"], 4, "{what}: {row}");
+    let (accepted, said) = promote_ready(&policy, &objects, &events);
+    assert!(accepted, "{what}: promote --require-ready: {said}");
+    assert!(said.contains("ready to promote"), "{what}: {said}");
 
     // 3. Traffic the policy would deny (monitored: it flows): every would-deny counted in
     // the kernel, logged or suppressed by the 1-a-minute limit.
@@ -221,6 +297,9 @@ fn status_evidence(backend: Backend) {
         failing.contains(&"would-deny".to_string()) && failing.contains(&"events-lost".to_string()),
         "{what}: {row}"
     );
+    let (accepted, said) = promote_ready(&policy, &objects, &events);
+    assert!(!accepted, "{what}: promote --require-ready: {said}");
+    assert!(said.contains("is not ready to promote"), "{what}: {said}");
     agent.assert_running();
 }
 
@@ -234,10 +313,20 @@ fn seconds_between(a: &str, b: &str) -> f64 {
 
 #[test]
 fn status_evidence_nft() {
-    status_evidence(Backend::Nft);
+    status_evidence(Backend::Nft, Monitored::Namespaced);
 }
 
 #[test]
 fn status_evidence_iptables() {
-    status_evidence(Backend::Iptables);
+    status_evidence(Backend::Iptables, Monitored::Namespaced);
+}
+
+#[test]
+fn status_evidence_admin_nft() {
+    status_evidence(Backend::Nft, Monitored::Admin);
+}
+
+#[test]
+fn status_evidence_admin_iptables() {
+    status_evidence(Backend::Iptables, Monitored::Admin);
 }

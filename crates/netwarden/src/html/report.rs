@@ -375,6 +375,35 @@ mod tests {
         assert!(!html.contains("<span class=\"status ready-to-promote\">"));
     }
 
+    /// An admin policy (SPEC 8), named `Kind/name` by its events, gets its chart, its row and
+    /// its flows beside a namespaced policy of the same name.
+    #[test]
+    fn admin_policies_have_their_chart_and_rows() {
+        let events = vec![
+            would_deny(0, "x/web-0", &["ClusterNetworkPolicy/web"]),
+            would_deny(5, "x/web-0", &["x/web", "ClusterNetworkPolicy/web"]),
+        ];
+        let report = aggregate(
+            &events,
+            &[],
+            Timestamp::from_secs(60),
+            Duration::from_secs(60),
+        );
+        let page = report_page(&report, &events, "r");
+        let series = |p: &str| page.series.iter().find(|s| s.policy == p).unwrap();
+        assert_eq!(
+            series("ClusterNetworkPolicy/web")
+                .counts
+                .iter()
+                .sum::<u64>(),
+            2
+        );
+        assert_eq!(series("x/web").counts.iter().sum::<u64>(), 1);
+        let html = render(&page);
+        assert_eq!(html.matches("<svg class=\"chart\"").count(), 2);
+        assert!(html.contains("ClusterNetworkPolicy/web"), "{html}");
+    }
+
     #[test]
     fn hostile_policy_names_are_escaped() {
         let hostile = "x/<script>alert(1)</script>";
