@@ -19,6 +19,14 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `netwarden ARGS`, which must refuse (exit 2) saying `says` on stderr.
+fn assert_refused(args: &[&str], says: &str) {
+    let out = netwarden(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
+}
+
 /// The example's policies: comments, several documents, one monitored policy.
 fn policies_file(dir: &TempDir) -> (PathBuf, String) {
     let original = std::fs::read_to_string(example().join("policies.yaml")).unwrap();
@@ -58,19 +66,13 @@ fn promotes_in_a_file_changing_only_the_mode_value() {
 
     // Now enforced: refused, the object named, nothing written.
     let promoted = std::fs::read_to_string(&path).unwrap();
-    let again = netwarden(&["promote", "web/frontend-same-namespace", "-f", file]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(
-        text(&again.stderr).contains("NetworkPolicy web/frontend-same-namespace: not monitored"),
-        "{}",
-        text(&again.stderr)
+    assert_refused(
+        &["promote", "web/frontend-same-namespace", "-f", file],
+        "NetworkPolicy web/frontend-same-namespace: not monitored",
     );
-    let missing = netwarden(&["promote", "web/nope", "-f", file]);
-    assert_eq!(missing.status.code(), Some(2));
-    assert!(
-        text(&missing.stderr).contains("policy web/nope: not found in"),
-        "{}",
-        text(&missing.stderr)
+    assert_refused(
+        &["promote", "web/nope", "-f", file],
+        "policy web/nope: not found in",
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), promoted);
 }
@@ -137,20 +139,17 @@ fn require_ready_follows_the_report_verdict() {
         ),
     );
     let quiet = dir.path.join("quiet.jsonl");
-    let refused = netwarden(&[
-        "promote",
-        policy,
-        "-f",
-        file,
-        "--require-ready",
-        "-e",
-        quiet.to_str().unwrap(),
-    ]);
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(
-        text(&refused.stderr).contains("is not ready to promote: no traffic on its pods"),
-        "{}",
-        text(&refused.stderr)
+    assert_refused(
+        &[
+            "promote",
+            policy,
+            "-f",
+            file,
+            "--require-ready",
+            "-e",
+            quiet.to_str().unwrap(),
+        ],
+        "is not ready to promote: no traffic on its pods",
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
 
@@ -229,12 +228,9 @@ fn promotes_in_a_cluster_with_one_merge_patch() {
     );
     assert_eq!(api.requests().count(Verb::Patch, "NetworkPolicy"), 1);
 
-    let again = netwarden(&["promote", policy, "--kube", "--kubeconfig", kc]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(
-        text(&again.stderr).contains("not monitored"),
-        "{}",
-        text(&again.stderr)
+    assert_refused(
+        &["promote", policy, "--kube", "--kubeconfig", kc],
+        "not monitored",
     );
     drop(api);
 }
@@ -287,22 +283,17 @@ fn promotes_an_admin_policy_in_a_file() {
         &format!("{}\n{}\n", record(61, 5), record(1, 5)),
     );
     let quiet = dir.path.join("quiet.jsonl");
-    let refused = netwarden(&[
-        "promote",
-        ADMIN,
-        "-f",
-        file,
-        "--require-ready",
-        "-e",
-        quiet.to_str().unwrap(),
-    ]);
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(
-        text(&refused.stderr).contains(
-            "ClusterNetworkPolicy storage-protect-ops is not ready to promote: no traffic on its pods"
-        ),
-        "{}",
-        text(&refused.stderr)
+    assert_refused(
+        &[
+            "promote",
+            ADMIN,
+            "-f",
+            file,
+            "--require-ready",
+            "-e",
+            quiet.to_str().unwrap(),
+        ],
+        "ClusterNetworkPolicy storage-protect-ops is not ready to promote: no traffic on its pods",
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
 
@@ -372,24 +363,18 @@ fn promotes_an_admin_policy_in_a_file() {
         )
     );
 
-    let again = netwarden(&["promote", ADMIN, "-f", file]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(
-        text(&again.stderr).contains("ClusterNetworkPolicy storage-protect-ops: not monitored"),
-        "{}",
-        text(&again.stderr)
+    assert_refused(
+        &["promote", ADMIN, "-f", file],
+        "ClusterNetworkPolicy storage-protect-ops: not monitored",
     );
-    let other_kind = netwarden(&[
-        "promote",
-        "AdminNetworkPolicy/storage-protect-ops",
-        "-f",
-        file,
-    ]);
-    assert_eq!(other_kind.status.code(), Some(2));
-    assert!(
-        text(&other_kind.stderr).contains("AdminNetworkPolicy storage-protect-ops: not found in"),
-        "{}",
-        text(&other_kind.stderr)
+    assert_refused(
+        &[
+            "promote",
+            "AdminNetworkPolicy/storage-protect-ops",
+            "-f",
+            file,
+        ],
+        "AdminNetworkPolicy storage-protect-ops: not found in",
     );
 }
 
@@ -472,26 +457,19 @@ fn promotes_an_admin_policy_in_a_cluster_with_one_merge_patch() {
     assert_eq!(api.requests().count(Verb::Patch, "ClusterNetworkPolicy"), 1);
     assert_eq!(api.requests().count(Verb::Patch, "NetworkPolicy"), 0);
 
-    let again = netwarden(&["promote", ADMIN, "--kube", "--kubeconfig", kc]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(
-        text(&again.stderr).contains("ClusterNetworkPolicy storage-protect-ops: not monitored"),
-        "{}",
-        text(&again.stderr)
+    assert_refused(
+        &["promote", ADMIN, "--kube", "--kubeconfig", kc],
+        "ClusterNetworkPolicy storage-protect-ops: not monitored",
     );
-    let missing = netwarden(&[
-        "promote",
-        "AdminNetworkPolicy/storage-protect-ops",
-        "--kube",
-        "--kubeconfig",
-        kc,
-    ]);
-    assert_eq!(missing.status.code(), Some(2));
-    assert!(
-        text(&missing.stderr)
-            .contains("AdminNetworkPolicy storage-protect-ops: not found in the cluster"),
-        "{}",
-        text(&missing.stderr)
+    assert_refused(
+        &[
+            "promote",
+            "AdminNetworkPolicy/storage-protect-ops",
+            "--kube",
+            "--kubeconfig",
+            kc,
+        ],
+        "AdminNetworkPolicy storage-protect-ops: not found in the cluster",
     );
     drop(api);
 }
