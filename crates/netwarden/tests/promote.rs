@@ -182,17 +182,27 @@ fn require_ready_follows_the_report_verdict() {
         .contains("    netwarden.io/mode: enforce\n    netwarden.io/replaces"));
 }
 
-#[test]
-fn promotes_in_a_cluster_with_one_merge_patch() {
+/// The fake API server (and the runtime serving it) holding the manifests of `examples`, with
+/// a kubeconfig for it in `dir`.
+fn fake_cluster(
+    examples: &std::path::Path,
+    dir: &TempDir,
+) -> (tokio::runtime::Runtime, FakeApiServer, PathBuf) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let api = runtime
         .block_on(FakeApiServer::start(ServerOptions::default()))
         .unwrap();
-    let loaded = load_dir(&api, &example()).unwrap();
+    let loaded = load_dir(&api, examples).unwrap();
     assert!(loaded.skipped.is_empty(), "{loaded:?}");
-    let dir = TempDir::new("promote-kube");
     let kubeconfig = dir.path.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
+    (runtime, api, kubeconfig)
+}
+
+#[test]
+fn promotes_in_a_cluster_with_one_merge_patch() {
+    let dir = TempDir::new("promote-kube");
+    let (_runtime, api, kubeconfig) = fake_cluster(&example(), &dir);
     let kc = kubeconfig.to_str().unwrap();
     let policy = "web/frontend-same-namespace";
     let annotations = |api: &FakeApiServer| {
@@ -303,39 +313,30 @@ fn promotes_an_admin_policy_in_a_file() {
         &format!("{}\n{}\n", record(61, 5), record(1, 50)),
     );
     let busy = dir.path.join("busy.jsonl");
+    // `report -f FILE -o json` on `events`: the first policy row.
+    let first_row = |events: &std::path::Path| {
+        let out = netwarden(&[
+            "report",
+            "-e",
+            events.to_str().unwrap(),
+            "-f",
+            file,
+            "-o",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["policies"][0].clone()
+    };
     // With no evidence, `report -f` lists the monitored admin policy of the file all the same.
     dir.write("none.jsonl", "");
-    let none = dir.path.join("none.jsonl");
-    let listed = netwarden(&[
-        "report",
-        "-e",
-        none.to_str().unwrap(),
-        "-f",
-        file,
-        "-o",
-        "json",
-    ]);
-    assert!(listed.status.success(), "{}", text(&listed.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(json["policies"][0]["policy"], ADMIN, "{json}");
-    assert_eq!(json["policies"][0]["reason"], "no evidence yet", "{json}");
-    let report = netwarden(&[
-        "report",
-        "-e",
-        busy.to_str().unwrap(),
-        "-f",
-        file,
-        "-o",
-        "json",
-    ]);
-    assert!(report.status.success(), "{}", text(&report.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    assert_eq!(json["policies"][0]["policy"], ADMIN, "{json}");
-    assert_eq!(
-        json["policies"][0]["kind"], "ClusterNetworkPolicy",
-        "{json}"
-    );
-    assert_eq!(json["policies"][0]["status"], "ready-to-promote", "{json}");
+    let row = first_row(&dir.path.join("none.jsonl"));
+    assert_eq!(row["policy"], ADMIN, "{row}");
+    assert_eq!(row["reason"], "no evidence yet", "{row}");
+    let row = first_row(&busy);
+    assert_eq!(row["policy"], ADMIN, "{row}");
+    assert_eq!(row["kind"], "ClusterNetworkPolicy", "{row}");
+    assert_eq!(row["status"], "ready-to-promote", "{row}");
     let run = netwarden(&[
         "promote",
         "--kind",
@@ -380,15 +381,8 @@ fn promotes_an_admin_policy_in_a_file() {
 
 #[test]
 fn promotes_an_admin_policy_in_a_cluster_with_one_merge_patch() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let api = runtime
-        .block_on(FakeApiServer::start(ServerOptions::default()))
-        .unwrap();
-    let loaded = load_dir(&api, &admin_example()).unwrap();
-    assert!(loaded.skipped.is_empty(), "{loaded:?}");
     let dir = TempDir::new("promote-admin-kube");
-    let kubeconfig = dir.path.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
+    let (_runtime, api, kubeconfig) = fake_cluster(&admin_example(), &dir);
     let kc = kubeconfig.to_str().unwrap();
     let object = |api: &FakeApiServer| {
         api.object(
