@@ -280,6 +280,12 @@ fn parse_crd_grace(s: &str) -> Result<Duration, String> {
     parse_duration_within(s, Duration::ZERO, Duration::from_secs(86_400))
 }
 
+/// `run --discovery-interval`: 100 ms (a discovery request every tick of a busy agent is
+/// wasted on the API server) up to an hour.
+fn parse_discovery_interval(s: &str) -> Result<Duration, String> {
+    parse_duration_within(s, Duration::from_millis(100), Duration::from_secs(3600))
+}
+
 /// A duration the way people write it (`250ms`, `1s`, `1h`).
 fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
