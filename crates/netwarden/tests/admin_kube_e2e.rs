@@ -19,7 +19,10 @@
 //! 5. the policies deleted: everything connects again;
 //! 6. the v1alpha1 AdminNetworkPolicy / BaselineAdminNetworkPolicy CRDs installed, their policies
 //!    enforced; the API failing for those kinds (503, watches cut) keeps them enforced; the CRDs
-//!    deleted: enforced until the deletion is confirmed (`--crd-grace`), then dropped.
+//!    gone without a word (their paths 404, no DELETED event): enforced until the deletion is
+//!    confirmed (`--crd-grace`), then dropped;
+//! 7. the v1alpha2 CRD deleted as kube-apiserver deletes one (its objects first, a DELETED event
+//!    each): its policy dropped at once.
 //!
 //! Netns are `nwak<pid>-…` (the lab's), removed even when the test fails; traffic only flows
 //! between them.
@@ -634,8 +637,10 @@ fn admin_policies_follow_the_cluster() {
         .wait_for("ready again", Duration::from_secs(20), || ready(metrics));
     w.expect("6 API back", &v1alpha1_denied);
 
-    // The CRDs deleted (their objects with them): enforced while the deletion is not confirmed
-    // (`/readyz` says why), dropped once discovery has kept saying so for `--crd-grace`.
+    // The CRDs gone without a word (their paths 404, their watches ended, no DELETED event: a
+    // restarting API server looks the same for a while): enforced while the deletion is not
+    // confirmed (`/readyz` says why), dropped once discovery has kept saying so for
+    // `--crd-grace`.
     let deleted = Instant::now();
     for kind in ["AdminNetworkPolicy", "BaselineAdminNetworkPolicy"] {
         w.api.uninstall_crd(GROUP, "v1alpha1", kind);
@@ -664,6 +669,27 @@ fn admin_policies_follow_the_cluster() {
     );
     w.agent.wait_for(
         "ready: an absent kind is no outage",
+        Duration::from_secs(20),
+        || ready(metrics),
+    );
+
+    // 7. The v1alpha2 CRD deleted as kube-apiserver deletes one, with a policy in it: the
+    // objects are deleted first (a DELETED event each), which the agent applies at once, then
+    // the kind goes.
+    w.create(cnp(
+        "last",
+        "Admin",
+        10,
+        Some("b"),
+        "Deny",
+        Some("a"),
+        Some(8081),
+    ));
+    w.expect("7 a ClusterNetworkPolicy again", &[("a1", "b1", 8081)]);
+    assert_eq!(w.api.delete_crd(GROUP, CNP), 1);
+    w.expect("7 CRD deleted, its policy with it", &[]);
+    w.agent.wait_for(
+        "ready: the deleted kind absent",
         Duration::from_secs(20),
         || ready(metrics),
     );
