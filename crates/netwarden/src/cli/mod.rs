@@ -351,5 +351,15 @@ mod duration_tests {
         assert!(parse_window("-5s").is_err());
         assert!(parse_window("").is_err());
         assert!(parse_window("abc").is_err());
+        // Discovery: no request storm, no wait of days for a CRD installed.
+        assert_eq!(
+            parse_discovery_interval("250ms"),
+            Ok(Duration::from_millis(250))
+        );
+        assert!(parse_discovery_interval("50ms")
+            .unwrap_err()
+            .contains("between 100ms and 1h"));
+        assert!(parse_discovery_interval("2h").is_err());
+        assert_eq!(parse_crd_grace("0s"), Ok(Duration::ZERO));
     }
 }
