@@ -37,8 +37,8 @@ use netwarden_engine::{PodKey, Protocol};
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_lab::{Lab, ProbeDetail, ProbeSpec};
 use netwarden_testing::{
-    free_port, http_get, metric, netwarden_bin, ready, root_or_skip, rules_snapshot, unique_prefix,
-    wait_until, AgentProcess, TempDir,
+    free_port, http_get, kube_agent_args, metric, netwarden_bin, ready, root_or_skip,
+    rules_snapshot, unique_prefix, wait_until, AgentProcess, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -98,25 +98,46 @@ fn namespaces(team: Option<&str>) -> Value {
     }
 }
 
-/// A v1alpha2 ClusterNetworkPolicy with one ingress rule: `action` on the pods of namespace
-/// `subject` from those of `from`, on TCP `port` (`None`: every port and protocol).
-fn cnp(
-    name: &str,
-    tier: &str,
+/// A v1alpha2 ClusterNetworkPolicy with one ingress rule: `action` on the pods of the
+/// namespaces `subject` from those of `from`, on TCP `port` (a team `None`: every namespace;
+/// a port `None`: every port and protocol). Changed with struct update syntax.
+#[derive(Clone, Copy)]
+struct Cnp {
+    name: &'static str,
+    tier: &'static str,
     priority: u32,
-    subject: Option<&str>,
-    action: &str,
-    from: Option<&str>,
+    subject: Option<&'static str>,
+    action: &'static str,
+    from: Option<&'static str>,
     port: Option<u16>,
-) -> Value {
-    let mut rule = json!({"name": format!("{}-rule", action.to_lowercase()), "action": action,
-                          "from": [{"namespaces": namespaces(from)}]});
-    if let Some(port) = port {
-        rule["protocols"] = json!([{"tcp": {"destinationPort": {"number": port}}}]);
+}
+
+impl Cnp {
+    /// Admin tier, priority 10: `action` on b's pods from a's on TCP 8080.
+    fn a_to_b(name: &'static str, action: &'static str) -> Cnp {
+        Cnp {
+            name,
+            tier: "Admin",
+            priority: 10,
+            subject: Some("b"),
+            action,
+            from: Some("a"),
+            port: Some(8080),
+        }
     }
-    json!({"apiVersion": V1ALPHA2, "kind": "ClusterNetworkPolicy", "metadata": {"name": name},
-           "spec": {"tier": tier, "priority": priority,
-                    "subject": {"namespaces": namespaces(subject)}, "ingress": [rule]}})
+
+    fn doc(&self) -> Value {
+        let mut rule = json!({"name": format!("{}-rule", self.action.to_lowercase()),
+                              "action": self.action,
+                              "from": [{"namespaces": namespaces(self.from)}]});
+        if let Some(port) = self.port {
+            rule["protocols"] = json!([{"tcp": {"destinationPort": {"number": port}}}]);
+        }
+        json!({"apiVersion": V1ALPHA2, "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": self.name},
+               "spec": {"tier": self.tier, "priority": self.priority,
+                        "subject": {"namespaces": namespaces(self.subject)}, "ingress": [rule]}})
+    }
 }
 
 /// A v1alpha1 admin policy (`AdminNetworkPolicy`, or the `BaselineAdminNetworkPolicy`
@@ -235,25 +256,18 @@ impl World {
         let kubeconfig = dir.path.join("kubeconfig");
         api.write_kubeconfig(&kubeconfig).unwrap();
         let metrics = free_port();
-        let grace = format!("{}s", GRACE.as_secs());
-        let args = [
-            "run",
-            "--kube",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--node-name",
-            "n1",
-            "--interval",
-            "200ms",
-            "--no-events-stdout",
-            "--metrics-addr",
-            &metrics.to_string(),
-            "--crd-grace",
-            &grace,
-            // CRDs installed while the agent runs are found within this.
-            "--discovery-interval",
-            "250ms",
-        ];
+        let mut args = kube_agent_args(&kubeconfig, "n1", metrics);
+        args.extend(
+            [
+                "--crd-grace",
+                &format!("{}s", GRACE.as_secs()),
+                // CRDs installed while the agent runs are found within this.
+                "--discovery-interval",
+                "250ms",
+            ]
+            .map(String::from),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut agent = AgentProcess::start(&netwarden_bin!(), &args, &dir.path.join("agent.log"));
         agent.wait_for("ready", Duration::from_secs(30), || ready(metrics));
         World {
@@ -391,16 +405,15 @@ fn admin_policies_follow_the_cluster() {
     // 2. The v1alpha2 CRD installed while the agent runs; an Admin-tier Deny a -> b on 8080,
     // and an invalid policy (priority out of range) whose subject has no pod.
     w.api.install_crd(GROUP, "v1alpha2", CNP);
-    w.create(cnp(
-        "guard",
-        "Admin",
-        10,
-        Some("b"),
-        "Deny",
-        Some("a"),
-        Some(8080),
-    ));
-    w.create(cnp("broken", "Admin", 5000, Some("z"), "Deny", None, None));
+    let guard = Cnp::a_to_b("guard", "Deny");
+    w.create(guard.doc());
+    let broken = Cnp {
+        name: "broken",
+        priority: 5000,
+        subject: Some("z"),
+        ..guard
+    };
+    w.create(broken.doc());
     w.expect(
         "2 CRD installed, Admin Deny a->b:8080",
         &[("a1", "b1", 8080)],
@@ -437,15 +450,11 @@ fn admin_policies_follow_the_cluster() {
         ("c1", "b1", 8081),
     ];
     w.expect("3a NetworkPolicy isolates b", &b_isolated);
-    w.update(cnp(
-        "guard",
-        "Admin",
-        10,
-        Some("b"),
-        "Accept",
-        Some("a"),
-        Some(8080),
-    ));
+    let guard = Cnp {
+        action: "Accept",
+        ..guard
+    };
+    w.update(guard.doc());
     let b_accepts_a = &b_isolated[1..];
     w.expect(
         "3a action Deny -> Accept over the NetworkPolicy",
@@ -455,92 +464,64 @@ fn admin_policies_follow_the_cluster() {
     // 3b. Priority: the Accept at 20, a Deny (`blocker`) at 10 first; swapped, the Accept
     // decides. The swap's intermediate state (both at 20) is decided by name, `blocker` first:
     // still refused, so only the swap as a whole opens a1 -> b1:8080.
-    w.update(cnp(
-        "guard",
-        "Admin",
-        20,
-        Some("b"),
-        "Accept",
-        Some("a"),
-        Some(8080),
-    ));
-    w.create(cnp(
-        "blocker",
-        "Admin",
-        10,
-        Some("b"),
-        "Deny",
-        Some("a"),
-        Some(8080),
-    ));
+    let guard = Cnp {
+        priority: 20,
+        ..guard
+    };
+    w.update(guard.doc());
+    let blocker = Cnp::a_to_b("blocker", "Deny");
+    w.create(blocker.doc());
     w.expect("3b Deny at 10 before Accept at 20", &b_isolated);
-    w.update(cnp(
-        "blocker",
-        "Admin",
-        20,
-        Some("b"),
-        "Deny",
-        Some("a"),
-        Some(8080),
-    ));
-    w.update(cnp(
-        "guard",
-        "Admin",
-        10,
-        Some("b"),
-        "Accept",
-        Some("a"),
-        Some(8080),
-    ));
+    w.update(
+        Cnp {
+            priority: 20,
+            ..blocker
+        }
+        .doc(),
+    );
+    let guard = Cnp {
+        priority: 10,
+        ..guard
+    };
+    w.update(guard.doc());
     w.expect("3b priorities swapped: Accept at 10 first", b_accepts_a);
     w.delete(V1ALPHA2, CNP, "", "blocker");
 
     // 3c. Subject: the Deny back, b no longer isolated; then the subject moved to c: b is open
     // again, c refuses a on 8080.
-    w.update(cnp(
-        "guard",
-        "Admin",
-        10,
-        Some("b"),
-        "Deny",
-        Some("a"),
-        Some(8080),
-    ));
+    let guard = Cnp {
+        action: "Deny",
+        ..guard
+    };
+    w.update(guard.doc());
     w.delete(NETWORK_POLICY, "NetworkPolicy", "adm-b", "b-isolate");
     w.expect("3c Deny again, b not isolated", &[("a1", "b1", 8080)]);
-    w.update(cnp(
-        "guard",
-        "Admin",
-        10,
-        Some("c"),
-        "Deny",
-        Some("a"),
-        Some(8080),
-    ));
+    let guard = Cnp {
+        subject: Some("c"),
+        ..guard
+    };
+    w.update(guard.doc());
     w.expect("3c subject b -> c", &[("a1", "c1", 8080)]);
 
     // 4. Pass: c isolated by a NetworkPolicy allowing 8080 from b only; `guard` passes a -> c
     // on 8080 to it, skipping `catch` (Admin, priority 50, accepting everything from a), which
     // still accepts a -> c on 8081 over the NetworkPolicy.
     w.create(network_policy("adm-c", "c-policy", &["b"]));
-    w.update(cnp(
-        "guard",
-        "Admin",
-        10,
-        Some("c"),
-        "Pass",
-        Some("a"),
-        Some(8080),
-    ));
-    w.create(cnp(
-        "catch",
-        "Admin",
-        50,
-        Some("c"),
-        "Accept",
-        Some("a"),
-        None,
-    ));
+    w.update(
+        Cnp {
+            action: "Pass",
+            ..guard
+        }
+        .doc(),
+    );
+    let catch = Cnp {
+        name: "catch",
+        priority: 50,
+        action: "Accept",
+        port: None,
+        ..guard
+    };
+    w.create(catch.doc());
     w.expect(
         "4 Pass: the NetworkPolicy refuses a -> c:8080, catch accepts 8081",
         &[("a1", "c1", 8080), ("b1", "c1", 8081)],
@@ -553,7 +534,14 @@ fn admin_policies_follow_the_cluster() {
     );
     // A Baseline-tier Deny of 8080 from everyone to everyone: it applies to a and b, which no
     // NetworkPolicy isolates, never to c, which c-policy isolates.
-    w.create(cnp("floor", "Baseline", 10, None, "Deny", None, Some(8080)));
+    let floor = Cnp {
+        name: "floor",
+        tier: "Baseline",
+        subject: None,
+        from: None,
+        ..Cnp::a_to_b("floor", "Deny")
+    };
+    w.create(floor.doc());
     w.expect(
         "4 Baseline Deny only where no NetworkPolicy isolates",
         &[
@@ -676,15 +664,13 @@ fn admin_policies_follow_the_cluster() {
     // 7. The v1alpha2 CRD deleted as kube-apiserver deletes one, with a policy in it: the
     // objects are deleted first (a DELETED event each), which the agent applies at once, then
     // the kind goes.
-    w.create(cnp(
-        "last",
-        "Admin",
-        10,
-        Some("b"),
-        "Deny",
-        Some("a"),
-        Some(8081),
-    ));
+    w.create(
+        Cnp {
+            port: Some(8081),
+            ..Cnp::a_to_b("last", "Deny")
+        }
+        .doc(),
+    );
     w.expect("7 a ClusterNetworkPolicy again", &[("a1", "b1", 8081)]);
     assert_eq!(w.api.delete_crd(GROUP, CNP), 1);
     w.expect("7 CRD deleted, its policy with it", &[]);
