@@ -565,13 +565,18 @@ fn admin_policies_follow_the_cluster() {
     w.expect("5 NetworkPolicy deleted", &[]);
 
     // 6. v1alpha1: both CRDs installed while the agent runs, an AdminNetworkPolicy Deny a -> b
-    // on 8080 and the BaselineAdminNetworkPolicy denying a -> c on 8081.
+    // on 8080 and the BaselineAdminNetworkPolicy denying a -> c on 8081 (ingress of c).
     for kind in ["AdminNetworkPolicy", "BaselineAdminNetworkPolicy"] {
         w.api.install_crd(GROUP, "v1alpha1", kind);
     }
     w.create(v1alpha1_deny("anp-guard", Some(10), "b", "a", 8080));
-    w.create(v1alpha1_deny("default", None, "c", "a", 8081));
-    let v1alpha1_denied = [("a1", "b1", 8080), ("a1", "c1", 8081)];
+    // The Baseline also denies c's egress to b on 8081: refused at the source.
+    let mut baseline = v1alpha1_deny("default", None, "c", "a", 8081);
+    baseline["spec"]["egress"] = json!([{"name": "no-b", "action": "Deny",
+        "to": [{"namespaces": namespaces(Some("b"))}],
+        "ports": [{"portNumber": {"protocol": "TCP", "port": 8081}}]}]);
+    w.create(baseline);
+    let v1alpha1_denied = [("a1", "b1", 8080), ("a1", "c1", 8081), ("c1", "b1", 8081)];
     w.expect(
         "6 v1alpha1 CRDs installed, policies enforced",
         &v1alpha1_denied,
