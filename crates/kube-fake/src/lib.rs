@@ -62,8 +62,9 @@
 //!
 //! # Control ([`FakeApiServer`])
 //! `start`, `url`, `write_kubeconfig`, `create`/`update`/`apply`/`delete`, `install_crd`/
-//! `uninstall_crd`, `compact`, `drop_watches`, `stop`/`restart`, `set_unavailable`,
-//! `set_kind_unavailable`, `hide_group` (a group gone from discovery and its paths for a moment),
+//! `uninstall_crd` (one version gone, its objects without an event)/`delete_crd` (a CRD deleted
+//! as the real server does: its objects deleted one by one first), `compact`, `drop_watches`,
+//! `stop`/`restart`, `set_unavailable`, `set_kind_unavailable`, `hide_group` (a group gone from discovery and its paths for a moment),
 //! `inject_in_lists` (extra items in LIST responses: duplicates, strays),
 //! `requests` (the [`RequestLog`]: verb, kind, path, query, code of every request), `objects`,
 //! `object`, `resource_version`. The binary `netwarden-kube-fake` serves a directory of

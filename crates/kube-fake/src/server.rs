@@ -246,6 +246,43 @@ impl FakeApiServer {
         }
     }
 
+    /// Deletes a CRD — every served version of `kind` in `group` — as kube-apiserver does: its
+    /// finalizer first deletes the objects one by one (a DELETED event each on the open
+    /// watches), then the CRD goes: its paths answer 404, discovery drops its group/version,
+    /// its watches end. ([`FakeApiServer::uninstall_crd`] takes one version away abruptly: the
+    /// objects vanish without an event, as a client whose watch was down meanwhile sees it.)
+    /// Returns how many objects were deleted.
+    pub fn delete_crd(&self, group: &str, kind: &str) -> usize {
+        // Held throughout, so that no request resolves the kind (to create in it, say) between
+        // the deletions and the end.
+        let mut catalogue = self.shared.catalogue.lock().expect("catalogue lock");
+        let versions: Vec<ResourceType> = catalogue
+            .served()
+            .iter()
+            .filter(|r| r.group == group && r.kind == kind)
+            .cloned()
+            .collect();
+        let Some(served) = versions.first() else {
+            return 0;
+        };
+        let key = served.storage_key();
+        let mut store = self.shared.store.lock().expect("store lock");
+        let objects = store.all(&key);
+        for obj in &objects {
+            let meta = |field: &str| obj["metadata"][field].as_str().unwrap_or("").to_string();
+            store
+                .delete(served, &meta("namespace"), &meta("name"))
+                .expect("a stored object can be deleted");
+        }
+        for r in &versions {
+            catalogue.uninstall(group, &r.version, kind);
+        }
+        if !catalogue.serves_storage(&key) {
+            store.drop_storage(&key);
+        }
+        objects.len()
+    }
+
     /// Forgets the history: a watch or LIST from any older resourceVersion is now 410 Expired
     /// (open watches go on; cut them with [`FakeApiServer::drop_watches`]).
     pub fn compact(&self) {

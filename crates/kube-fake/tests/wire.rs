@@ -323,6 +323,67 @@ async fn a_hidden_group_is_absent_then_back_with_its_objects() {
     assert_eq!(list["items"][0]["metadata"]["name"], "ep");
 }
 
+/// `delete_crd`: as kube-apiserver's CRD finalizer, the objects are deleted first (a DELETED
+/// event each on an open watch), then the watch ends cleanly, the kind's paths are 404 and its
+/// version leaves discovery (the group stays while another of its CRDs is served).
+#[tokio::test]
+async fn a_deleted_crd_deletes_its_objects_with_events_then_leaves() {
+    let server = server_with_pods().await;
+    let group = "policy.networking.k8s.io";
+    server.install_crd(group, "v1alpha2", "ClusterNetworkPolicy");
+    server.install_crd(group, "v1alpha1", "AdminNetworkPolicy");
+    let cnp = |name: &str| {
+        json!({"apiVersion": "policy.networking.k8s.io/v1alpha2",
+               "kind": "ClusterNetworkPolicy", "metadata": {"name": name}})
+    };
+    for name in ["p1", "p2"] {
+        server.create(cnp(name)).unwrap();
+    }
+    let path = "/apis/policy.networking.k8s.io/v1alpha2/clusternetworkpolicies";
+    let watch = format!(
+        "{path}?watch=true&resourceVersion={}",
+        server.resource_version()
+    );
+    let deleting = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.delete_crd(group, "ClusterNetworkPolicy")
+    };
+    let (raw, deleted) = tokio::join!(get(&server, &watch), deleting);
+    assert_eq!((raw.status, deleted), (200, 2));
+    assert!(raw.complete, "the watch ends cleanly");
+    let events: Vec<(String, String)> = raw
+        .lines()
+        .iter()
+        .map(|l| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (text(&l["type"]), text(&l["object"]["metadata"]["name"]))
+        })
+        .collect();
+    let want = [("DELETED", "p1"), ("DELETED", "p2")].map(|(t, n)| (t.to_string(), n.to_string()));
+    assert_eq!(events, want);
+
+    for gone in [
+        path,
+        "/apis/policy.networking.k8s.io/v1alpha2",
+        &format!("{path}/p1"),
+    ] {
+        assert_eq!(get(&server, gone).await.status, 404, "{gone}");
+    }
+    let doc: Value =
+        serde_json::from_slice(&get(&server, "/apis/policy.networking.k8s.io").await.body).unwrap();
+    assert_eq!(
+        doc["versions"],
+        json!([{"groupVersion": "policy.networking.k8s.io/v1alpha1", "version": "v1alpha1"}])
+    );
+    assert!(server.create(cnp("p3")).is_err(), "no kind to create in");
+    assert!(server.objects("ClusterNetworkPolicy").is_empty());
+    // Installed again, it has no object.
+    server.install_crd(group, "v1alpha2", "ClusterNetworkPolicy");
+    let list: Value = serde_json::from_slice(&get(&server, path).await.body).unwrap();
+    assert_eq!(list["items"], json!([]));
+    assert_eq!(server.delete_crd("example.com", "Widget"), 0, "no such CRD");
+}
+
 /// `inject_in_lists`: raw items after the stored ones, on every page; watches unaffected.
 #[tokio::test]
 async fn injected_items_end_every_list_page() {

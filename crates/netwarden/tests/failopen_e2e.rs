@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
-    connect, free_port, heavy_lock, http_get, listen, metric, netwarden_bin, netwarden_leftovers,
-    ready, rules_snapshot, wait_until, AgentProcess, Containerd, SandboxSpec, TempDir,
+    connect, free_port, heavy_lock, http_get, kube_agent_args, listen, metric, netwarden_bin,
+    netwarden_leftovers, ready, rules_snapshot, wait_until, AgentProcess, Containerd, SandboxSpec,
+    TempDir,
 };
 use serde_json::{json, Value};
 
@@ -131,23 +132,9 @@ fn local_pods(metrics: SocketAddr, state: &str) -> Option<f64> {
 }
 
 fn agent_args(kubeconfig: &Path, endpoint: &str, metrics: SocketAddr) -> Vec<String> {
-    [
-        "run",
-        "--kube",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--node-name",
-        "n1",
-        "--cri-endpoint",
-        endpoint,
-        "--interval",
-        "200ms",
-        "--no-events-stdout",
-        "--metrics-addr",
-        &metrics.to_string(),
-    ]
-    .map(String::from)
-    .to_vec()
+    let mut args = kube_agent_args(kubeconfig, "n1", metrics);
+    args.extend(["--cri-endpoint".to_string(), endpoint.to_string()]);
+    args
 }
 
 #[test]

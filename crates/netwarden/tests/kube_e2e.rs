@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
-    assert_connects, assert_refused, free_port, http_get, listen, netwarden_bin,
+    assert_connects, assert_refused, free_port, http_get, kube_agent_args, listen, netwarden_bin,
     netwarden_leftovers, ready, root_or_skip, rules_snapshot, veth, wait_reachable, wait_until,
     AgentProcess, Namespaces, TempDir,
 };
@@ -148,22 +148,7 @@ impl Lab {
     /// `run --kube` as node n1, polling every 200 ms, serving `/metrics` and `/readyz` on
     /// `metrics`.
     fn agent_args(&self, metrics: std::net::SocketAddr) -> Vec<String> {
-        let kubeconfig = self.dir.path.join("kubeconfig");
-        [
-            "run",
-            "--kube",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--node-name",
-            "n1",
-            "--interval",
-            "200ms",
-            "--no-events-stdout",
-            "--metrics-addr",
-            &metrics.to_string(),
-        ]
-        .map(String::from)
-        .to_vec()
+        kube_agent_args(&self.dir.path.join("kubeconfig"), "n1", metrics)
     }
 }
 

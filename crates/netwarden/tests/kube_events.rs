@@ -11,7 +11,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
-use netwarden_testing::{netwarden_bin, root_or_skip, AgentProcess, TempDir};
+use netwarden_testing::{
+    free_port, kube_agent_args, netwarden_bin, root_or_skip, AgentProcess, TempDir,
+};
 use serde_json::{json, Value};
 
 const NS: &str = "kube-events";
@@ -36,11 +38,6 @@ fn selecting(name: &str, app: &str) -> Value {
         name,
         json!({"podSelector": {"matchLabels": {"app": app}}, "policyTypes": ["Ingress"]}),
     )
-}
-
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 /// `(regarding.name, reason, note)` of every Event, sorted.
@@ -92,22 +89,9 @@ fn wait_logged(agent: &AgentProcess, needle: &str, count: usize) {
 }
 
 fn start_agent(kubeconfig: &Path, node: &str, log: &Path) -> AgentProcess {
-    let metrics = free_port();
-    let args = [
-        "run",
-        "--kube",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--node-name",
-        node,
-        "--interval",
-        "200ms",
-        "--no-events-stdout",
-        "--metrics-addr",
-        &metrics,
-        "--log-format",
-        "json",
-    ];
+    let mut args = kube_agent_args(kubeconfig, node, free_port());
+    args.extend(["--log-format", "json"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     AgentProcess::start(&netwarden_bin!(), &args, log)
 }
 

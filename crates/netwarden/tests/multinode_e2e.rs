@@ -25,8 +25,9 @@ use std::time::Duration;
 use netwarden_kube::WATCHED_KINDS;
 use netwarden_kube_fake::{FakeApiServer, ServerOptions};
 use netwarden_testing::{
-    free_port, ip, listen, metric, netwarden_bin, netwarden_leftovers, probe, ready, root_or_skip,
-    sync_lines, sync_lines_in, veth, wait_reachable, wait_until, AgentProcess, Namespaces, TempDir,
+    free_port, ip, kube_agent_args, listen, metric, netwarden_bin, netwarden_leftovers, probe,
+    ready, root_or_skip, sync_lines, sync_lines_in, veth, wait_reachable, wait_until, AgentProcess,
+    Namespaces, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -385,25 +386,13 @@ fn three_agents_one_cluster() {
         put(&format!("np-{}-{}", np.ns, np.name), np.doc.clone(), true);
     }
 
-    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
     let mut agents: Vec<Agent> = NODES
         .iter()
         .map(|&node| {
             let metrics = free_port();
             let log = dir.path.join(format!("agent-{node}.log"));
-            let args = [
-                "run",
-                "--kube",
-                "--kubeconfig",
-                &kubeconfig,
-                "--node-name",
-                node,
-                "--interval",
-                "200ms",
-                "--no-events-stdout",
-                "--metrics-addr",
-                &metrics.to_string(),
-            ];
+            let args = kube_agent_args(&kubeconfig, node, metrics);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let process = AgentProcess::start(&netwarden_bin!(), &args, &log);
             Agent {
                 node,

@@ -11,7 +11,8 @@
 //! - [`fuzz`]: the cargo-fuzz targets' seed corpora replayed under `cargo test`;
 //! - [`http`]: the agent's `/readyz` and `/metrics`, read with one plain GET;
 //! - [`process`]: the binary under test and `netwarden run` as a child process (killed on
-//!   drop, with its log), what a process holds (for leak checks), polling;
+//!   drop, with its log; `run --kube`'s usual arguments), what a process holds (for leak
+//!   checks), polling;
 //! - [`records`]: what netwarden prints, read back (`lab check --json` probes, `sync:` lines);
 //! - [`installed`]: what netwarden left in a namespace, as the system tools show it;
 //! - [`random`]: a deterministic random source;
@@ -55,7 +56,9 @@ pub use netns::{
     add_address, in_netns, ip, mac_of, named_netns_with_prefix, pin_neighbours, run, run_in,
     run_in_with_input, unique_prefix, veth, Namespaces, ScratchNetns,
 };
-pub use process::{output_within, this_test_in_a_child, wait_until, AgentProcess, ProcessStats};
+pub use process::{
+    kube_agent_args, output_within, this_test_in_a_child, wait_until, AgentProcess, ProcessStats,
+};
 pub use random::Lcg;
 pub use records::{
     lab_check, successful_syncs, successful_syncs_in, sync_lines, sync_lines_in, Fields, LabProbe,

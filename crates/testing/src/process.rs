@@ -2,6 +2,7 @@
 //! log), what a process holds (for leak checks), a test binary re-running one of its own tests
 //! in a child, and polling for a condition.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -165,6 +166,27 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The arguments of `netwarden run --kube` as the end-to-end tests start it: node `node`, the
+/// cluster of `kubeconfig` (the fake API server's), polling every 200 ms, no events on stdout,
+/// `/metrics` and `/readyz` on `metrics`. Add what a test needs after them.
+pub fn kube_agent_args(kubeconfig: &Path, node: &str, metrics: SocketAddr) -> Vec<String> {
+    [
+        "run",
+        "--kube",
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--node-name",
+        node,
+        "--interval",
+        "200ms",
+        "--no-events-stdout",
+        "--metrics-addr",
+        &metrics.to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// What a process holds, read from `/proc/PID`.

@@ -10,7 +10,10 @@ use netwarden_dataplane::Backend;
 use netwarden_engine::EngineOptions;
 use netwarden_render::RenderOptions;
 
-use super::{parse_crd_grace, parse_interval, parse_window, DnsArg, Input, InputOptions};
+use super::{
+    parse_crd_grace, parse_discovery_interval, parse_interval, parse_window, DnsArg, Input,
+    InputOptions,
+};
 
 #[derive(Clone, Copy, ValueEnum, Default, PartialEq, Eq)]
 pub enum BackendArg {
@@ -193,6 +196,11 @@ pub struct RunArgs {
     /// for a while; meanwhile the last objects stay enforced and /readyz says why.
     #[arg(long, default_value = "60s", value_parser = parse_crd_grace)]
     pub crd_grace: std::time::Duration,
+    /// With --kube: how often discovery is asked whether an optional CRD that is not served
+    /// (DanmNetworkPolicy, MultiNetworkPolicy, the admin policy kinds...) was installed since:
+    /// 100ms to 1h.
+    #[arg(long, default_value = "30s", value_parser = parse_discovery_interval)]
+    pub discovery_interval: std::time::Duration,
     /// After SIGTERM or SIGINT, the longest the agent runs on: a sync under way stops between
     /// two pod netns, and past this the process exits whatever it is doing (the rules in place
     /// stay). Keep it below the pod's termination grace period (30 s in deploy/).
@@ -260,11 +268,8 @@ impl RunArgs {
             kubeconfig: self.kubeconfig.clone(),
             node_name,
             cri_endpoint,
-            discovery_interval: KUBE_DISCOVERY_INTERVAL,
+            discovery_interval: self.discovery_interval,
             crd_grace: self.crd_grace,
         })
     }
 }
-
-/// How often `run --kube` asks whether a CRD it does not see yet was installed.
-const KUBE_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);

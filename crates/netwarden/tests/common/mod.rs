@@ -152,10 +152,23 @@ pub fn inventory(docs: &[Value]) -> Inventory {
 /// Builds a lab of `pods` (listening on TCP and UDP `PORT`) under `prefix`, and returns the
 /// inventory with every pod's netns set to its lab netns.
 pub fn lab_up(prefix: &str, docs: &[Value]) -> (Lab, Inventory) {
+    lab_up_with_ports(
+        prefix,
+        docs,
+        &[(PORT, Protocol::Tcp), (PORT, Protocol::Udp)],
+    )
+}
+
+/// [`lab_up`] with every pod listening on `ports` instead.
+pub fn lab_up_with_ports(
+    prefix: &str,
+    docs: &[Value],
+    ports: &[(u16, Protocol)],
+) -> (Lab, Inventory) {
     let mut inv = inventory(docs);
     let spec = LabSpec {
         pods: inv.pods.clone(),
-        ports: vec![(PORT, Protocol::Tcp), (PORT, Protocol::Udp)],
+        ports: ports.to_vec(),
     };
     let options = LabOptions {
         prefix: prefix.to_owned(),
