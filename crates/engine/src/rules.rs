@@ -341,6 +341,18 @@ impl DirectionRules {
         out
     }
 
+    /// The enforced admin policies with rules here (either tier), in evaluation order: those a
+    /// deny here may come from, named beside the enforced namespaced policies in events.
+    pub fn enforced_admin(&self) -> Vec<AdminRef> {
+        let mut out: Vec<AdminRef> = Vec::new();
+        for rule in self.admin.enforced.iter().chain(self.baseline.enforced.iter()) {
+            if !out.contains(&rule.origin.policy) {
+                out.push(rule.origin.policy.clone());
+            }
+        }
+        out
+    }
+
     /// Every monitored policy judging this direction: the namespaced ones isolating it, then
     /// the admin ones with rules here.
     pub fn monitored(&self) -> Vec<MonitoredRef> {

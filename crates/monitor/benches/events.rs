@@ -54,6 +54,7 @@ fn main() {
             key: ObjectKey::new("shop", "new-web"),
         }],
         monitored_admin: Vec::new(),
+        enforced_admin: Vec::new(),
         enforced_policies: vec![PolicyRef {
             kind: PolicyKind::NetworkPolicy,
             key: ObjectKey::new("shop", "old-web"),

@@ -111,7 +111,8 @@ pub struct Event {
     pub protocol: String,
     /// Monitored policies concerned (`ns/name`).
     pub policies: Vec<String>,
-    /// Enforced policies isolating this direction (`ns/name`).
+    /// Enforced policies isolating this direction (`ns/name`), then the enforced admin policies
+    /// with rules on it (`Kind/name`): a deny may come from any of them.
     pub enforced_policies: Vec<String>,
     pub cause: Option<Cause>,
 }
@@ -181,11 +182,15 @@ pub fn build_event(
     let action = EventAction::from(action);
     // An observed flow is no verdict: it names no policy and has no cause (SPEC 6).
     let observed = action == EventAction::Observed;
-    let policy_names = |list: &[netwarden_engine::PolicyRef]| -> Vec<String> {
+    // Admin policies follow the namespaced ones, named `Kind/name` (they have no namespace).
+    let policy_names = |namespaced: &[netwarden_engine::PolicyRef],
+                        admin: &[netwarden_engine::AdminRef]|
+     -> Vec<String> {
         if observed {
             Vec::new()
         } else {
-            list.iter().map(ToString::to_string).collect()
+            let admin = admin.iter().map(ToString::to_string);
+            namespaced.iter().map(ToString::to_string).chain(admin).collect()
         }
     };
     Ok(Event {
@@ -206,15 +211,8 @@ pub fn build_event(
         sport: packet.sport,
         dport: packet.dport,
         protocol: packet.protocol.name().into_owned(),
-        // Monitored admin policies are named `Kind/name` (they have no namespace).
-        policies: {
-            let mut names = policy_names(&info.monitored_policies);
-            if !observed {
-                names.extend(info.monitored_admin.iter().map(ToString::to_string));
-            }
-            names
-        },
-        enforced_policies: policy_names(&info.enforced_policies),
+        policies: policy_names(&info.monitored_policies, &info.monitored_admin),
+        enforced_policies: policy_names(&info.enforced_policies, &info.enforced_admin),
         cause: match action {
             EventAction::WouldDeny => Some(info.cause.into()),
             EventAction::Deny => Some(Cause::Denied),
@@ -457,6 +455,68 @@ pub(crate) mod tests {
         let json: serde_json::Value = serde_json::from_str(&ev.to_json_line()).unwrap();
         assert_eq!(json["peer"], serde_json::Value::Null);
         assert_eq!(json["cause"], "denied");
+    }
+
+    #[test]
+    fn deny_and_would_deny_events_name_the_admin_policies_of_their_direction() {
+        use netwarden_engine::{
+            AdminAction, AdminKind, AdminRef, Mode, Tier, TierOrigin, TierRule, TierRules,
+        };
+        let rule = |kind, name: &str, tier, mode| TierRule {
+            origin: TierOrigin {
+                policy: AdminRef {
+                    kind,
+                    name: name.to_owned(),
+                },
+                tier,
+                priority: 10,
+                direction: Direction::Egress,
+                index: 0,
+                name: None,
+                mode,
+            },
+            action: AdminAction::Deny,
+            clauses: Vec::new(),
+        };
+        let guard = rule(AdminKind::ClusterNetworkPolicy, "guard", Tier::Admin, Mode::Enforce);
+        let trial = rule(AdminKind::AdminNetworkPolicy, "trial", Tier::Admin, Mode::Monitor);
+        let floor = rule(
+            AdminKind::BaselineAdminNetworkPolicy,
+            "default",
+            Tier::Baseline,
+            Mode::Enforce,
+        );
+        let mut r = rules();
+        let egress = &mut r.interfaces[1].egress;
+        egress.admin = TierRules {
+            enforced: vec![guard.clone()].into(),
+            staged: vec![guard, trial].into(),
+        };
+        egress.baseline = TierRules {
+            enforced: vec![floor.clone()].into(),
+            staged: vec![floor].into(),
+        };
+        let ctx = PodContext::new("node-a", &r);
+        let key = log_key_for(&r, "net1", Direction::Egress).unwrap();
+        let event = |action| {
+            let rec = record(&log_prefix(action, key), "192.168.5.2", "192.168.5.9", 5432);
+            build_event(&rec, Timestamp(0), &ctx, &resolver).unwrap()
+        };
+        let deny = event(LogAction::Deny);
+        assert_eq!(
+            deny.enforced_policies,
+            [
+                "shop/lock",
+                "ClusterNetworkPolicy/guard",
+                "BaselineAdminNetworkPolicy/default"
+            ]
+        );
+        let would_deny = event(LogAction::WouldDeny);
+        assert_eq!(would_deny.policies, ["AdminNetworkPolicy/trial"]);
+        assert_eq!(deny.policies, would_deny.policies);
+        assert_eq!(would_deny.enforced_policies, deny.enforced_policies);
+        let observed = event(LogAction::Observed);
+        assert!(observed.policies.is_empty() && observed.enforced_policies.is_empty());
     }
 
     #[test]

@@ -899,6 +899,7 @@ fn context() -> PodContext {
         direction,
         monitored_policies: vec![policy("new\u{7f}")],
         monitored_admin: Vec::new(),
+        enforced_admin: Vec::new(),
         enforced_policies: vec![policy("old\\")],
         cause: StagedCause::NewIsolation,
     };

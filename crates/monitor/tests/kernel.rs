@@ -84,6 +84,7 @@ fn context(pod: &str) -> PodContext {
         direction: Direction::Ingress,
         monitored_policies: vec![],
         monitored_admin: Vec::new(),
+        enforced_admin: Vec::new(),
         enforced_policies: vec![],
         cause: StagedCause::NewIsolation,
     };

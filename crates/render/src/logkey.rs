@@ -145,6 +145,8 @@ pub struct LogKeyInfo {
     /// Monitored admin policies with rules on this direction (SPEC 8).
     pub monitored_admin: Vec<AdminRef>,
     pub enforced_policies: Vec<PolicyRef>,
+    /// Enforced admin policies with rules on this direction (SPEC 8): a deny may be theirs.
+    pub enforced_admin: Vec<AdminRef>,
     /// Why a would-deny happened (meaningless for deny messages).
     pub cause: StagedCause,
 }
@@ -206,6 +208,7 @@ pub fn log_keys(rules: &PodRules) -> BTreeMap<u32, LogKeyInfo> {
                 monitored_policies: dr.monitored_policies.clone(),
                 monitored_admin: dr.monitored_admin(),
                 enforced_policies: dr.enforced_policies.clone(),
+                enforced_admin: dr.enforced_admin(),
                 cause: dr.staged_cause(),
             });
         }
