@@ -11,15 +11,21 @@
 //!   namespace and labels, so long runs are the rule).
 //!
 //! The explanation of a class is `explain`'s data (the isolating policies and the matching
-//! rules of the source's egress and the destination's ingress, enforced and staged) without
-//! the pod names and addresses, which the row and column give: so cells that are decided the
-//! same way share one class.
+//! rules of the source's egress and the destination's ingress, enforced and staged; where an
+//! admin policy took part (SPEC 8), the deciding tier rule, the Admin rule that passed the flow
+//! on, and the monitored admin policies of a would-deny) without the pod names and addresses,
+//! which the row and column give: so cells that are decided the same way share one class.
+//!
+//! The fragment `#cell=M.R.T` (matrix index, source and destination member index; with `all&`
+//! before it, every matrix drawn) opens the page with that cell's explanation shown: clicking a
+//! cell writes it, so a link names the cell.
 
 use std::collections::{BTreeMap, HashMap};
 
 use netwarden_engine::verdict::{AlwaysAllowed, SideVerdict, SideVerdicts};
 use netwarden_engine::{
-    Direction, Family, FlowVerdict, Mode, PodKey, PolicyRef, Protocol, StagedCause,
+    AdminAction, Direction, Family, FlowVerdict, Mode, PodKey, PolicyRef, Protocol, StagedCause,
+    TierOrigin,
 };
 use serde::Serialize;
 
@@ -96,7 +102,38 @@ pub struct RuleModel {
     pub mode: Mode,
 }
 
-/// One side (source egress or destination ingress) in one view.
+/// An admin policy rule (SPEC 8) as `explain` names it: tier, policy (`Kind/name`), rule
+/// index and name, action, priority and mode.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct TierRuleModel {
+    pub tier: &'static str,
+    pub policy: String,
+    pub direction: Direction,
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub action: &'static str,
+    pub priority: u32,
+    pub mode: Mode,
+}
+
+impl TierRuleModel {
+    fn of(origin: &TierOrigin, action: AdminAction) -> TierRuleModel {
+        TierRuleModel {
+            tier: origin.tier.as_str(),
+            policy: origin.policy.to_string(),
+            direction: origin.direction,
+            index: origin.index,
+            name: origin.name.clone(),
+            action: action.as_str(),
+            priority: origin.priority,
+            mode: origin.mode,
+        }
+    }
+}
+
+/// One side (source egress or destination ingress) in one view. The admin fields are left
+/// out of the data block when empty, so a cluster without admin policies pays nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct SideModel {
     pub allowed: bool,
@@ -106,6 +143,12 @@ pub struct SideModel {
     pub rules: Vec<RuleModel>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub always: Option<&'static str>,
+    /// The Admin or Baseline rule that decided the side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier_rule: Option<TierRuleModel>,
+    /// The Admin rule that matched with Pass, handing the side to the namespaced tier.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passed: Vec<TierRuleModel>,
 }
 
 impl SideModel {
@@ -129,6 +172,15 @@ impl SideModel {
                 AlwaysAllowed::Loopback => "loopback",
                 AlwaysAllowed::Dns => "dns",
             }),
+            tier_rule: side
+                .tier_rule
+                .as_ref()
+                .map(|d| TierRuleModel::of(&d.origin, d.action)),
+            passed: side
+                .passed
+                .iter()
+                .map(|o| TierRuleModel::of(o, AdminAction::Pass))
+                .collect(),
         }
     }
 }
@@ -159,6 +211,9 @@ pub struct Explanation {
     pub cause: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub monitored_policies: Vec<String>,
+    /// `Kind/name` of the monitored admin policies with rules on a side of a would-deny.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub monitored_admin: Vec<String>,
 }
 
 impl Explanation {
@@ -168,6 +223,11 @@ impl Explanation {
             ingress: SideViews::of(&verdict.ingress),
             cause: verdict.cause.map(StagedCause::as_str),
             monitored_policies: verdict.monitored_policies.iter().map(policy_name).collect(),
+            monitored_admin: verdict
+                .monitored_admin
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         }
     }
 }
@@ -180,6 +240,9 @@ pub struct ChangeModel {
     pub staged_before: bool,
     pub staged_after: bool,
     pub policies: Vec<String>,
+    /// `Kind/name` of the admin policies whose rule decided a changed side (SPEC 8).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub admin_policies: Vec<String>,
 }
 
 /// One distinct cell meaning; cells refer to it by number.
@@ -450,6 +513,7 @@ pub fn diff_page<'a>(changes: impl IntoIterator<Item = &'a Change>, title: &str)
                     .iter()
                     .map(|p| format!("{} {}", p.kind.as_str(), p.key))
                     .collect(),
+                admin_policies: c.admin_policies.iter().map(ToString::to_string).collect(),
             }),
         };
         builder.add(
@@ -507,7 +571,7 @@ pub fn render(page: &MatrixPage) -> String {
     let body = format!(
         "<h1>{title}</h1>\
 <p class=\"muted\">{pods} pod interface(s), {matrices} matrix(es), {cells} cell(s). \
-Rows: source; columns: destination. Hover a cell for its explanation, click to keep it.</p>\
+Rows: source; columns: destination. Hover a cell for its explanation, click to keep it (the address then links to that cell).</p>\
 <div class=\"bar\"><label>Network <select id=\"network\"></select></label>\
 <label>Port <select id=\"matrix\"></select></label>\
 <fieldset id=\"namespaces\"><legend>Namespaces</legend></fieldset>\
@@ -640,6 +704,156 @@ mod tests {
         );
     }
 
+    /// The class of the cell `from` → `to` (`ns/name`) of the first matrix having it.
+    fn class_of<'p>(page: &'p MatrixPage, from: &str, to: &str) -> &'p CellClass {
+        let member = |s: &str| {
+            page.members
+                .iter()
+                .position(|m| format!("{}/{}", m.namespace, m.pod) == s)
+                .unwrap() as u32
+        };
+        let (f, t) = (member(from), member(to));
+        let m = page
+            .matrices
+            .iter()
+            .find(|m| m.rows.contains(&f) && m.cols.contains(&t))
+            .unwrap();
+        let cells = decode_cells(&m.cells, page.width).unwrap();
+        let r = m.rows.iter().position(|x| *x == f).unwrap();
+        let c = m.cols.iter().position(|x| *x == t).unwrap();
+        &page.classes[cells[r * m.cols.len() + c] as usize - 1]
+    }
+
+    /// Admin policies (SPEC 8): x's ingress denies y (`guard` rule 0) and passes z on
+    /// (`guard` rule 1); a monitored `audit` would deny x into y.
+    fn admin_engine() -> Engine {
+        use netwarden_engine::testing::{admin_policy, admin_rule, in_namespaces, namespace};
+        use netwarden_engine::{AdminAction, AdminKind, AdminPeer};
+        let mut e = Engine::new(EngineOptions::default());
+        for ns in ["x", "y", "z"] {
+            e.set_namespace(namespace(ns, &[("team", ns)]));
+        }
+        for (i, (ns, name)) in [("x", "a"), ("x", "b"), ("y", "c"), ("y", "d"), ("z", "e")]
+            .into_iter()
+            .enumerate()
+        {
+            e.set_pod(pod(ns, name, &[], &[&format!("10.0.0.{}", i + 1)]));
+        }
+        let rule = |action, from: &str, name: &str| {
+            let mut r = admin_rule(
+                action,
+                vec![AdminPeer::Pods(in_namespaces(&[("team", from)]))],
+                None,
+            );
+            r.name = Some(name.to_owned());
+            r
+        };
+        e.set_admin_policy(admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "guard",
+            10,
+            in_namespaces(&[("team", "x")]),
+            vec![
+                rule(AdminAction::Deny, "y", "deny-y"),
+                rule(AdminAction::Pass, "z", "pass-z"),
+            ],
+            vec![],
+        ));
+        let mut audit = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "audit",
+            1,
+            in_namespaces(&[("team", "y")]),
+            vec![rule(AdminAction::Deny, "x", "no-x")],
+            vec![],
+        );
+        audit.mode = Mode::Monitor;
+        e.set_admin_policy(audit);
+        e
+    }
+
+    #[test]
+    fn classes_name_the_admin_tier() {
+        let mut e = admin_engine();
+        let rules = e.all_pod_rules();
+        let q = ReachQuery {
+            ports: vec!["80/TCP".parse().unwrap()],
+            ..ReachQuery::default()
+        };
+        let page = reach_page(&Reach::new(&e, &rules, &q), "t");
+
+        // An Admin Deny decides: the rule is named, and every cell it decides alike is one
+        // class.
+        let denied = class_of(&page, "y/c", "x/a");
+        assert_eq!(denied.state, CellState::Denied);
+        assert!(std::ptr::eq(denied, class_of(&page, "y/d", "x/b")));
+        let x = denied.explanation.as_ref().unwrap();
+        assert_eq!(x.ingress.staged, None, "the views agree");
+        assert_eq!(
+            x.ingress.enforced.tier_rule,
+            Some(TierRuleModel {
+                tier: "Admin",
+                policy: "AdminNetworkPolicy/guard".into(),
+                direction: Direction::Ingress,
+                index: 0,
+                name: Some("deny-y".into()),
+                action: "Deny",
+                priority: 10,
+                mode: Mode::Enforce,
+            })
+        );
+        assert!(x.egress.enforced.tier_rule.is_none() && x.egress.enforced.passed.is_empty());
+
+        // A Pass hands over to the namespaced tier (nothing isolates x: allowed).
+        let passed = class_of(&page, "z/e", "x/a");
+        assert_eq!(passed.state, CellState::Allowed);
+        let side = &passed.explanation.as_ref().unwrap().ingress.enforced;
+        assert_eq!(side.tier_rule, None);
+        assert_eq!(side.passed.len(), 1);
+        assert_eq!(
+            (side.passed[0].policy.as_str(), side.passed[0].index, side.passed[0].action),
+            ("AdminNetworkPolicy/guard", 1, "Pass")
+        );
+
+        // A monitored admin policy's would-deny names it, with its cause.
+        let would = class_of(&page, "x/a", "y/c");
+        assert_eq!(would.state, CellState::WouldDeny);
+        assert!(std::ptr::eq(would, class_of(&page, "x/b", "y/d")));
+        let x = would.explanation.as_ref().unwrap();
+        assert_eq!(x.cause, Some("admin-tier"));
+        assert_eq!(x.monitored_admin, ["AdminNetworkPolicy/audit"]);
+        assert!(x.monitored_policies.is_empty());
+        let staged = x.ingress.staged.as_ref().expect("the staged view differs");
+        let rule = staged.tier_rule.as_ref().unwrap();
+        assert_eq!(
+            (rule.policy.as_str(), rule.action, rule.mode, staged.allowed),
+            ("AdminNetworkPolicy/audit", "Deny", Mode::Monitor, false)
+        );
+        assert_eq!(x.ingress.enforced.tier_rule, None);
+
+        // 25 cells, few ways to decide them.
+        assert!(page.classes.len() <= 6, "{:#?}", page.classes);
+        let html = render(&page);
+        assert!(html.contains("\"tier_rule\":{\"tier\":\"Admin\""));
+    }
+
+    #[test]
+    fn without_admin_policies_the_data_block_has_no_admin_fields() {
+        let mut e = engine();
+        let rules = e.all_pod_rules();
+        let q = ReachQuery {
+            ports: vec!["80/TCP".parse().unwrap()],
+            ..ReachQuery::default()
+        };
+        let html = render(&reach_page(&Reach::new(&e, &rules, &q), "t"));
+        let start = html.find("id=\"data\">").unwrap();
+        let data = &html[start..start + html[start..].find("</script>").unwrap()];
+        assert!(data.contains("\"isolated\""), "{data}");
+        for field in ["tier_rule", "passed", "monitored_admin", "admin_policies"] {
+            assert!(!data.contains(field), "{field} in the data block");
+        }
+    }
+
     fn change(from: &str, to: &str, before: bool, after: bool, policies: &[&str]) -> Change {
         let key = |s: &str| {
             let (ns, name) = s.rsplit_once('/').unwrap();
@@ -713,6 +927,21 @@ mod tests {
             newly_denied.change.as_ref().unwrap().policies,
             ["NetworkPolicy x/lock"]
         );
+    }
+
+    #[test]
+    fn diff_page_names_admin_policies() {
+        let mut c = change("x/a", "x/b", true, false, &[]);
+        c.admin_policies = vec![netwarden_engine::AdminRef {
+            kind: netwarden_engine::AdminKind::ClusterNetworkPolicy,
+            name: "lock/<all>".into(),
+        }];
+        let page = diff_page(&[c], "diff");
+        let change = page.classes[0].change.as_ref().unwrap();
+        assert_eq!(change.admin_policies, ["ClusterNetworkPolicy/lock/<all>"]);
+        let html = render(&page);
+        assert!(html.contains("ClusterNetworkPolicy/lock/\\u003call\\u003e"), "{html}");
+        assert!(!html.contains("<all>"));
     }
 
     #[test]
