@@ -811,7 +811,11 @@ mod tests {
         assert_eq!(side.tier_rule, None);
         assert_eq!(side.passed.len(), 1);
         assert_eq!(
-            (side.passed[0].policy.as_str(), side.passed[0].index, side.passed[0].action),
+            (
+                side.passed[0].policy.as_str(),
+                side.passed[0].index,
+                side.passed[0].action
+            ),
             ("AdminNetworkPolicy/guard", 1, "Pass")
         );
 
@@ -940,7 +944,10 @@ mod tests {
         let change = page.classes[0].change.as_ref().unwrap();
         assert_eq!(change.admin_policies, ["ClusterNetworkPolicy/lock/<all>"]);
         let html = render(&page);
-        assert!(html.contains("ClusterNetworkPolicy/lock/\\u003call\\u003e"), "{html}");
+        assert!(
+            html.contains("ClusterNetworkPolicy/lock/\\u003call\\u003e"),
+            "{html}"
+        );
         assert!(!html.contains("<all>"));
     }
 
