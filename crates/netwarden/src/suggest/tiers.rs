@@ -1,0 +1,239 @@
+//! What the cluster's admin policies (SPEC 8) decide for the observed flows, so that a
+//! suggestion neither writes rules that can never take effect nor drops a flow silently.
+//!
+//! The Admin tier is evaluated before any namespaced policy: where one of its rules allows or
+//! denies a side of a flow, no NetworkPolicy (nor MultiNetworkPolicy, DanmNetworkPolicy) on
+//! that side is ever consulted. A Pass hands the side to the namespaced tier, which is where a
+//! suggestion works. The Baseline tier is consulted only where no namespaced policy isolates
+//! the side, so it stops applying wherever a suggestion isolates (the YAML says so).
+//!
+//! The decisions are the engine's own ([`DirectionRules::decide`], the evaluation `explain`
+//! and the kernel rules follow), for every pod pair of the flow's workloads (every replica,
+//! every address of the flow's network, same family) and both views:
+//! - a side is **settled** when the Admin tier decides it (Allow or Deny) for every pair in
+//!   both views: a namespaced rule there could never take effect, so none is suggested;
+//! - a flow is **denied** when for every pair, in both views, the Admin tier denies one of its
+//!   sides: no rule is suggested for it on either side;
+//! - anything less (some replicas, one view only: a monitored admin policy) is listed, and the
+//!   rules are suggested as if there were no admin policy (harmless where the Admin tier
+//!   decides, needed where it does not).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use netwarden_engine::{
+    AdminAction, AdminRef, Decision, Direction, DirectionRules, InterfaceRules, NetworkId, PodKey,
+    PodRules, TierOrigin, TierRule,
+};
+
+use super::flows::{End, Flow, Observations};
+use super::workloads::{WorkloadId, Workloads};
+
+/// An Admin tier rule that decided a side of a flow, for at least one pod pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminDecision {
+    pub origin: TierOrigin,
+    pub action: AdminAction,
+    /// It decided in the enforced view (for some pair).
+    pub enforced: bool,
+    /// It decided in the staged view (for some pair).
+    pub staged: bool,
+}
+
+impl AdminDecision {
+    /// `both views`, `enforced view` or `staged view`.
+    pub fn views(&self) -> &'static str {
+        match (self.enforced, self.staged) {
+            (true, true) => "both views",
+            (true, false) => "enforced view",
+            _ => "staged view",
+        }
+    }
+}
+
+/// What the Admin tier decides for one observed flow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlowTiers {
+    /// Denied by the Admin tier for every pod pair in both views.
+    pub denied: bool,
+    /// The sides the Admin tier decides for every pod pair in both views.
+    pub settled: BTreeSet<Direction>,
+    /// Every Admin rule that decided a side for some pair in some view, in the order met.
+    pub rules: Vec<AdminDecision>,
+}
+
+/// The admin policies' part in a suggestion: per flow the Admin tier decides for at least one
+/// pod pair, and per isolated unit the Baseline policies that stop applying.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminTiers {
+    pub flows: HashMap<Flow, FlowTiers>,
+    /// (workload, direction, network) → Baseline policies with rules on those interfaces of
+    /// its pods (either view), for the workloads that logged.
+    pub baseline: BTreeMap<(WorkloadId, Direction, NetworkId), Vec<AdminRef>>,
+}
+
+/// One end of a pod pair: its address, and for a pod its interface's rules.
+type Candidate<'r> = (IpAddr, Option<&'r InterfaceRules>, Option<&'r PodKey>);
+
+impl AdminTiers {
+    /// The Admin tier's decisions for every flow of `observations`, from `rules` (the engine's
+    /// rules of the cluster's pods; a pod missing there is taken as having no admin rule).
+    pub fn of(
+        workloads: &Workloads,
+        observations: &Observations,
+        rules: &BTreeMap<PodKey, PodRules>,
+    ) -> AdminTiers {
+        let mut out = AdminTiers::default();
+        let interfaces = |end: End, network: &NetworkId| -> Vec<Candidate<'_>> {
+            match end {
+                End::Address(ip) => vec![(ip, None, None)],
+                End::Workload(id) => workloads
+                    .get(id)
+                    .pods
+                    .iter()
+                    .filter_map(|key| rules.get_key_value(key))
+                    .flat_map(|(key, pod)| {
+                        pod.interfaces
+                            .iter()
+                            .filter(|i| &i.network == network)
+                            .flat_map(move |i| {
+                                i.ips.iter().map(move |ip| (*ip, Some(i), Some(key)))
+                            })
+                    })
+                    .collect(),
+            }
+        };
+        for (flow, _) in observations.sorted_flows() {
+            let (srcs, dsts) = (
+                interfaces(flow.src, &flow.network),
+                interfaces(flow.dst, &flow.network),
+            );
+            let tiers = flow_tiers(flow, &srcs, &dsts);
+            if !tiers.rules.is_empty() {
+                out.flows.insert(flow.clone(), tiers);
+            }
+        }
+        for (workload, direction, network) in &observations.watched {
+            let mut names: Vec<AdminRef> = Vec::new();
+            for key in &workloads.get(*workload).pods {
+                let Some(pod) = rules.get(key) else { continue };
+                for i in pod.interfaces.iter().filter(|i| &i.network == network) {
+                    let tier = &i.direction(*direction).baseline;
+                    for rule in tier.enforced.iter().chain(tier.staged.iter()) {
+                        if !names.contains(&rule.origin.policy) {
+                            names.push(rule.origin.policy.clone());
+                        }
+                    }
+                }
+            }
+            if !names.is_empty() {
+                out.baseline
+                    .insert((*workload, *direction, network.clone()), names);
+            }
+        }
+        out
+    }
+
+    /// The Baseline policies that stop applying to `workload`'s `direction` on `networks`.
+    pub fn baseline_of<'a>(
+        &self,
+        workload: WorkloadId,
+        direction: Direction,
+        networks: impl Iterator<Item = &'a NetworkId>,
+    ) -> Vec<AdminRef> {
+        let mut out: Vec<AdminRef> = Vec::new();
+        for network in networks {
+            for name in self
+                .baseline
+                .get(&(workload, direction, network.clone()))
+                .into_iter()
+                .flatten()
+            {
+                if !out.contains(name) {
+                    out.push(name.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The Admin rule deciding `rules` in `view` for `peer`, if the Admin tier decides.
+fn admin_decision<'r>(
+    rules: &'r DirectionRules,
+    staged: bool,
+    peer: IpAddr,
+    flow: &Flow,
+) -> Option<&'r TierRule> {
+    match rules.decide(staged, peer, flow.protocol, flow.port) {
+        Decision::Admin(rule) => Some(rule),
+        _ => None,
+    }
+}
+
+fn flow_tiers(flow: &Flow, srcs: &[Candidate<'_>], dsts: &[Candidate<'_>]) -> FlowTiers {
+    let mut out = FlowTiers::default();
+    let mut pairs = 0usize;
+    let mut denied = true;
+    let mut settled = [(Direction::Egress, true), (Direction::Ingress, true)];
+    for (src_ip, src_if, src_pod) in srcs {
+        for (dst_ip, dst_if, dst_pod) in dsts {
+            // A pod talking to itself is never subject to admin policies (SPEC 8), and only
+            // addresses of one family make a flow.
+            if src_ip.is_ipv4() != dst_ip.is_ipv4() || (src_pod.is_some() && src_pod == dst_pod) {
+                continue;
+            }
+            pairs += 1;
+            // Egress at the source, ingress at the destination (as `settled`).
+            let sides = [
+                (src_if.map(|i| &i.egress), *dst_ip),
+                (dst_if.map(|i| &i.ingress), *src_ip),
+            ];
+            for staged in [false, true] {
+                let mut pair_denied = false;
+                for (n, (rules, peer)) in sides.iter().enumerate() {
+                    match rules.and_then(|r| admin_decision(r, staged, *peer, flow)) {
+                        Some(rule) => {
+                            pair_denied |= rule.action == AdminAction::Deny;
+                            note(&mut out.rules, rule, staged);
+                        }
+                        None => settled[n].1 = false,
+                    }
+                }
+                denied &= pair_denied;
+            }
+        }
+    }
+    let decided_at_all = pairs > 0;
+    out.denied = decided_at_all && denied;
+    out.settled = settled
+        .into_iter()
+        .filter(|(_, all)| decided_at_all && *all)
+        .map(|(direction, _)| direction)
+        .collect();
+    out
+}
+
+/// Adds `rule` (deciding in `staged`'s view) to `seen`, once per rule and action.
+fn note(seen: &mut Vec<AdminDecision>, rule: &TierRule, staged: bool) {
+    let found = seen
+        .iter_mut()
+        .find(|d| d.origin == rule.origin && d.action == rule.action);
+    let entry = match found {
+        Some(entry) => entry,
+        None => {
+            seen.push(AdminDecision {
+                origin: rule.origin.clone(),
+                action: rule.action,
+                enforced: false,
+                staged: false,
+            });
+            seen.last_mut().expect("just pushed")
+        }
+    };
+    if staged {
+        entry.staged = true;
+    } else {
+        entry.enforced = true;
+    }
+}
