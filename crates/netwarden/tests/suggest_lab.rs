@@ -205,13 +205,14 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
     for e in &events {
         observations.add(&workloads, e);
     }
+    let tiers = suggest::admin_tiers(&base, EngineOptions::default(), &workloads, &observations);
     let mut failures = Vec::new();
     for kind in [
         PolicyKind::NetworkPolicy,
         PolicyKind::MultiNetworkPolicy,
         PolicyKind::DanmNetworkPolicy,
     ] {
-        let suggestion = suggest::suggest(&workloads, &observations, kind);
+        let suggestion = suggest::suggest(&workloads, &observations, &tiers, kind);
         let yaml = suggest::yaml::render(&suggestion, &workloads, &observations);
         let mut loader = netwarden_manifest::Loader::new(LoadOptions::default());
         for path in examples() {

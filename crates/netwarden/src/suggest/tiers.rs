@@ -237,3 +237,179 @@ fn note(seen: &mut Vec<AdminDecision>, rule: &TierRule, staged: bool) {
         entry.enforced = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suggest::flows::Seen;
+    use netwarden_engine::testing::{admin_policy, admin_rule, namespace, pod};
+    use netwarden_engine::{
+        AdminKind, AdminPeer, Engine, EngineOptions, LabelSelector, Mode, PodsSelector, Protocol,
+    };
+    use netwarden_monitor::Timestamp;
+
+    fn pods_of(ns: &str, labels: &[(&str, &str)]) -> PodsSelector {
+        PodsSelector {
+            namespaces: netwarden_engine::testing::selector(&[("team", ns)]),
+            pods: netwarden_engine::testing::selector(labels),
+        }
+    }
+
+    /// x/web-1 and x/web-2 (one workload, different pod-template-hash), x/client.
+    /// `guard` denies client into web-1 only; a monitored `audit` denies web into client;
+    /// `open` allows client's egress to 5432.
+    fn setup() -> (Workloads, BTreeMap<PodKey, PodRules>) {
+        let mut e = Engine::new(EngineOptions::default());
+        e.set_namespace(namespace("x", &[("team", "x")]));
+        let pods = [
+            pod(
+                "x",
+                "web-1",
+                &[("app", "web"), ("pod-template-hash", "h1")],
+                &["10.0.0.1"],
+            ),
+            pod(
+                "x",
+                "web-2",
+                &[("app", "web"), ("pod-template-hash", "h2")],
+                &["10.0.0.2"],
+            ),
+            pod("x", "client", &[("app", "client")], &["10.0.0.3"]),
+        ];
+        for p in &pods {
+            e.set_pod(p.clone());
+        }
+        let rule = |action, peer: PodsSelector, port: Option<u16>| {
+            let mut r = admin_rule(action, vec![AdminPeer::Pods(peer)], None);
+            r.ports = port.map(|p| {
+                vec![netwarden_engine::AdminPort::Numbers(
+                    netwarden_engine::PortRange {
+                        protocol: Protocol::Tcp,
+                        ports: Some((p, p)),
+                    },
+                )]
+            });
+            r
+        };
+        e.set_admin_policy(admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "guard",
+            5,
+            pods_of("x", &[("pod-template-hash", "h1")]),
+            vec![rule(
+                AdminAction::Deny,
+                pods_of("x", &[("app", "client")]),
+                None,
+            )],
+            vec![],
+        ));
+        let mut audit = admin_policy(
+            AdminKind::AdminNetworkPolicy,
+            "audit",
+            1,
+            pods_of("x", &[("app", "client")]),
+            vec![rule(
+                AdminAction::Deny,
+                pods_of("x", &[("app", "web")]),
+                None,
+            )],
+            vec![],
+        );
+        audit.mode = Mode::Monitor;
+        e.set_admin_policy(audit);
+        e.set_admin_policy(admin_policy(
+            AdminKind::ClusterNetworkPolicy,
+            "open",
+            9,
+            pods_of("x", &[("app", "client")]),
+            vec![],
+            vec![rule(
+                AdminAction::Allow,
+                PodsSelector {
+                    namespaces: LabelSelector::default(),
+                    pods: LabelSelector::default(),
+                },
+                Some(5432),
+            )],
+        ));
+        (Workloads::new(&pods), e.all_pod_rules())
+    }
+
+    fn observe(w: &Workloads, flows: &[(&str, &str, u16)]) -> Observations {
+        let mut obs = Observations::default();
+        let id = |name: &str| w.of_pod(&PodKey::new("x", name)).unwrap();
+        for (src, dst, port) in flows {
+            let flow = Flow {
+                network: NetworkId::Primary,
+                src: End::Workload(id(src)),
+                dst: End::Workload(id(dst)),
+                protocol: Protocol::Tcp,
+                port: *port,
+            };
+            let at = Timestamp::from_secs(0);
+            obs.flows.insert(
+                flow,
+                Seen {
+                    count: 1,
+                    first: at,
+                    last: at,
+                },
+            );
+        }
+        obs
+    }
+
+    #[test]
+    fn decisions_over_replicas_and_views() {
+        let (w, rules) = setup();
+        let obs = observe(
+            &w,
+            &[
+                ("client", "web-1", 80),
+                ("web-1", "client", 80),
+                ("client", "web-1", 5432),
+            ],
+        );
+        let tiers = AdminTiers::of(&w, &obs, &rules);
+        let get = |src: &str, dst: &str, port: u16| {
+            let id = |name: &str| End::Workload(w.of_pod(&PodKey::new("x", name)).unwrap());
+            tiers.flows.get(&Flow {
+                network: NetworkId::Primary,
+                src: id(src),
+                dst: id(dst),
+                protocol: Protocol::Tcp,
+                port,
+            })
+        };
+        // guard denies one replica of two: listed, neither denied nor settled.
+        let partly = get("client", "web-1", 80).expect("guard decides for web-1");
+        assert!(!partly.denied && partly.settled.is_empty(), "{partly:?}");
+        assert_eq!(partly.rules.len(), 1);
+        assert_eq!(partly.rules[0].origin.policy.name, "guard");
+        assert_eq!(partly.rules[0].views(), "both views");
+        // A monitored Deny decides in the staged view only: not settled.
+        let staged = get("web-1", "client", 80).expect("audit decides when staged");
+        assert!(!staged.denied && staged.settled.is_empty(), "{staged:?}");
+        assert_eq!(
+            (
+                staged.rules[0].origin.policy.name.as_str(),
+                staged.rules[0].views()
+            ),
+            ("audit", "staged view")
+        );
+        // An Allow on client's egress for every replica in both views settles that side; on
+        // web-1 the ingress is also denied by guard, on web-2 not: not denied.
+        let open = get("client", "web-1", 5432).expect("open decides");
+        assert!(!open.denied);
+        assert_eq!(
+            open.settled.iter().collect::<Vec<_>>(),
+            [&Direction::Egress]
+        );
+        let names: Vec<&str> = open
+            .rules
+            .iter()
+            .map(|r| r.origin.policy.name.as_str())
+            .collect();
+        assert_eq!(names, ["open", "guard"]);
+    }
+}
