@@ -6,6 +6,11 @@
 //! observed, towards a direction the suggestion isolates, produces a would-deny: the kernel
 //! rules are as narrow as the suggestion says.
 //!
+//! With admin policies (SPEC 8) in the cluster, a flow the Admin tier denies gets no rule and
+//! stays refused by the kernel (its would-deny at the source's egress, which the suggestion
+//! isolates, is the only one, and the YAML says to expect it), a side the Admin tier accepts
+//! gets no rule and still connects with no would-deny, and the rest is as above.
+//!
 //! Needs root (network namespaces); without it the test skips, or fails when `CI=true`. Both
 //! backends (nft, iptables). The lab names and removes its own namespaces (also on failure).
 
@@ -298,6 +303,206 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
                 wd.len()
             );
         }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// db's ingress: the Admin tier denies frontend (`guard`) and accepts api (`allow-api`), on the
+/// primary network.
+const ADMIN: &str = "apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: guard}
+spec:
+  priority: 10
+  subject: {pods: {namespaceSelector: {matchLabels: {team: data}}, podSelector: {matchLabels: {app: db}}}}
+  ingress:
+  - name: no-frontend
+    action: Deny
+    from: [{pods: {namespaceSelector: {matchLabels: {team: web}}, podSelector: {matchLabels: {app: frontend}}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: allow-api}
+spec:
+  tier: Admin
+  priority: 20
+  subject: {pods: {namespaceSelector: {matchLabels: {team: data}}, podSelector: {matchLabels: {app: db}}}}
+  ingress:
+  - name: api
+    action: Accept
+    from: [{pods: {namespaceSelector: {matchLabels: {team: web}}, podSelector: {matchLabels: {app: api}}}}]
+";
+
+#[test]
+fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
+    if !root_or_skip() {
+        return;
+    }
+    let load = |suggested: Option<&str>| {
+        let mut loader = netwarden_manifest::Loader::new(LoadOptions::default());
+        for path in examples() {
+            loader.add_path(&path);
+        }
+        loader.add_str("admin.yaml", ADMIN);
+        if let Some(yaml) = suggested {
+            loader.add_str("suggested.yaml", yaml);
+        }
+        let inventory = loader.finish();
+        assert!(inventory.problems.is_empty(), "{:?}", inventory.problems);
+        inventory
+    };
+    let base = load(None);
+    assert_eq!(base.admin_policies.len(), 2);
+    let both: &'static [Direction] = &[Direction::Egress, Direction::Ingress];
+    let primary = |from, to, port, logged| Flow {
+        from,
+        to,
+        network: NetworkId::Primary,
+        v6: false,
+        port,
+        logged,
+    };
+    let denied = primary("web/frontend", "data/db", 5432, both);
+    let accepted = primary("web/api", "data/db", 5432, &[Direction::Ingress]);
+    let plain = primary("web/frontend", "web/api", 8080, both);
+    let flows = [denied.clone(), accepted.clone(), plain.clone()];
+    let events = learn_events(&base.pods, &flows);
+    let workloads = Workloads::new(&base.pods);
+    let mut observations = Observations::default();
+    for e in &events {
+        observations.add(&workloads, e);
+    }
+    let tiers = suggest::admin_tiers(&base, EngineOptions::default(), &workloads, &observations);
+    let suggestion = suggest::suggest(&workloads, &observations, &tiers, PolicyKind::NetworkPolicy);
+    let yaml = suggest::yaml::render(&suggestion, &workloads, &observations);
+    // Listed, and no rule for either: one is denied, the other's ingress is the Admin tier's.
+    let db = workloads.of_pod(&PodKey::new("data", "db")).unwrap();
+    let verdicts: Vec<(bool, Vec<Direction>)> = suggestion
+        .admin
+        .iter()
+        .map(|a| (a.tiers.denied, a.tiers.settled.iter().copied().collect()))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            (false, vec![Direction::Ingress]),
+            (true, vec![Direction::Ingress])
+        ],
+        "{yaml}"
+    );
+    for p in &suggestion.policies {
+        for (flow, _) in p
+            .ingress_evidence
+            .iter()
+            .chain(&p.egress_evidence)
+            .flatten()
+        {
+            assert!(
+                flow.dst != suggest::End::Workload(db),
+                "a rule for a flow the Admin tier decides\n{yaml}"
+            );
+        }
+    }
+    assert!(
+        yaml.contains("Admin tier: AdminNetworkPolicy/guard ingress[0] \"no-frontend\" Deny"),
+        "{yaml}"
+    );
+    assert_eq!(suggestion.admin[1].refused_too, [Direction::Egress]);
+    assert!(
+        yaml.contains("denied by the Admin tier: no rule suggested; the suggestion refuses it at the source's egress too (would-deny events there while monitored)"),
+        "{yaml}"
+    );
+    let inventory = load(Some(&yaml));
+    // db logged its ingress: it is isolated, with no rule at all.
+    assert!(inventory
+        .policies
+        .iter()
+        .any(|p| p.key.name == "suggested-db"));
+
+    let mut failures = Vec::new();
+    for backend in [Backend::Nft, Backend::Iptables] {
+        let what = format!("admin [{}]", backend.as_str());
+        let options = LabCheckOptions {
+            backend,
+            ports: vec![
+                PortProto {
+                    port: 8080,
+                    protocol: Protocol::Tcp,
+                },
+                PortProto {
+                    port: 5432,
+                    protocol: Protocol::Tcp,
+                },
+            ],
+            engine: EngineOptions::default(),
+            render: RenderOptions {
+                log_rate_per_minute: 1_000_000,
+                ..RenderOptions::default()
+            },
+        };
+        let _lab = heavy_lock();
+        let lab = match EnforcedLab::up(&inventory, &options) {
+            Ok(lab) => lab,
+            Err(e) => {
+                failures.push(format!("{what}: lab up: {e:#}"));
+                continue;
+            }
+        };
+        let specs: Vec<ProbeSpec> = flows.iter().map(|f| spec(&base.pods, f)).collect();
+        let outcomes = lab.lab.probe(&specs);
+        let after_observed = lab.events();
+        // Never observed, into db's isolated ingress, not the Admin tier's: a would-deny.
+        let extra = primary("data/backup", "data/db", 5432, &[]);
+        let extra_outcome = lab.lab.probe(&[spec(&base.pods, &extra)]);
+        let after_extra = lab.events();
+        if let Err(e) = lab.down() {
+            failures.push(format!("{what}: lab down: {e:#}"));
+        }
+        for (o, f) in outcomes.iter().zip(&flows) {
+            // The Admin tier's Deny is enforced; everything else connects (monitor mode).
+            let expected = f.from != denied.from || f.to != denied.to;
+            if o.connected != expected {
+                failures.push(format!(
+                    "{what}: {} -> {} {}: connected {} ({})",
+                    o.spec.from, o.spec.to, o.spec.port, o.connected, o.detail
+                ));
+            }
+        }
+        if !extra_outcome.iter().all(|o| o.connected) {
+            failures.push(format!(
+                "{what}: the unobserved flow was blocked in monitor mode"
+            ));
+        }
+        // The only would-deny: the denied flow at frontend's egress, which the suggestion
+        // isolates with no rule for it (the YAML says so); db's ingress is the Admin tier's.
+        let (denied_src, denied_dst) = addresses(&base.pods, &denied);
+        let wd: Vec<&Event> = after_observed
+            .iter()
+            .filter(|e| e.action == EventAction::WouldDeny)
+            .collect();
+        if wd.is_empty()
+            || !wd.iter().all(|e| {
+                (e.src, e.dst, e.direction, e.pod.as_str())
+                    == (denied_src, denied_dst, Direction::Egress, denied.from)
+            })
+        {
+            failures.push(format!(
+                "{what}: observed flows logged would-deny: {wd:?}\n{yaml}"
+            ));
+        }
+        let (src, dst) = addresses(&base.pods, &extra);
+        if !after_extra
+            .iter()
+            .any(|e| e.action == EventAction::WouldDeny && e.src == src && e.dst == dst)
+        {
+            failures.push(format!(
+                "{what}: the unobserved flow logged no would-deny (events: {:?})\n{yaml}",
+                would_denies(&after_extra)
+            ));
+        }
+        println!(
+            "{what}: Admin Deny refused (would-deny at the source's egress only), Admin Accept and the rest connected; unobserved flow: would-deny"
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -60,6 +60,9 @@ pub struct AdminDecided {
     pub flow: Flow,
     pub seen: Seen,
     pub tiers: FlowTiers,
+    /// For a denied flow: the sides a suggestion isolates with no rule for it (the Admin tier
+    /// leaving them to the namespaced tier), which refuse it too.
+    pub refused_too: Vec<Direction>,
 }
 
 /// A flow the requested kind cannot allow, and why.
@@ -147,15 +150,41 @@ pub fn suggest(
     for (flow, seen) in observations.sorted_flows() {
         let decided = tiers.flows.get(flow);
         if let Some(t) = decided {
+            // No namespaced rule can allow what the Admin tier denies: none is written, so a
+            // side the suggestion isolates (and the Admin tier leaves to it) refuses the flow
+            // too, and says so in would-deny events while it is monitored.
+            let refused_too = if t.denied {
+                let net = unit_network(kind, &flow.network).ok();
+                [
+                    (flow.src, Direction::Egress),
+                    (flow.dst, Direction::Ingress),
+                ]
+                .into_iter()
+                .filter(|(own, direction)| {
+                    let End::Workload(own) = own else {
+                        return false;
+                    };
+                    let unit = net.as_ref().and_then(|n| units.get(&(*own, n.clone())));
+                    !t.settled.contains(direction)
+                        && unit.is_some_and(|u| match direction {
+                            Direction::Ingress => u.ingress.is_some(),
+                            Direction::Egress => u.egress.is_some(),
+                        })
+                })
+                .map(|(_, direction)| direction)
+                .collect()
+            } else {
+                Vec::new()
+            };
             admin.push(AdminDecided {
                 flow: flow.clone(),
                 seen: *seen,
                 tiers: t.clone(),
+                refused_too,
             });
-        }
-        // No namespaced rule can allow what the Admin tier denies.
-        if decided.is_some_and(|t| t.denied) {
-            continue;
+            if t.denied {
+                continue;
+            }
         }
         let net = match unit_network(kind, &flow.network) {
             Ok(net) => net,

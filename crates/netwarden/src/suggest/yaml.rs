@@ -104,7 +104,15 @@ fn render_admin(out: &mut String, suggestion: &Suggestion, workloads: &Workloads
     for a in &suggestion.admin {
         let t = &a.tiers;
         let what = if t.denied {
-            "denied by the Admin tier: no rule suggested".to_owned()
+            let mut what = "denied by the Admin tier: no rule suggested".to_owned();
+            for direction in &a.refused_too {
+                let _ = write!(
+                    what,
+                    "; the suggestion refuses it at the {} too (would-deny events there while monitored)",
+                    direction_side(*direction)
+                );
+            }
+            what
         } else if !t.settled.is_empty() {
             let sides: Vec<&str> = t.settled.iter().map(|d| direction_side(*d)).collect();
             format!(
