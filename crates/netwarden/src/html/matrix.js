@@ -152,10 +152,14 @@
 
   const verdict = (a) => (a ? "allowed" : "denied");
   const modeWord = (m) => (m === "monitor" ? "monitored" : "enforced");
-  // An admin policy rule in `netwarden explain`'s words (SPEC 8).
-  const tierRule = (r) => r.tier + " tier: " + r.policy + " " + r.direction + "[" + r.index + "]" +
-    (r.name !== undefined ? " " + JSON.stringify(r.name) : "") + " " + r.action +
-    " (priority " + r.priority + ", " + modeWord(r.mode) + ")";
+  // An admin policy rule (its number in page.tier_rules) in `netwarden explain`'s words
+  // (SPEC 8).
+  const tierRule = (i) => {
+    const r = page.tier_rules[i];
+    return r.tier + " tier: " + r.policy + " " + r.direction + "[" + r.index + "]" +
+      (r.name !== undefined ? " " + JSON.stringify(r.name) : "") + " " + r.action +
+      " (priority " + r.priority + ", " + modeWord(r.mode) + ")";
+  };
   // One side in one view, in the order `netwarden explain` tells it: the Admin tier, a Pass
   // on to the namespaced tier, the namespaced tier, then the Baseline tier.
   function side(lines, title, views) {
@@ -163,7 +167,8 @@
     const one = (name, s) => {
       let t = "  " + name + ": ";
       const cont = " ".repeat(t.length);
-      if (s.tier_rule && s.tier_rule.tier === "Admin") {
+      const decided = s.tier_rule === undefined ? undefined : page.tier_rules[s.tier_rule];
+      if (decided && decided.tier === "Admin") {
         lines.push(t + tierRule(s.tier_rule) + " -> " + verdict(s.allowed));
         return;
       }
@@ -172,7 +177,7 @@
         t = cont;
       }
       if (!s.isolated) {
-        t += s.tier_rule ? "not isolated; " + tierRule(s.tier_rule) + " -> " + verdict(s.allowed)
+        t += decided ? "not isolated; " + tierRule(s.tier_rule) + " -> " + verdict(s.allowed)
           : "not isolated -> allowed";
       } else {
         t += "isolated by " + s.policies.join(", ");

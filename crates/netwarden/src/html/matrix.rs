@@ -8,7 +8,10 @@
 //!   stored once; a cell is the class number, written in base 62 with the same width for every
 //!   cell of the page, 0 meaning "no probe";
 //! - runs of one class along a row are written once with `*COUNT;` (policies select by
-//!   namespace and labels, so long runs are the rule).
+//!   namespace and labels, so long runs are the rule);
+//! - every admin policy rule a class names is stored once too ([`MatrixPage::tier_rules`]),
+//!   classes refer to it by number: one rule decides many classes (with every isolating
+//!   policy and namespaced rule they differ by), and its text is long.
 //!
 //! The explanation of a class is `explain`'s data (the isolating policies and the matching
 //! rules of the source's egress and the destination's ingress, enforced and staged; where an
@@ -143,16 +146,18 @@ pub struct SideModel {
     pub rules: Vec<RuleModel>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub always: Option<&'static str>,
-    /// The Admin or Baseline rule that decided the side.
+    /// The Admin or Baseline rule that decided the side (an index into
+    /// [`MatrixPage::tier_rules`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tier_rule: Option<TierRuleModel>,
-    /// The Admin rule that matched with Pass, handing the side to the namespaced tier.
+    pub tier_rule: Option<u32>,
+    /// The Admin rule that matched with Pass, handing the side to the namespaced tier (indices
+    /// into [`MatrixPage::tier_rules`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub passed: Vec<TierRuleModel>,
+    pub passed: Vec<u32>,
 }
 
 impl SideModel {
-    fn of(side: &SideVerdict) -> SideModel {
+    fn of(side: &SideVerdict, tier_rules: &mut Interner<TierRuleModel>) -> SideModel {
         SideModel {
             allowed: side.allowed,
             isolated: side.isolated,
@@ -175,11 +180,11 @@ impl SideModel {
             tier_rule: side
                 .tier_rule
                 .as_ref()
-                .map(|d| TierRuleModel::of(&d.origin, d.action)),
+                .map(|d| tier_rules.id(TierRuleModel::of(&d.origin, d.action))),
             passed: side
                 .passed
                 .iter()
-                .map(|o| TierRuleModel::of(o, AdminAction::Pass))
+                .map(|o| tier_rules.id(TierRuleModel::of(o, AdminAction::Pass)))
                 .collect(),
         }
     }
@@ -194,10 +199,11 @@ pub struct SideViews {
 }
 
 impl SideViews {
-    fn of(sides: &SideVerdicts) -> SideViews {
+    fn of(sides: &SideVerdicts, tier_rules: &mut Interner<TierRuleModel>) -> SideViews {
         SideViews {
-            enforced: SideModel::of(&sides.enforced),
-            staged: (sides.staged != sides.enforced).then(|| SideModel::of(&sides.staged)),
+            enforced: SideModel::of(&sides.enforced, tier_rules),
+            staged: (sides.staged != sides.enforced)
+                .then(|| SideModel::of(&sides.staged, tier_rules)),
         }
     }
 }
@@ -217,10 +223,11 @@ pub struct Explanation {
 }
 
 impl Explanation {
-    pub fn of(verdict: &FlowVerdict) -> Explanation {
+    /// `verdict`'s explanation; the admin policy rules it names go to `tier_rules`.
+    pub fn of(verdict: &FlowVerdict, tier_rules: &mut Interner<TierRuleModel>) -> Explanation {
         Explanation {
-            egress: SideViews::of(&verdict.egress),
-            ingress: SideViews::of(&verdict.ingress),
+            egress: SideViews::of(&verdict.egress, tier_rules),
+            ingress: SideViews::of(&verdict.ingress, tier_rules),
             cause: verdict.cause.map(StagedCause::as_str),
             monitored_policies: verdict.monitored_policies.iter().map(policy_name).collect(),
             monitored_admin: verdict
@@ -294,45 +301,62 @@ pub struct MatrixPage {
     pub members: Vec<Member>,
     /// Class 1 is `classes[0]`; 0 is "no probe".
     pub classes: Vec<CellClass>,
+    /// The admin policy rules the classes name, each once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tier_rules: Vec<TierRuleModel>,
     /// Base-62 digits per cell code.
     pub width: usize,
     pub matrices: Vec<Matrix>,
 }
 
-/// Collects cells in any order, interning members and classes.
+/// Values numbered in the order first seen, each stored once.
+#[derive(Debug)]
+pub struct Interner<T> {
+    values: Vec<T>,
+    ids: HashMap<T, u32>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            values: Vec::new(),
+            ids: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
+    /// `value`'s number (from 0).
+    pub fn id(&mut self, value: T) -> u32 {
+        if let Some(&id) = self.ids.get(&value) {
+            return id;
+        }
+        let id = self.values.len() as u32;
+        self.values.push(value.clone());
+        self.ids.insert(value, id);
+        id
+    }
+}
+
+/// Collects cells in any order, interning members, classes and the admin rules they name.
 #[derive(Default)]
 pub struct MatrixPageBuilder {
-    members: Vec<Member>,
-    member_ids: HashMap<Member, u32>,
-    classes: Vec<CellClass>,
-    class_ids: HashMap<CellClass, u32>,
+    members: Interner<Member>,
+    classes: Interner<CellClass>,
+    /// For [`Explanation::of`].
+    pub tier_rules: Interner<TierRuleModel>,
     cells: BTreeMap<MatrixKey, Vec<(u32, u32, u32)>>,
 }
 
 impl MatrixPageBuilder {
-    fn member(&mut self, m: Member) -> u32 {
-        if let Some(&id) = self.member_ids.get(&m) {
-            return id;
-        }
-        let id = self.members.len() as u32;
-        self.members.push(m.clone());
-        self.member_ids.insert(m, id);
-        id
-    }
-
-    fn class(&mut self, c: CellClass) -> u32 {
-        if let Some(&id) = self.class_ids.get(&c) {
-            return id;
-        }
-        self.classes.push(c.clone());
-        let id = self.classes.len() as u32; // 1-based: 0 is "no probe"
-        self.class_ids.insert(c, id);
-        id
-    }
-
     /// Adds one cell; a later cell for the same (matrix, from, to) replaces an earlier one.
     pub fn add(&mut self, key: MatrixKey, from: Member, to: Member, class: CellClass) {
-        let (f, t, c) = (self.member(from), self.member(to), self.class(class));
+        // Classes are numbered from 1: 0 is "no probe".
+        let (f, t, c) = (
+            self.members.id(from),
+            self.members.id(to),
+            self.classes.id(class) + 1,
+        );
         self.cells.entry(key).or_default().push((f, t, c));
     }
 
@@ -340,17 +364,18 @@ impl MatrixPageBuilder {
     /// family) order, cells encoded.
     pub fn finish(self, kind: PageKind, title: &str) -> MatrixPage {
         // Renumber members in sorted order so rows and columns group by namespace.
-        let mut order: Vec<u32> = (0..self.members.len() as u32).collect();
-        order.sort_by(|a, b| self.members[*a as usize].cmp(&self.members[*b as usize]));
+        let (members, classes) = (self.members.values, self.classes.values);
+        let mut order: Vec<u32> = (0..members.len() as u32).collect();
+        order.sort_by(|a, b| members[*a as usize].cmp(&members[*b as usize]));
         let mut new_id = vec![0u32; order.len()];
         for (new, old) in order.iter().enumerate() {
             new_id[*old as usize] = new as u32;
         }
         let members: Vec<Member> = order
             .iter()
-            .map(|old| self.members[*old as usize].clone())
+            .map(|old| members[*old as usize].clone())
             .collect();
-        let width = digits_for(self.classes.len());
+        let width = digits_for(classes.len());
         let matrices = self
             .cells
             .into_iter()
@@ -389,7 +414,8 @@ impl MatrixPageBuilder {
             kind,
             title: title.to_owned(),
             members,
-            classes: self.classes,
+            classes,
+            tier_rules: self.tier_rules.values,
             width,
             matrices,
         }
@@ -482,7 +508,7 @@ pub fn reach_page(reach: &Reach<'_>, title: &str) -> MatrixPage {
     for (probe, verdict) in reach.explained_probes() {
         let class = CellClass {
             state: CellState::of_verdict(probe.allowed, probe.staged_allowed),
-            explanation: Some(Explanation::of(&verdict)),
+            explanation: Some(Explanation::of(&verdict, &mut builder.tier_rules)),
             change: None,
         };
         builder.add(
@@ -789,8 +815,9 @@ mod tests {
         assert!(std::ptr::eq(denied, class_of(&page, "y/d", "x/b")));
         let x = denied.explanation.as_ref().unwrap();
         assert_eq!(x.ingress.staged, None, "the views agree");
+        let rule = |id: Option<u32>| id.map(|i| page.tier_rules[i as usize].clone());
         assert_eq!(
-            x.ingress.enforced.tier_rule,
+            rule(x.ingress.enforced.tier_rule),
             Some(TierRuleModel {
                 tier: "Admin",
                 policy: "AdminNetworkPolicy/guard".into(),
@@ -810,12 +837,9 @@ mod tests {
         let side = &passed.explanation.as_ref().unwrap().ingress.enforced;
         assert_eq!(side.tier_rule, None);
         assert_eq!(side.passed.len(), 1);
+        let pass = rule(Some(side.passed[0])).unwrap();
         assert_eq!(
-            (
-                side.passed[0].policy.as_str(),
-                side.passed[0].index,
-                side.passed[0].action
-            ),
+            (pass.policy.as_str(), pass.index, pass.action),
             ("AdminNetworkPolicy/guard", 1, "Pass")
         );
 
@@ -828,17 +852,65 @@ mod tests {
         assert_eq!(x.monitored_admin, ["AdminNetworkPolicy/audit"]);
         assert!(x.monitored_policies.is_empty());
         let staged = x.ingress.staged.as_ref().expect("the staged view differs");
-        let rule = staged.tier_rule.as_ref().unwrap();
+        let audit = rule(staged.tier_rule).unwrap();
         assert_eq!(
-            (rule.policy.as_str(), rule.action, rule.mode, staged.allowed),
+            (
+                audit.policy.as_str(),
+                audit.action,
+                audit.mode,
+                staged.allowed
+            ),
             ("AdminNetworkPolicy/audit", "Deny", Mode::Monitor, false)
         );
         assert_eq!(x.ingress.enforced.tier_rule, None);
 
-        // 25 cells, few ways to decide them.
+        // 25 cells, few ways to decide them; each rule stored once (guard's two, audit's).
         assert!(page.classes.len() <= 6, "{:#?}", page.classes);
+        assert_eq!(page.tier_rules.len(), 3, "{:#?}", page.tier_rules);
         let html = render(&page);
-        assert!(html.contains("\"tier_rule\":{\"tier\":\"Admin\""));
+        assert!(html.contains("\"tier_rules\":[{\"tier\":\"Admin\""));
+    }
+
+    /// An admin policy's and its rule's names are data: escaped in the data block, never
+    /// markup (the script writes them with `textContent`).
+    #[test]
+    fn hostile_admin_rule_names_stay_text() {
+        use netwarden_engine::testing::{admin_policy, admin_rule, in_namespaces};
+        use netwarden_engine::{AdminAction, AdminKind, AdminPeer};
+        let hostile = "</script><img src=x onerror=alert(1)><!--";
+        let mut e = admin_engine();
+        let mut r = admin_rule(
+            AdminAction::Deny,
+            vec![AdminPeer::Pods(in_namespaces(&[("team", "z")]))],
+            None,
+        );
+        r.name = Some(hostile.to_owned());
+        e.set_admin_policy(admin_policy(
+            AdminKind::ClusterNetworkPolicy,
+            hostile,
+            0,
+            in_namespaces(&[("team", "y")]),
+            vec![r],
+            vec![],
+        ));
+        let rules = e.all_pod_rules();
+        let q = ReachQuery {
+            ports: vec!["80/TCP".parse().unwrap()],
+            ..ReachQuery::default()
+        };
+        let page = reach_page(&Reach::new(&e, &rules, &q), "t");
+        let named = page
+            .tier_rules
+            .iter()
+            .find(|r| r.name.as_deref() == Some(hostile))
+            .expect("z -> y is decided by the hostile rule");
+        assert_eq!(named.policy, format!("ClusterNetworkPolicy/{hostile}"));
+        let html = render(&page);
+        assert!(
+            !html.contains("<img") && !html.contains("<!--"),
+            "markup injected"
+        );
+        assert_eq!(html.matches("</script>").count(), 2);
     }
 
     #[test]
@@ -853,9 +925,56 @@ mod tests {
         let start = html.find("id=\"data\">").unwrap();
         let data = &html[start..start + html[start..].find("</script>").unwrap()];
         assert!(data.contains("\"isolated\""), "{data}");
+        // (`tier_rules` too: it starts with `tier_rule`.)
         for field in ["tier_rule", "passed", "monitored_admin", "admin_policies"] {
             assert!(!data.contains(field), "{field} in the data block");
         }
+    }
+
+    /// The generated cluster (300 pods, 60 policies) with and without 50 admin policies of the
+    /// generator (whole-namespace subjects, 5 rules per direction): the admin tier's rules make
+    /// more ways to decide a cell, but cells decided alike still share a class and each rule
+    /// is stored once, so the page grows by less than a quarter, not with the cells.
+    #[test]
+    fn admin_policies_keep_the_page_compact() {
+        use netwarden_engine::generate::{admin_policies, cluster};
+        let c = cluster(300, 60, 7);
+        let page = |admin: bool| {
+            let inventory = netwarden_manifest::Inventory {
+                namespaces: c.namespaces.clone(),
+                pods: c.pods.clone(),
+                policies: c.policies.clone(),
+                services: c.services.clone(),
+                admin_policies: if admin {
+                    admin_policies(50, 7)
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            };
+            let mut e = crate::inventory::engine_from(&inventory, EngineOptions::default());
+            let rules = e.all_pod_rules();
+            let q = ReachQuery {
+                ports: vec!["80/TCP".parse().unwrap()],
+                ..ReachQuery::default()
+            };
+            let page = reach_page(&Reach::new(&e, &rules, &q), "t");
+            let cells: usize = page
+                .matrices
+                .iter()
+                .map(|m| m.rows.len() * m.cols.len())
+                .sum();
+            (render(&page).len(), page.classes.len(), cells)
+        };
+        let (without, classes_without, cells) = page(false);
+        let (with, classes_with, _) = page(true);
+        eprintln!(
+            "{cells} cells: {without} bytes, {classes_without} classes; with 50 admin policies {with} bytes, {classes_with} classes"
+        );
+        assert!(classes_with > classes_without, "the admin tier takes part");
+        // Measured: 182,926 bytes without, 199,721 with (the rules stored once).
+        assert!(with * 4 < without * 5, "{with} bytes against {without}");
+        assert!(with < cells * 4, "{with} bytes for {cells} cells");
     }
 
     fn change(from: &str, to: &str, before: bool, after: bool, policies: &[&str]) -> Change {
