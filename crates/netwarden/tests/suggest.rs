@@ -395,23 +395,23 @@ fn workload(pods: &[Pod], i: usize) -> (String, Option<String>, Option<String>) 
 }
 
 /// A side of a concrete flow in the staged view of `rules`: (allowed, denied by the Admin
-/// tier, isolated by a namespaced policy, decided by an admin rule).
+/// tier, isolated by a namespaced policy), from the engine's evaluation.
 fn staged_side(
     direction: Direction,
     rules: &DirectionRules,
     peer: IpAddr,
     f: &Concrete,
     loopback: bool,
-) -> (bool, bool, bool, bool) {
-    let decision = rules.decide(true, peer, f.protocol, f.port);
-    let admin_deny =
-        !loopback && matches!(decision, Decision::Admin(r) if r.action == AdminAction::Deny);
-    let by_tier = !loopback && matches!(decision, Decision::Admin(_) | Decision::Baseline(_));
+) -> (bool, bool, bool) {
+    let admin_deny = !loopback
+        && matches!(
+            rules.decide(true, peer, f.protocol, f.port),
+            Decision::Admin(r) if r.action == AdminAction::Deny
+        );
     (
         side_allows(direction, rules, true, peer, f.protocol, f.port, loopback),
         admin_deny,
         rules.staged.is_isolated(),
-        by_tier,
     )
 }
 
@@ -546,10 +546,10 @@ fn check(
                 )
             })
             .collect();
-        if after.iter().any(|(_, admin_deny, _, _)| *admin_deny) {
+        if after.iter().any(|(_, admin_deny, _)| *admin_deny) {
             continue;
         }
-        for ((dir, i, peer), (allowed, _, isolated, _)) in sides.iter().zip(&after) {
+        for ((dir, i, peer), (allowed, _, isolated)) in sides.iter().zip(&after) {
             let context = || format!("{f:?}: {dir} of {}\n{yaml}", pods[*i].key);
             if *isolated {
                 prop_assert!(
@@ -558,7 +558,7 @@ fn check(
                     context()
                 );
             } else {
-                let (was, _, _, _) = staged_side(
+                let (was, _, _) = staged_side(
                     *dir,
                     iface_before(*i, &f.network).direction(*dir),
                     *peer,
