@@ -68,7 +68,7 @@ pub struct FlowTiers {
 pub struct AdminTiers {
     pub flows: HashMap<Flow, FlowTiers>,
     /// (workload, direction, network) → Baseline policies with rules on those interfaces of
-    /// its pods (either view), for the workloads that logged.
+    /// its pods (either view), for the workloads that logged in that direction.
     pub baseline: BTreeMap<(WorkloadId, Direction, NetworkId), Vec<AdminRef>>,
 }
 
@@ -113,12 +113,22 @@ impl AdminTiers {
                 out.flows.insert(flow.clone(), tiers);
             }
         }
-        for (workload, direction, network) in &observations.watched {
-            let mut names: Vec<AdminRef> = Vec::new();
-            for key in &workloads.get(*workload).pods {
+        // Every interface of a workload that logged in a direction: a DanmNetworkPolicy
+        // isolates them all, not only those of the networks that logged.
+        let isolated: BTreeSet<(WorkloadId, Direction)> = observations
+            .watched
+            .iter()
+            .map(|(workload, direction, _)| (*workload, *direction))
+            .collect();
+        for (workload, direction) in isolated {
+            for key in &workloads.get(workload).pods {
                 let Some(pod) = rules.get(key) else { continue };
-                for i in pod.interfaces.iter().filter(|i| &i.network == network) {
-                    let tier = &i.direction(*direction).baseline;
+                for i in &pod.interfaces {
+                    let tier = &i.direction(direction).baseline;
+                    let names = out
+                        .baseline
+                        .entry((workload, direction, i.network.clone()))
+                        .or_default();
                     for rule in tier.enforced.iter().chain(tier.staged.iter()) {
                         if !names.contains(&rule.origin.policy) {
                             names.push(rule.origin.policy.clone());
@@ -126,11 +136,8 @@ impl AdminTiers {
                     }
                 }
             }
-            if !names.is_empty() {
-                out.baseline
-                    .insert((*workload, *direction, network.clone()), names);
-            }
         }
+        out.baseline.retain(|_, names| !names.is_empty());
         out
     }
 
