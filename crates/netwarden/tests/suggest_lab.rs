@@ -22,7 +22,7 @@ use netwarden::lab::{EnforcedLab, LabCheckOptions};
 use netwarden::suggest::{self, Observations, Workloads};
 use netwarden_dataplane::Backend;
 use netwarden_engine::{Direction, EngineOptions, NetworkId, Pod, PodKey, PolicyKind, Protocol};
-use netwarden_lab::ProbeSpec;
+use netwarden_lab::{ProbeOutcome, ProbeSpec};
 use netwarden_manifest::LoadOptions;
 use netwarden_monitor::{Event, EventAction, Timestamp};
 use netwarden_render::RenderOptions;
@@ -196,6 +196,68 @@ fn would_denies(events: &[Event]) -> Vec<String> {
         .collect()
 }
 
+/// What one lab run saw: the observed flows' outcomes and the events after them, then the
+/// extra flow's outcome and the events after it.
+struct LabRun {
+    outcomes: Vec<ProbeOutcome>,
+    after_observed: Vec<Event>,
+    extra_outcome: Vec<ProbeOutcome>,
+    after_extra: Vec<Event>,
+}
+
+/// Enforces `inventory` on `backend` in a lab, probes `flows` then `extra`, tears down.
+/// Failures to set up or tear down go to `failures` (`what` names the run).
+fn lab_run(
+    inventory: &netwarden_manifest::Inventory,
+    backend: Backend,
+    pods: &[Pod],
+    flows: &[Flow],
+    extra: &Flow,
+    what: &str,
+    failures: &mut Vec<String>,
+) -> Option<LabRun> {
+    let options = LabCheckOptions {
+        backend,
+        ports: vec![
+            PortProto {
+                port: 8080,
+                protocol: Protocol::Tcp,
+            },
+            PortProto {
+                port: 5432,
+                protocol: Protocol::Tcp,
+            },
+        ],
+        engine: EngineOptions::default(),
+        render: RenderOptions {
+            log_rate_per_minute: 1_000_000,
+            ..RenderOptions::default()
+        },
+    };
+    let _lab = heavy_lock();
+    let lab = match EnforcedLab::up(inventory, &options) {
+        Ok(lab) => lab,
+        Err(e) => {
+            failures.push(format!("{what}: lab up: {e:#}"));
+            return None;
+        }
+    };
+    let specs: Vec<ProbeSpec> = flows.iter().map(|f| spec(pods, f)).collect();
+    let outcomes = lab.lab.probe(&specs);
+    let after_observed = lab.events();
+    let extra_outcome = lab.lab.probe(&[spec(pods, extra)]);
+    let after_extra = lab.events();
+    if let Err(e) = lab.down() {
+        failures.push(format!("{what}: lab down: {e:#}"));
+    }
+    Some(LabRun {
+        outcomes,
+        after_observed,
+        extra_outcome,
+        after_extra,
+    })
+}
+
 #[test]
 fn suggested_policies_pass_the_observed_flows_in_the_lab() {
     if !root_or_skip() {
@@ -236,41 +298,24 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
         );
         for backend in [Backend::Nft, Backend::Iptables] {
             let what = format!("{kind} [{}]", backend.as_str());
-            let options = LabCheckOptions {
-                backend,
-                ports: vec![
-                    PortProto {
-                        port: 8080,
-                        protocol: Protocol::Tcp,
-                    },
-                    PortProto {
-                        port: 5432,
-                        protocol: Protocol::Tcp,
-                    },
-                ],
-                engine: EngineOptions::default(),
-                render: RenderOptions {
-                    log_rate_per_minute: 1_000_000,
-                    ..RenderOptions::default()
-                },
-            };
-            let _lab = heavy_lock();
-            let lab = match EnforcedLab::up(&inventory, &options) {
-                Ok(lab) => lab,
-                Err(e) => {
-                    failures.push(format!("{what}: lab up: {e:#}"));
-                    continue;
-                }
-            };
-            let specs: Vec<ProbeSpec> = flows.iter().map(|f| spec(&base.pods, f)).collect();
-            let outcomes = lab.lab.probe(&specs);
-            let after_observed = lab.events();
             let extra = unobserved(kind);
-            let extra_outcome = lab.lab.probe(&[spec(&base.pods, &extra)]);
-            let after_extra = lab.events();
-            if let Err(e) = lab.down() {
-                failures.push(format!("{what}: lab down: {e:#}"));
-            }
+            let Some(LabRun {
+                outcomes,
+                after_observed,
+                extra_outcome,
+                after_extra,
+            }) = lab_run(
+                &inventory,
+                backend,
+                &base.pods,
+                &flows,
+                &extra,
+                &what,
+                &mut failures,
+            )
+            else {
+                continue;
+            };
             for o in outcomes
                 .iter()
                 .chain(&extra_outcome)
@@ -422,42 +467,25 @@ fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
     let mut failures = Vec::new();
     for backend in [Backend::Nft, Backend::Iptables] {
         let what = format!("admin [{}]", backend.as_str());
-        let options = LabCheckOptions {
-            backend,
-            ports: vec![
-                PortProto {
-                    port: 8080,
-                    protocol: Protocol::Tcp,
-                },
-                PortProto {
-                    port: 5432,
-                    protocol: Protocol::Tcp,
-                },
-            ],
-            engine: EngineOptions::default(),
-            render: RenderOptions {
-                log_rate_per_minute: 1_000_000,
-                ..RenderOptions::default()
-            },
-        };
-        let _lab = heavy_lock();
-        let lab = match EnforcedLab::up(&inventory, &options) {
-            Ok(lab) => lab,
-            Err(e) => {
-                failures.push(format!("{what}: lab up: {e:#}"));
-                continue;
-            }
-        };
-        let specs: Vec<ProbeSpec> = flows.iter().map(|f| spec(&base.pods, f)).collect();
-        let outcomes = lab.lab.probe(&specs);
-        let after_observed = lab.events();
         // Never observed, into db's isolated ingress, not the Admin tier's: a would-deny.
         let extra = primary("data/backup", "data/db", 5432, &[]);
-        let extra_outcome = lab.lab.probe(&[spec(&base.pods, &extra)]);
-        let after_extra = lab.events();
-        if let Err(e) = lab.down() {
-            failures.push(format!("{what}: lab down: {e:#}"));
-        }
+        let Some(LabRun {
+            outcomes,
+            after_observed,
+            extra_outcome,
+            after_extra,
+        }) = lab_run(
+            &inventory,
+            backend,
+            &base.pods,
+            &flows,
+            &extra,
+            &what,
+            &mut failures,
+        )
+        else {
+            continue;
+        };
         for (o, f) in outcomes.iter().zip(&flows) {
             // The Admin tier's Deny is enforced; everything else connects (monitor mode).
             let expected = f.from != denied.from || f.to != denied.to;
