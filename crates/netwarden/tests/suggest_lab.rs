@@ -205,6 +205,16 @@ struct LabRun {
     after_extra: Vec<Event>,
 }
 
+impl LabRun {
+    /// Whether the extra flow `extra` logged a would-deny.
+    fn extra_would_denied(&self, pods: &[Pod], extra: &Flow) -> bool {
+        let (src, dst) = addresses(pods, extra);
+        self.after_extra
+            .iter()
+            .any(|e| e.action == EventAction::WouldDeny && e.src == src && e.dst == dst)
+    }
+}
+
 /// Enforces `inventory` on `backend` in a lab, probes `flows` then `extra`, tears down.
 /// Failures to set up or tear down go to `failures` (`what` names the run).
 fn lab_run(
@@ -299,12 +309,7 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
         for backend in [Backend::Nft, Backend::Iptables] {
             let what = format!("{kind} [{}]", backend.as_str());
             let extra = unobserved(kind);
-            let Some(LabRun {
-                outcomes,
-                after_observed,
-                extra_outcome,
-                after_extra,
-            }) = lab_run(
+            let Some(run) = lab_run(
                 &inventory,
                 backend,
                 &base.pods,
@@ -312,13 +317,13 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
                 &extra,
                 &what,
                 &mut failures,
-            )
-            else {
+            ) else {
                 continue;
             };
-            for o in outcomes
+            for o in run
+                .outcomes
                 .iter()
-                .chain(&extra_outcome)
+                .chain(&run.extra_outcome)
                 .filter(|o| !o.connected)
             {
                 failures.push(format!(
@@ -326,25 +331,21 @@ fn suggested_policies_pass_the_observed_flows_in_the_lab() {
                     o.spec.from, o.spec.to, o.spec.port, o.detail
                 ));
             }
-            let wd = would_denies(&after_observed);
+            let wd = would_denies(&run.after_observed);
             if !wd.is_empty() {
                 failures.push(format!(
                     "{what}: observed flows logged would-deny: {wd:?}\n{yaml}"
                 ));
             }
-            let wd = would_denies(&after_extra);
-            let (src, dst) = addresses(&base.pods, &extra);
-            if !after_extra
-                .iter()
-                .any(|e| e.action == EventAction::WouldDeny && e.src == src && e.dst == dst)
-            {
+            let wd = would_denies(&run.after_extra);
+            if !run.extra_would_denied(&base.pods, &extra) {
                 failures.push(format!(
                     "{what}: the unobserved flow {extra:?} logged no would-deny (events: {wd:?})\n{yaml}"
                 ));
             }
             println!(
                 "{what}: {} observed flows connected, 0 would-deny; unobserved flow: {} would-deny",
-                outcomes.len(),
+                run.outcomes.len(),
                 wd.len()
             );
         }
@@ -469,12 +470,7 @@ fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
         let what = format!("admin [{}]", backend.as_str());
         // Never observed, into db's isolated ingress, not the Admin tier's: a would-deny.
         let extra = primary("data/backup", "data/db", 5432, &[]);
-        let Some(LabRun {
-            outcomes,
-            after_observed,
-            extra_outcome,
-            after_extra,
-        }) = lab_run(
+        let Some(run) = lab_run(
             &inventory,
             backend,
             &base.pods,
@@ -482,11 +478,10 @@ fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
             &extra,
             &what,
             &mut failures,
-        )
-        else {
+        ) else {
             continue;
         };
-        for (o, f) in outcomes.iter().zip(&flows) {
+        for (o, f) in run.outcomes.iter().zip(&flows) {
             // The Admin tier's Deny is enforced; everything else connects (monitor mode).
             let expected = f.from != denied.from || f.to != denied.to;
             if o.connected != expected {
@@ -496,7 +491,7 @@ fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
                 ));
             }
         }
-        if !extra_outcome.iter().all(|o| o.connected) {
+        if !run.extra_outcome.iter().all(|o| o.connected) {
             failures.push(format!(
                 "{what}: the unobserved flow was blocked in monitor mode"
             ));
@@ -504,7 +499,8 @@ fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
         // The only would-deny: the denied flow at frontend's egress, which the suggestion
         // isolates with no rule for it (the YAML says so); db's ingress is the Admin tier's.
         let (denied_src, denied_dst) = addresses(&base.pods, &denied);
-        let wd: Vec<&Event> = after_observed
+        let wd: Vec<&Event> = run
+            .after_observed
             .iter()
             .filter(|e| e.action == EventAction::WouldDeny)
             .collect();
@@ -518,14 +514,10 @@ fn suggested_policies_leave_the_admin_tier_its_flows_in_the_lab() {
                 "{what}: observed flows logged would-deny: {wd:?}\n{yaml}"
             ));
         }
-        let (src, dst) = addresses(&base.pods, &extra);
-        if !after_extra
-            .iter()
-            .any(|e| e.action == EventAction::WouldDeny && e.src == src && e.dst == dst)
-        {
+        if !run.extra_would_denied(&base.pods, &extra) {
             failures.push(format!(
                 "{what}: the unobserved flow logged no would-deny (events: {:?})\n{yaml}",
-                would_denies(&after_extra)
+                would_denies(&run.after_extra)
             ));
         }
         println!(
