@@ -12,14 +12,17 @@
 //! `suggest` pipeline (reading and parsing every line, folding into flows, building the
 //! policies, writing the YAML), and the process's peak RSS (VmHWM). The stream is read twice,
 //! a fifth of it then all of it: with the same distinct flows, the peak must not grow with the
-//! number of events.
+//! number of events. Then once more with 50 admin policies in the cluster (SPEC 8: the
+//! generator's, whole-namespace subjects): the time of the Admin tier's decisions is printed
+//! apart (it feeds an engine with the cluster and evaluates every replica pair of each flow).
 
 use std::io::{self, BufReader, Read};
 use std::time::Instant;
 
 use netwarden::suggest::{self, Observations, Workloads};
-use netwarden_engine::generate::cluster;
-use netwarden_engine::{Direction, Pod, PolicyKind};
+use netwarden_engine::generate::{admin_policies, cluster};
+use netwarden_engine::{Direction, EngineOptions, Pod, PolicyKind};
+use netwarden_manifest::Inventory;
 use netwarden_monitor::{Event, EventAction, Timestamp};
 
 struct Sizes {
@@ -128,11 +131,22 @@ fn memory_mib() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// One `suggest` over `events` lines; returns (seconds, distinct flows, YAML bytes).
-fn run(pods: &[Pod], workloads: &Workloads, events: usize, flows: usize) -> (f64, usize, usize) {
+/// What one `suggest` run measured.
+struct Run {
+    secs: f64,
+    /// Of `secs`: what the Admin tier decides (engine fed, pairs evaluated).
+    admin_secs: f64,
+    flows: usize,
+    yaml: usize,
+    /// Flows the Admin tier decides for some pair or view.
+    admin_flows: usize,
+}
+
+/// One `suggest` over `events` lines of `cluster`.
+fn run(cluster: &Inventory, workloads: &Workloads, events: usize, flows: usize) -> Run {
     let started = Instant::now();
     let stream = EventStream {
-        pods,
+        pods: &cluster.pods,
         flows,
         next: 0,
         total: events,
@@ -145,14 +159,19 @@ fn run(pods: &[Pod], workloads: &Workloads, events: usize, flows: usize) -> (f64
         .expect("reading the generated stream");
     assert_eq!(observations.events, events as u64);
     assert_eq!(observations.skipped.unknown_pod, 0);
-    let suggestion = suggest::suggest(workloads, &observations, PolicyKind::NetworkPolicy);
+    let admin_started = Instant::now();
+    let tiers = suggest::admin_tiers(cluster, EngineOptions::default(), workloads, &observations);
+    let admin_secs = admin_started.elapsed().as_secs_f64();
+    let suggestion = suggest::suggest(workloads, &observations, &tiers, PolicyKind::NetworkPolicy);
     let yaml = suggest::yaml::render(&suggestion, workloads, &observations);
     assert!(!suggestion.policies.is_empty());
-    (
-        started.elapsed().as_secs_f64(),
-        observations.flows.len(),
-        yaml.len(),
-    )
+    Run {
+        secs: started.elapsed().as_secs_f64(),
+        admin_secs,
+        flows: observations.flows.len(),
+        yaml: yaml.len(),
+        admin_flows: suggestion.admin.len(),
+    }
 }
 
 fn main() {
@@ -160,6 +179,11 @@ fn main() {
     let sizes = if full { FULL } else { QUICK };
     let c = cluster(sizes.pods, 0, 42);
     let workloads = Workloads::new(&c.pods);
+    let mut inventory = Inventory {
+        namespaces: c.namespaces.clone(),
+        pods: c.pods.clone(),
+        ..Inventory::default()
+    };
     let (_, hwm_before) = memory_mib();
     println!(
         "suggest: {} pods in {} workloads, {} distinct flows",
@@ -169,7 +193,9 @@ fn main() {
     );
     let mut peaks = Vec::new();
     for events in [sizes.events / 5, sizes.events] {
-        let (secs, flows, yaml) = run(&c.pods, &workloads, events, sizes.flows);
+        let Run {
+            secs, flows, yaml, ..
+        } = run(&inventory, &workloads, events, sizes.flows);
         let (rss, hwm) = memory_mib();
         println!(
             "suggest: {events} events -> {flows} flows, {yaml} bytes of YAML in {secs:.2} s ({:.0} events/s); VmRSS {rss:.1} MiB, VmHWM {hwm:.1} MiB (before reading: {hwm_before:.1} MiB)",
@@ -188,4 +214,11 @@ fn main() {
         eprintln!("suggest: memory grew with the number of events");
         std::process::exit(1);
     }
+    // With admin policies: the same stream, the Admin tier's decisions timed apart.
+    inventory.admin_policies = admin_policies(50, 42);
+    let r = run(&inventory, &workloads, sizes.events, sizes.flows);
+    println!(
+        "suggest with 50 admin policies: {} events -> {} flows ({} decided by the Admin tier), {} bytes of YAML in {:.2} s, of which the Admin tier {:.2} s",
+        sizes.events, r.flows, r.admin_flows, r.yaml, r.secs, r.admin_secs
+    );
 }

@@ -266,7 +266,13 @@ pub fn run(base: &Inventory, traffic: &Path, backend: Backend, workdir: &Path) -
     for e in &observed {
         observations.add(&workloads, e);
     }
-    let suggestion = suggest::suggest(&workloads, &observations, KIND);
+    let tiers = suggest::admin_tiers(
+        &cluster,
+        EngineOptions::default(),
+        &workloads,
+        &observations,
+    );
+    let suggestion = suggest::suggest(&workloads, &observations, &tiers, KIND);
     let yaml = suggest::yaml::render(&suggestion, &workloads, &observations);
     let file = workdir.join("suggested.yaml");
     std::fs::write(&file, &yaml).with_context(|| format!("writing {}", file.display()))?;

@@ -606,7 +606,13 @@ pub fn write_table(changes: &[Change], out: &mut impl Write) -> io::Result<()> {
         let from_w = width(&|c| c.from.to_string().len());
         let to_w = width(&|c| c.to.to_string().len());
         for c in group {
-            let policies: Vec<String> = c.policies.iter().map(|p| p.to_string()).collect();
+            // The admin policies (SPEC 8) after the namespaced ones, as `Kind/name`.
+            let policies: Vec<String> = c
+                .policies
+                .iter()
+                .map(|p| p.to_string())
+                .chain(c.admin_policies.iter().map(ToString::to_string))
+                .collect();
             writeln!(
                 out,
                 "  {:13} {:from_w$} -> {:to_w$}  {}  enforced {:>5} -> {:5}  staged {:>5} -> {:5}  {}",

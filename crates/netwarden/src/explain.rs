@@ -118,7 +118,7 @@ fn verdict_word(allowed: bool) -> &'static str {
 
 /// An admin policy rule as `explain` names it (SPEC 8): tier, policy, rule index and name,
 /// action, priority and mode.
-fn tier_rule_text(origin: &TierOrigin, action: AdminAction) -> String {
+pub(crate) fn tier_rule_text(origin: &TierOrigin, action: AdminAction) -> String {
     let name = origin
         .name
         .as_ref()

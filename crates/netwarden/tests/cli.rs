@@ -649,6 +649,82 @@ fn admin_policies_decide_before_and_after_the_namespaced_tier() {
     );
 }
 
+/// `suggest` on the admin example: what the Admin tier decides gets no rule and is listed
+/// with its rule in `explain`'s words; the Pass goes to a suggested rule; a suggestion that
+/// isolates says which Baseline rules stop applying.
+#[test]
+fn suggest_leaves_to_the_admin_tier_what_it_decides() {
+    let dir = TempDir::new("suggest-admin");
+    let event = |pod: &str, src: &str, dst: &str, port: u16| {
+        serde_json::json!({
+            "time": "2026-01-01T00:00:00.000000Z", "node": "n", "action": "observed",
+            "direction": "ingress", "pod": pod, "interface": "eth0", "network": "default",
+            "peer": null, "src": src, "dst": dst, "sport": 40000, "dport": port,
+            "protocol": "TCP", "policies": [], "enforced_policies": [], "cause": null
+        })
+        .to_string()
+    };
+    let lines = [
+        event("shop/web", "10.0.2.1", "10.0.0.1", 8080), // lab/x: guard denies
+        event("shop/web", "10.0.1.1", "10.0.0.1", 8080), // ops/mon: allow-mon accepts
+        event("shop/web", "10.0.1.1", "10.0.0.1", 9090), // ops/mon: guard passes on
+        event("shop/web", "10.0.0.2", "10.0.0.1", 8080), // shop/db: namespaced
+        event("shop/db", "10.0.0.1", "10.0.0.2", 5432),  // shop/web: the Baseline denies now
+    ];
+    dir.write("events.jsonl", &(lines.join("\n") + "\n"));
+    let events = dir.path.join("events.jsonl").display().to_string();
+    let out = netwarden(&["suggest", "-f", &admin_example(), "--events", &events]);
+    let (yaml, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the Admin tier decides 2 observed flow(s) (1 denied)"),
+        "{stderr}"
+    );
+    let line = |start: &str| {
+        yaml.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in\n{yaml}"))
+    };
+    assert!(yaml.contains(
+        "# Decided by the Admin tier, before any namespaced policy (2 flow(s); SPEC 8):\n"
+    ));
+    assert!(line("#   lab/x -> shop/web 8080/TCP on default: 1 seen")
+        .ends_with(" - denied by the Admin tier: no rule suggested"));
+    line("#     destination's ingress, both views: Admin tier: AdminNetworkPolicy/guard ingress[0] \"deny-lab\" Deny (priority 10, enforced)");
+    assert!(line("#   ops/mon -> shop/web 8080/TCP on default: 1 seen")
+        .ends_with(" - the Admin tier decides the destination's ingress: no rule suggested there"));
+    line("#     destination's ingress, both views: Admin tier: ClusterNetworkPolicy/allow-mon ingress[0] \"mon\" Allow (priority 20, enforced)");
+    // The Pass is no decision: 9090 from ops gets its rule, as does db; lab gets none.
+    assert!(!yaml.contains("9090/TCP on default: 1 seen, first 2026-01-01T00:00:00.000000Z, last 2026-01-01T00:00:00.000000Z - "), "{yaml}");
+    assert!(
+        yaml.contains("#   ops/mon -> shop/web 9090/TCP on default: 1 seen"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("#   shop/db -> shop/web 8080/TCP on default: 1 seen"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("\"lab\""), "{yaml}");
+    assert_eq!(
+        yaml.matches("# Isolates ingress: the Baseline tier's rules there (BaselineAdminNetworkPolicy/default) stop applying once this is enforced (SPEC 8).").count(),
+        2,
+        "{yaml}"
+    );
+    let loaded = netwarden_manifest::parse_str(
+        "suggested.yaml",
+        &yaml,
+        &netwarden_manifest::LoadOptions::default(),
+    );
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    let names: Vec<String> = loaded.policies.iter().map(|p| p.key.to_string()).collect();
+    assert_eq!(names, ["shop/suggested-db", "shop/suggested-web"]);
+    let web = &loaded.policies[1];
+    assert_eq!(web.ingress.as_ref().map(Vec::len), Some(2), "{yaml}");
+}
+
 #[test]
 fn validate_reports_admin_policy_problems() {
     let dir = TempDir::new("admin-bad");

@@ -271,4 +271,42 @@ spec:
             "AdminNetworkPolicy/deny-ops"
         ])
     );
+    // The table and the page name them too.
+    let args = |format: &'static str| {
+        [
+            "diff".to_owned(),
+            "-f".to_owned(),
+            base.clone(),
+            "--with".to_owned(),
+            path(&dir, "deny-ops.yaml"),
+            "--port".to_owned(),
+            "8080/TCP".to_owned(),
+            "-o".to_owned(),
+            format.to_owned(),
+        ]
+    };
+    let run = |format: &'static str| {
+        let args = args(format);
+        let out = netwarden(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = run("table");
+    let line = table
+        .lines()
+        .find(|l| l.contains("ops/mon -> shop/web") && l.contains("newly-denied"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        line.ends_with("ClusterNetworkPolicy/allow-mon, AdminNetworkPolicy/deny-ops"),
+        "{line}"
+    );
+    let html = run("html");
+    assert!(
+        html.contains("\"admin_policies\":[\"ClusterNetworkPolicy/allow-mon\",\"AdminNetworkPolicy/deny-ops\"]"),
+        "{html}"
+    );
 }

@@ -382,6 +382,154 @@ fn reach_page_for_500_pods_stays_small_and_loads() {
     screenshot(&browser, &page, "reach-500.png");
 }
 
+/// The examples' admin policies (SPEC 8) and a monitored one that would deny ops into shop.
+fn admin_cluster(dir: &TempDir) -> String {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/admin/cluster.yaml");
+    let audit = "---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata:
+  name: audit
+  annotations: {netwarden.io/mode: monitor}
+spec:
+  priority: 1
+  subject: {namespaces: {matchLabels: {team: shop}}}
+  ingress:
+  - {name: no-ops, action: Deny, from: [{namespaces: {matchLabels: {team: ops}}}]}
+";
+    dir.write(
+        "cluster.yaml",
+        &(std::fs::read_to_string(example).unwrap() + audit),
+    );
+    dir.path.join("cluster.yaml").display().to_string()
+}
+
+/// The page's data block.
+fn page_data(html: &[u8]) -> Value {
+    let html = String::from_utf8_lossy(html);
+    let start = html.find("id=\"data\">").expect("data block") + "id=\"data\">".len();
+    let end = start + html[start..].find("</script>").unwrap();
+    serde_json::from_str(&html[start..end]).unwrap()
+}
+
+/// The fragment that opens the page on the cell `from` → `to` (`ns/name`, primary interface)
+/// of the IPv4 matrix of `network`, `port`.
+fn cell_fragment(data: &Value, network: &str, port: u64, from: &str, to: &str) -> String {
+    let member = |name: &str| {
+        data["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|m| {
+                format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap(),
+                    m["pod"].as_str().unwrap()
+                ) == name
+                    && m["interface"] == "eth0"
+            })
+            .unwrap_or_else(|| panic!("no member {name}"))
+    };
+    let matrix = data["matrices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m["network"] == network && m["port"] == port && m["family"] == "ipv4")
+        .unwrap_or_else(|| panic!("no matrix {network} {port}"));
+    format!("#cell={matrix}.{}.{}", member(from), member(to))
+}
+
+/// The text of the page's `#detail` box, unescaped.
+fn detail(dom: &str) -> String {
+    let start = dom.find("id=\"detail\">").expect("detail box") + "id=\"detail\">".len();
+    let end = start + dom[start..].find("</div>").unwrap();
+    dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
+/// `reach -o html` on admin policies: the cells equal the JSON, and a cell's explanation names
+/// the admin tier's rule, the Pass and the monitored admin policy in `netwarden explain`'s
+/// words (each `explain` line naming a tier is in the page's detail, `VIEW: ` before it).
+#[test]
+fn reach_page_explains_admin_tier_cells_as_explain_does() {
+    let Some(browser) = chromium() else { return };
+    let dir = TempDir::new("html-admin");
+    let input = admin_cluster(&dir);
+    let (page, _) = reach_page_equals_json(
+        &browser,
+        &dir,
+        &input,
+        &["8080/TCP", "9090/TCP"],
+        "admin.html",
+    );
+    let data = page_data(&std::fs::read(&page).unwrap());
+    let cases = [
+        // An Admin Deny decides.
+        (
+            "lab/x",
+            8080,
+            "Admin tier: AdminNetworkPolicy/guard ingress[0] \"deny-lab\" Deny",
+        ),
+        // A monitored admin policy's would-deny.
+        ("ops/mon", 8080, "monitored: AdminNetworkPolicy/audit"),
+        // A Pass on to the namespaced tier.
+        (
+            "ops/mon",
+            9090,
+            "\"ops-to-policies\" Pass (priority 10, enforced) -> namespaced tier",
+        ),
+    ];
+    for (from, port, expected) in cases {
+        let fragment = cell_fragment(&data, "default", port, from, "shop/web");
+        let loaded = load(&browser, &page, &fragment);
+        assert!(loaded.console.is_empty(), "console: {:#?}", loaded.console);
+        let shown = detail(&loaded.dom);
+        assert!(shown.contains(expected), "{fragment}: {shown}");
+        assert!(
+            loaded.dom.contains("class=\"allowed sel\"")
+                || loaded.dom.contains("class=\"denied sel\"")
+                || loaded.dom.contains("class=\"would-deny sel\""),
+            "the cell is selected"
+        );
+        let explained = String::from_utf8(netwarden(&[
+            "explain",
+            "-f",
+            &input,
+            "--from",
+            from,
+            "--to",
+            "shop/web",
+            "--port",
+            &format!("{port}/TCP"),
+            "--network",
+            "default",
+        ]))
+        .unwrap();
+        let mut tier_lines = 0;
+        for line in explained
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains(" tier: "))
+        {
+            let (view, rest) = line.split_once(' ').unwrap();
+            let want = format!("{view}: {}", rest.trim_start());
+            assert!(
+                shown.contains(&want),
+                "{want:?} not in\n{shown}\nexplain:\n{explained}"
+            );
+            tier_lines += 1;
+        }
+        assert!(tier_lines > 0, "{explained}");
+        if port == 8080 && from == "ops/mon" {
+            assert!(shown.contains("state: would-deny (admin-tier)"), "{shown}");
+        }
+    }
+    screenshot(&browser, &page, "reach-admin.png");
+}
+
 #[test]
 fn report_page_loads_and_charts() {
     let Some(browser) = chromium() else { return };
@@ -458,10 +606,12 @@ fn diff_page_with_hostile_names_loads_and_keeps_them_text() {
         src: "10.0.0.1".parse().unwrap(),
         dst: "10.0.0.2".parse().unwrap(),
     };
-    let page = diff_page(
-        &[row(hostile, "b", true, false), row("a", "b", false, true)],
-        hostile,
-    );
+    let mut admin_decided = row(hostile, "b", true, false);
+    admin_decided.admin_policies = vec![netwarden_engine::AdminRef {
+        kind: netwarden_engine::AdminKind::ClusterNetworkPolicy,
+        name: hostile.to_owned(),
+    }];
+    let page = diff_page(&[admin_decided, row("a", "b", false, true)], hostile);
     let file = dir.path.join("diff.html");
     std::fs::write(&file, render(&page)).unwrap();
     let loaded = load(&browser, &file, "#all");
@@ -479,5 +629,16 @@ fn diff_page_with_hostile_names_loads_and_keeps_them_text() {
     // Rows x/<hostile> and x/a sort as `<` < `a`; one column y/b.
     assert_eq!(states, ["newly-denied", "newly-allowed"]);
     assert!(cells.keys().any(|k| k.4 == format!("x/{hostile}")));
+    // The admin policy of the change is named in the cell's detail, as text.
+    let member = |pod: &str| page.members.iter().position(|m| m.pod == pod).unwrap();
+    let fragment = format!("#cell=0.{}.{}", member(hostile), member("b"));
+    let loaded = load(&browser, &file, &fragment);
+    assert!(loaded.console.is_empty(), "console: {:#?}", loaded.console);
+    assert!(!loaded.dom.contains("<img") && !loaded.dom.contains("data-pwned"));
+    let shown = detail(&loaded.dom);
+    assert!(
+        shown.contains(&format!("admin policies: ClusterNetworkPolicy/{hostile}")),
+        "{shown}"
+    );
     screenshot(&browser, &file, "diff.png");
 }

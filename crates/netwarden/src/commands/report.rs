@@ -90,7 +90,8 @@ pub fn suggest_command(args: SuggestArgs) -> Result<ExitCode> {
     let inventory = args.input.inventory()?;
     args.input.options.check(&inventory)?;
     netwarden::suggest::command(
-        &inventory.pods,
+        &inventory,
+        args.input.options.engine_options(false),
         &args.events,
         args.kind.kind(),
         std::io::stdout().lock(),

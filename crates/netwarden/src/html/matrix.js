@@ -38,7 +38,11 @@
 
   const networks = [...new Set(page.matrices.map((m) => m.network))];
   const namespaces = [...new Set(page.members.map((m) => m.namespace))].sort();
-  const showAll = location.hash === "#all";
+  // The fragment: `all` (every matrix drawn) and `cell=M.R.T` (that cell explained), joined
+  // by `&`.
+  const hash = location.hash.slice(1).split("&");
+  const showAll = hash.includes("all");
+  const cellArg = (hash.find((h) => /^cell=\d+\.\d+\.\d+$/.test(h)) || "").slice(5);
 
   const netSel = $("network");
   netSel.appendChild(el("option", { value: "" }, "all"));
@@ -147,17 +151,40 @@
   }
 
   const verdict = (a) => (a ? "allowed" : "denied");
+  const modeWord = (m) => (m === "monitor" ? "monitored" : "enforced");
+  // An admin policy rule (its number in page.tier_rules) in `netwarden explain`'s words
+  // (SPEC 8).
+  const tierRule = (i) => {
+    const r = page.tier_rules[i];
+    return r.tier + " tier: " + r.policy + " " + r.direction + "[" + r.index + "]" +
+      (r.name !== undefined ? " " + JSON.stringify(r.name) : "") + " " + r.action +
+      " (priority " + r.priority + ", " + modeWord(r.mode) + ")";
+  };
+  // One side in one view, in the order `netwarden explain` tells it: the Admin tier, a Pass
+  // on to the namespaced tier, the namespaced tier, then the Baseline tier.
   function side(lines, title, views) {
     lines.push(title);
     const one = (name, s) => {
       let t = "  " + name + ": ";
-      if (!s.isolated) t += "not isolated -> allowed";
-      else {
+      const cont = " ".repeat(t.length);
+      const decided = s.tier_rule === undefined ? undefined : page.tier_rules[s.tier_rule];
+      if (decided && decided.tier === "Admin") {
+        lines.push(t + tierRule(s.tier_rule) + " -> " + verdict(s.allowed));
+        return;
+      }
+      for (const p of s.passed || []) {
+        lines.push(t + tierRule(p) + " -> namespaced tier");
+        t = cont;
+      }
+      if (!s.isolated) {
+        t += decided ? "not isolated; " + tierRule(s.tier_rule) + " -> " + verdict(s.allowed)
+          : "not isolated -> allowed";
+      } else {
         t += "isolated by " + s.policies.join(", ");
         if (s.always) t += "; always allowed (" + s.always + ") -> allowed";
         else if (!s.rules.length) t += "; no rule allows -> denied";
         else t += "; allowed by " + s.rules.map((r) => r.kind + " " + r.policy + " " +
-          r.direction + "[" + r.index + "] (" + (r.mode === "monitor" ? "monitored" : "enforced") + ")").join(", ");
+          r.direction + "[" + r.index + "] (" + modeWord(r.mode) + ")").join(", ");
       }
       lines.push(t);
     };
@@ -177,11 +204,13 @@
       lines.push(c.state + ": enforced " + verdict(ch.before) + " -> " + verdict(ch.after) +
         ", staged " + verdict(ch.staged_before) + " -> " + verdict(ch.staged_after));
       lines.push("policies: " + (ch.policies.length ? ch.policies.join(", ") : "-"));
+      if (ch.admin_policies) lines.push("admin policies: " + ch.admin_policies.join(", "));
     }
     if (c.explanation) {
       const x = c.explanation;
       lines.push("state: " + c.state + (x.cause ? " (" + x.cause + ")" : ""));
-      if (x.monitored_policies) lines.push("monitored: " + x.monitored_policies.join(", "));
+      const monitored = (x.monitored_policies || []).concat(x.monitored_admin || []);
+      if (monitored.length) lines.push("monitored: " + monitored.join(", "));
       side(lines, "egress of the source", x.egress);
       side(lines, "ingress of the destination", x.ingress);
     }
@@ -201,15 +230,30 @@
     tip.style.top = Math.min(e.clientY + 14, window.innerHeight - tip.offsetHeight - 4) + "px";
   });
   area.addEventListener("mouseleave", () => { tip.style.display = "none"; });
-  area.addEventListener("click", (e) => {
-    const td = e.target.closest("td");
-    if (!td) return;
+  function select(td) {
     for (const s of area.querySelectorAll("td.sel")) s.classList.remove("sel");
     td.classList.add("sel");
     $("detail").textContent = explain(td);
+  }
+  area.addEventListener("click", (e) => {
+    const td = e.target.closest("td");
+    if (!td) return;
+    select(td);
+    // A link to the page now names this cell.
+    const cell = "cell=" + td.closest("table").dataset.matrix + "." + td.dataset.r + "." + td.dataset.t;
+    history.replaceState(null, "", "#" + (showAll ? "all&" : "") + cell);
   });
 
   netSel.value = "";
   fillMatrices();
-  draw();
+  if (cellArg) {
+    const [m, r, t] = cellArg.split(".");
+    if (!showAll && page.matrices[+m]) matSel.value = m;
+    draw();
+    const td = area.querySelector('table[data-matrix="' + m + '"] td[data-r="' + r + '"][data-t="' + t + '"]');
+    if (td) {
+      select(td);
+      td.scrollIntoView({ block: "center", inline: "center" });
+    }
+  } else draw();
 })();

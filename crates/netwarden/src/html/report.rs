@@ -4,6 +4,10 @@
 //! timestamps for the series.
 //!
 //! The page needs no script: every number is computed in Rust and written as markup.
+//!
+//! Policy names are namespaced (`ns/name`) or admin policies (`Kind/name`, SPEC 8): both are
+//! only ever text. A policy row links to its chart by the chart's position (`#series-N`), never
+//! by an anchor built from the name.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -221,11 +225,23 @@ pub fn render(page: &ReportPage) -> String {
             "<table class=\"rows\" id=\"policies\"><tr><th>Policy</th><th>Would-deny</th><th>Deny</th>\
 <th>Last would-deny</th><th>Status</th></tr>",
         );
+        let chart_of: BTreeMap<&str, usize> = match page.axis {
+            Some(_) => page
+                .series
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.policy.as_str(), i))
+                .collect(),
+            None => BTreeMap::new(),
+        };
         for p in &r.policies {
+            let name = match chart_of.get(p.policy.as_str()) {
+                Some(i) => format!("<a href=\"#series-{i}\">{}</a>", escape(&p.policy)),
+                None => escape(&p.policy),
+            };
             let _ = write!(
                 body,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&p.policy),
+                "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 p.would_deny,
                 p.deny,
                 or_dash(p.last_would_deny),
@@ -246,11 +262,11 @@ pub fn render(page: &ReportPage) -> String {
                 "<p class=\"muted\">{} s per bar; the dashed line is where the clean window starts.</p>",
                 axis.bucket_seconds
             );
-            for s in &page.series {
+            for (i, s) in page.series.iter().enumerate() {
                 let total: u64 = s.counts.iter().sum();
                 let _ = write!(
                     body,
-                    "<div class=\"series\"><h3>{} <span class=\"muted\">({total})</span></h3>{}</div>",
+                    "<div class=\"series\" id=\"series-{i}\"><h3>{} <span class=\"muted\">({total})</span></h3>{}</div>",
                     escape(&s.policy),
                     chart(s, &axis, clean_from)
                 );
@@ -418,6 +434,54 @@ mod tests {
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("<b>"), "{html}");
         assert!(html.contains("x/&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+
+    /// Admin policies (SPEC 8) are named `Kind/name`: rows and charts show the name as text,
+    /// and a row links to its chart by position, so neither the `/` nor markup in a name
+    /// makes or breaks an anchor.
+    #[test]
+    fn admin_policy_rows_link_to_their_charts() {
+        let hostile = "AdminNetworkPolicy/a\"><b>x</b>#series-0";
+        let mut events = vec![
+            would_deny(0, "shop/web-0", &["AdminNetworkPolicy/audit"]),
+            would_deny(20, "shop/web-0", &["AdminNetworkPolicy/audit", hostile]),
+            would_deny(40, "shop/web-0", &["shop/new"]),
+        ];
+        for e in &mut events {
+            e.cause = Some(Cause::AdminTier);
+        }
+        let report = aggregate(
+            &events,
+            &[],
+            Timestamp::from_secs(100),
+            Duration::from_secs(60),
+        );
+        let page = report_page(&report, &events, "r");
+        let names: Vec<&str> = page.series.iter().map(|s| s.policy.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "AdminNetworkPolicy/a\"><b>x</b>#series-0",
+                "AdminNetworkPolicy/audit",
+                "shop/new"
+            ]
+        );
+        let html = render(&page);
+        assert!(!html.contains("<b>") && !html.contains("\"><b"), "{html}");
+        for (i, name) in names.iter().enumerate() {
+            let link = format!("<td><a href=\"#series-{i}\">{}</a></td>", escape(name));
+            assert!(html.contains(&link), "{link} missing: {html}");
+            let chart = format!(
+                "<div class=\"series\" id=\"series-{i}\"><h3>{} ",
+                escape(name)
+            );
+            assert!(html.contains(&chart), "{chart} missing: {html}");
+        }
+        // Every anchor is one the page made: ids `series-N` only.
+        assert_eq!(html.matches(" id=\"series-").count(), 3);
+        assert_eq!(html.matches("href=\"#").count(), 3);
+        let audit = &page.series[1];
+        assert_eq!(audit.counts.iter().sum::<u64>(), 2);
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //! the suggestion isolates them, whichever end logged it: an egress seen only by the client
 //! must still be let in by a server whose ingress is isolated.
 //!
+//! Flows the Admin tier decides (SPEC 8, see [`super::tiers`]) are reported: a flow it denies
+//! gets no rule on either side, a side it settles gets none there.
+//!
 //! What a kind cannot express is reported, not approximated: NetworkPolicy covers the primary
 //! network only, MultiNetworkPolicy names NetworkAttachmentDefinitions only (not the primary
 //! network, nor DANM networks). DanmNetworkPolicy expresses every network, but isolates every
@@ -24,12 +27,14 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use netwarden_engine::hash::hash_bytes;
 use netwarden_engine::{
-    Direction, IpBlock, LabelSelector, Mode, NetworkId, NetworkSelectorEntry, NetworkType,
-    ObjectKey, Peer, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope, PortRef, Protocol,
+    AdminRef, Direction, IpBlock, LabelSelector, Mode, NetworkId, NetworkSelectorEntry,
+    NetworkType, ObjectKey, Peer, Policy, PolicyKind, PolicyPort, PolicyRule, PolicyScope, PortRef,
+    Protocol,
 };
 use netwarden_manifest::NAMESPACE_NAME_LABEL;
 
 use super::flows::{End, Flow, Observations, Seen};
+use super::tiers::{AdminTiers, FlowTiers};
 use super::workloads::{dns_label_chars, WorkloadId, Workloads};
 
 /// Longest name a suggested policy gets (a DNS-1123 label, so any tool accepts it).
@@ -44,6 +49,20 @@ pub struct SuggestedPolicy {
     pub ingress_evidence: Vec<Vec<(Flow, Seen)>>,
     /// One list per rule of `policy.egress`, in the same order.
     pub egress_evidence: Vec<Vec<(Flow, Seen)>>,
+    /// Per direction the policy isolates, the Baseline policies that stop applying there
+    /// (the Baseline tier is consulted only where no namespaced policy isolates, SPEC 8).
+    pub baseline: Vec<(Direction, Vec<AdminRef>)>,
+}
+
+/// An observed flow the Admin tier decides for some of its pod pairs or views (SPEC 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminDecided {
+    pub flow: Flow,
+    pub seen: Seen,
+    pub tiers: FlowTiers,
+    /// For a denied flow: the sides a suggestion isolates with no rule for it (the Admin tier
+    /// leaving them to the namespaced tier), which refuse it too.
+    pub refused_too: Vec<Direction>,
 }
 
 /// A flow the requested kind cannot allow, and why.
@@ -60,6 +79,8 @@ pub struct Suggestion {
     pub kind: PolicyKind,
     pub policies: Vec<SuggestedPolicy>,
     pub unexpressible: Vec<Unexpressible>,
+    /// Flows the Admin tier decides, denied or not, sorted.
+    pub admin: Vec<AdminDecided>,
 }
 
 /// The part of a workload one policy covers: the whole workload, or (MultiNetworkPolicy) its
@@ -102,8 +123,15 @@ struct UnitRules {
     egress: Option<Rules>,
 }
 
-/// The policies of `kind` that allow every flow of `observations` on the units that logged.
-pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyKind) -> Suggestion {
+/// The policies of `kind` that allow every flow of `observations` on the units that logged,
+/// but for what the Admin tier decides (`tiers`; [`AdminTiers::default`] without admin
+/// policies).
+pub fn suggest(
+    workloads: &Workloads,
+    observations: &Observations,
+    tiers: &AdminTiers,
+    kind: PolicyKind,
+) -> Suggestion {
     // Units and the directions they isolate: those their workload logged in.
     let mut units: BTreeMap<Unit, UnitRules> = BTreeMap::new();
     for (workload, direction, network) in &observations.watched {
@@ -118,7 +146,46 @@ pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyK
     }
 
     let mut unexpressible = Vec::new();
+    let mut admin = Vec::new();
     for (flow, seen) in observations.sorted_flows() {
+        let decided = tiers.flows.get(flow);
+        if let Some(t) = decided {
+            // No namespaced rule can allow what the Admin tier denies: none is written, so a
+            // side the suggestion isolates (and the Admin tier leaves to it) refuses the flow
+            // too, and says so in would-deny events while it is monitored.
+            let refused_too = if t.denied {
+                let net = unit_network(kind, &flow.network).ok();
+                [
+                    (flow.src, Direction::Egress),
+                    (flow.dst, Direction::Ingress),
+                ]
+                .into_iter()
+                .filter(|(own, direction)| {
+                    let End::Workload(own) = own else {
+                        return false;
+                    };
+                    let unit = net.as_ref().and_then(|n| units.get(&(*own, n.clone())));
+                    !t.settled.contains(direction)
+                        && unit.is_some_and(|u| match direction {
+                            Direction::Ingress => u.ingress.is_some(),
+                            Direction::Egress => u.egress.is_some(),
+                        })
+                })
+                .map(|(_, direction)| direction)
+                .collect()
+            } else {
+                Vec::new()
+            };
+            admin.push(AdminDecided {
+                flow: flow.clone(),
+                seen: *seen,
+                tiers: t.clone(),
+                refused_too,
+            });
+            if t.denied {
+                continue;
+            }
+        }
         let net = match unit_network(kind, &flow.network) {
             Ok(net) => net,
             Err(reason) => {
@@ -140,6 +207,10 @@ pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyK
         ];
         for (own, other, direction) in sides {
             let End::Workload(own) = own else { continue };
+            // A side the Admin tier decides never reaches a namespaced rule.
+            if decided.is_some_and(|t| t.settled.contains(&direction)) {
+                continue;
+            }
             let Some(unit) = units.get_mut(&(own, net.clone())) else {
                 continue;
             };
@@ -165,6 +236,21 @@ pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyK
             let workload = workloads.get(id);
             let (ingress, ingress_evidence) = finish(workloads, &workload.namespace, rules.ingress);
             let (egress, egress_evidence) = finish(workloads, &workload.namespace, rules.egress);
+            // The networks the policy covers, for the Baseline note.
+            let networks: Vec<NetworkId> = match &net {
+                Some(network) => vec![network.clone()],
+                None if kind == PolicyKind::NetworkPolicy => vec![NetworkId::Primary],
+                None => workloads.networks_of(id),
+            };
+            let baseline = [
+                (Direction::Ingress, ingress.is_some()),
+                (Direction::Egress, egress.is_some()),
+            ]
+            .into_iter()
+            .filter(|(_, isolated)| *isolated)
+            .map(|(d, _)| (d, tiers.baseline_of(id, d, networks.iter())))
+            .filter(|(_, names)| !names.is_empty())
+            .collect();
             let name = match &net {
                 None => format!("suggested-{}", workload.name),
                 Some(network) => format!(
@@ -193,6 +279,7 @@ pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyK
                 },
                 ingress_evidence,
                 egress_evidence,
+                baseline,
             }
         })
         .collect();
@@ -201,6 +288,7 @@ pub fn suggest(workloads: &Workloads, observations: &Observations, kind: PolicyK
         kind,
         policies,
         unexpressible,
+        admin,
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Workloads {
     by_pod: HashMap<PodKey, WorkloadId>,
     /// The interfaces of every pod that is in a workload, by name.
     interfaces: HashMap<(PodKey, String), NetworkId>,
+    /// Per workload, the networks its pods have interfaces on.
+    networks: HashMap<WorkloadId, BTreeSet<NetworkId>>,
     /// (network, address) → workload of the pod holding it. Host-network pods hold the node's
     /// addresses: they are in no workload, and their addresses stay addresses.
     by_address: HashMap<(NetworkId, IpAddr), WorkloadId>,
@@ -125,6 +127,10 @@ impl Workloads {
                 for iface in &pods_by_key[key].interfaces {
                     out.interfaces
                         .insert((key.clone(), iface.name.clone()), iface.network.clone());
+                    out.networks
+                        .entry(id)
+                        .or_default()
+                        .insert(iface.network.clone());
                     for ip in &iface.ips {
                         out.by_address
                             .entry((iface.network.clone(), *ip))
@@ -148,6 +154,14 @@ impl Workloads {
     /// The workload of the pod holding `ip` on `network`.
     pub fn at_address(&self, network: &NetworkId, ip: IpAddr) -> Option<WorkloadId> {
         self.by_address.get(&(network.clone(), ip)).copied()
+    }
+
+    /// The networks `workload`'s pods have interfaces on, sorted.
+    pub fn networks_of(&self, workload: WorkloadId) -> Vec<NetworkId> {
+        self.networks
+            .get(&workload)
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn get(&self, id: WorkloadId) -> &Workload {

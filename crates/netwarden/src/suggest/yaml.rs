@@ -1,5 +1,7 @@
 //! The suggestion as YAML documents, with a `#` comment above each rule naming the flows that
-//! justify it (count, first and last seen).
+//! justify it (count, first and last seen). The header lists the flows the Admin tier decides
+//! (SPEC 8) with its rules in `explain`'s words, and a policy isolating a direction the
+//! Baseline tier had rules for says that they stop applying there.
 //!
 //! Each policy is written as the API object [`crate::synthetic::policy_json`] builds from the
 //! engine's [`netwarden_engine::Policy`] (one writer of policy objects for the whole project),
@@ -10,12 +12,13 @@
 
 use std::fmt::Write as _;
 
-use netwarden_engine::PolicyKind;
+use netwarden_engine::{Direction, PolicyKind};
 use serde_json::Value;
 
 use super::flows::{End, Flow, Observations, Seen};
 use super::policies::{SuggestedPolicy, Suggestion};
 use super::workloads::Workloads;
+use crate::explain::tier_rule_text;
 use crate::synthetic::policy_json;
 
 /// A step into a JSON value: an object key or an array index.
@@ -80,11 +83,69 @@ pub fn render(
             );
         }
     }
+    render_admin(&mut out, suggestion, workloads);
     for p in &suggestion.policies {
         out.push_str("---\n");
         render_policy(&mut out, p, workloads);
     }
     out
+}
+
+/// The flows the Admin tier decides: what the suggestion did with each, and the rules.
+fn render_admin(out: &mut String, suggestion: &Suggestion, workloads: &Workloads) {
+    if suggestion.admin.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "# Decided by the Admin tier, before any namespaced policy ({} flow(s); SPEC 8):",
+        suggestion.admin.len()
+    );
+    for a in &suggestion.admin {
+        let t = &a.tiers;
+        let what = if t.denied {
+            let mut what = "denied by the Admin tier: no rule suggested".to_owned();
+            for direction in &a.refused_too {
+                let _ = write!(
+                    what,
+                    "; the suggestion refuses it at the {} too (would-deny events there while monitored)",
+                    direction_side(*direction)
+                );
+            }
+            what
+        } else if !t.settled.is_empty() {
+            let sides: Vec<&str> = t.settled.iter().map(|d| direction_side(*d)).collect();
+            format!(
+                "the Admin tier decides the {}: no rule suggested there",
+                sides.join(" and ")
+            )
+        } else {
+            "the Admin tier decides for some pods or in one view only: rules suggested as without it"
+                .to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "#   {} - {what}",
+            comment_text(&describe(workloads, &a.flow, &a.seen))
+        );
+        for d in &t.rules {
+            let _ = writeln!(
+                out,
+                "#     {}, {}: {}",
+                direction_side(d.origin.direction),
+                d.views(),
+                comment_text(&tier_rule_text(&d.origin, d.action))
+            );
+        }
+    }
+}
+
+/// The side of a flow a direction is: the source's egress, the destination's ingress.
+fn direction_side(direction: Direction) -> &'static str {
+    match direction {
+        Direction::Egress => "source's egress",
+        Direction::Ingress => "destination's ingress",
+    }
 }
 
 fn render_policy(out: &mut String, p: &SuggestedPolicy, workloads: &Workloads) {
@@ -108,6 +169,14 @@ fn render_policy(out: &mut String, p: &SuggestedPolicy, workloads: &Workloads) {
     };
     if p.policy.kind == PolicyKind::NetworkPolicy {
         let _ = writeln!(out, "# Primary network only.");
+    }
+    for (direction, names) in &p.baseline {
+        let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "# Isolates {direction}: the Baseline tier's rules there ({}) stop applying once this is enforced (SPEC 8).",
+            comment_text(&names.join(", "))
+        );
     }
     write_value(out, &value, 0, &mut Vec::new(), &comments);
 }
