@@ -345,7 +345,12 @@ impl DirectionRules {
     /// deny here may come from, named beside the enforced namespaced policies in events.
     pub fn enforced_admin(&self) -> Vec<AdminRef> {
         let mut out: Vec<AdminRef> = Vec::new();
-        for rule in self.admin.enforced.iter().chain(self.baseline.enforced.iter()) {
+        for rule in self
+            .admin
+            .enforced
+            .iter()
+            .chain(self.baseline.enforced.iter())
+        {
             if !out.contains(&rule.origin.policy) {
                 out.push(rule.origin.policy.clone());
             }

@@ -190,7 +190,11 @@ pub fn build_event(
             Vec::new()
         } else {
             let admin = admin.iter().map(ToString::to_string);
-            namespaced.iter().map(ToString::to_string).chain(admin).collect()
+            namespaced
+                .iter()
+                .map(ToString::to_string)
+                .chain(admin)
+                .collect()
         }
     };
     Ok(Event {
@@ -478,8 +482,18 @@ pub(crate) mod tests {
             action: AdminAction::Deny,
             clauses: Vec::new(),
         };
-        let guard = rule(AdminKind::ClusterNetworkPolicy, "guard", Tier::Admin, Mode::Enforce);
-        let trial = rule(AdminKind::AdminNetworkPolicy, "trial", Tier::Admin, Mode::Monitor);
+        let guard = rule(
+            AdminKind::ClusterNetworkPolicy,
+            "guard",
+            Tier::Admin,
+            Mode::Enforce,
+        );
+        let trial = rule(
+            AdminKind::AdminNetworkPolicy,
+            "trial",
+            Tier::Admin,
+            Mode::Monitor,
+        );
         let floor = rule(
             AdminKind::BaselineAdminNetworkPolicy,
             "default",
