@@ -7,6 +7,10 @@
 //! REJECTs, SPEC 3.1). A deny that times out, is unreachable or could not be probed at all is a
 //! [`Mismatch`] like a deny that connects: a silent drop somewhere else must not pass for
 //! netwarden's verdict.
+//!
+//! `lab check --then PATH...` probes several states of one cluster on one topology: the netns
+//! are built once (building and removing them is most of a lab's cost), and each further state
+//! is enforced in them in turn ([`EnforcedLab::enforce`]), as an agent would apply the change.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -169,6 +173,10 @@ pub struct EnforcedLab {
     pub syncer: Box<dyn Reconciler>,
     pub netns: BTreeMap<PodKey, PathBuf>,
     pub sync: SyncReport,
+    /// The pods the topology was built from (no host-network pod): a later state must have
+    /// the same ([`EnforcedLab::enforce`]).
+    topology: Vec<netwarden_engine::Pod>,
+    engine_options: EngineOptions,
 }
 
 impl EnforcedLab {
@@ -181,7 +189,7 @@ impl EnforcedLab {
             .cloned()
             .collect();
         let spec = LabSpec {
-            pods,
+            pods: pods.clone(),
             ports: options.ports.iter().map(|p| (p.port, p.protocol)).collect(),
         };
         let lab = Lab::up(&spec).context("building the lab")?;
@@ -224,7 +232,69 @@ impl EnforcedLab {
             syncer,
             netns,
             sync,
+            topology: pods,
+            engine_options: options.engine.clone(),
         })
+    }
+
+    /// Enforces another state of the cluster in the running lab: its pods must be the lab's
+    /// (same keys, interfaces and addresses; labels, ports and every other object may differ).
+    /// Every pod is synced from a fresh engine, as an agent applies a change, and live
+    /// connections the new rules deny are ended (SPEC 5's revocation), so that nothing a
+    /// state allowed survives into the next one; the NFLOG listeners name the new rules.
+    pub fn enforce(&mut self, inventory: &Inventory) -> Result<()> {
+        let pods: Vec<_> = inventory.pods.iter().filter(|p| !p.host_network).collect();
+        let same = pods.len() == self.topology.len()
+            && pods.iter().zip(&self.topology).all(|(new, old)| {
+                new.key == old.key && new.interfaces == old.interfaces
+            });
+        if !same {
+            let mut old: Vec<String> = self.topology.iter().map(|p| p.key.to_string()).collect();
+            let mut new: Vec<String> = pods.iter().map(|p| p.key.to_string()).collect();
+            old.sort();
+            new.sort();
+            anyhow::bail!(
+                "this state changes the lab's topology (pods, interfaces or addresses): the lab has [{}], the state [{}]",
+                old.join(", "),
+                new.join(", ")
+            );
+        }
+        let mut inventory = inventory.clone();
+        for pod in &mut inventory.pods {
+            pod.netns = self.netns.get(&pod.key).map(|p| p.display().to_string());
+        }
+        let mut engine = engine_from(&inventory, self.engine_options.clone());
+        let all: std::collections::BTreeSet<PodKey> =
+            engine.pods().map(|p| p.key.clone()).collect();
+        self.syncer
+            .set_established(netwarden_agent::sync::Established::Revoke);
+        let sync = self.syncer.sync(&mut engine, all);
+        if !sync.errors.is_empty() {
+            anyhow::bail!(
+                "enforcing a new state in the lab failed: {}",
+                sync.errors.join("; ")
+            );
+        }
+        let programmed: Vec<PodKey> = self.syncer.programmed().keys().cloned().collect();
+        for key in &programmed {
+            if let Some(Err(e)) = self.syncer.revoke_now(key) {
+                anyhow::bail!("ending the connections the new state denies in {key}: {e}");
+            }
+        }
+        for (key, rules) in self.syncer.current() {
+            let Some(path) = self.netns.get(key) else {
+                continue;
+            };
+            let context = PodContext::new("lab", rules);
+            if !self.collector.set_context(path, context.clone()) {
+                self.collector
+                    .open(path, context)
+                    .with_context(|| format!("opening the NFLOG listener of {key}"))?;
+            }
+        }
+        self.engine = engine;
+        self.sync = sync;
+        Ok(())
     }
 
     /// Probes every pair the `reach` query names, with real connections.
@@ -395,6 +465,47 @@ pub fn check(
     let report = lab.report(&options.ports);
     lab.down()?;
     Ok(report)
+}
+
+/// `lab check -f PATH... --then STATE...`: one topology, several states. The first state is
+/// `paths`; each `STATE` (file or directory) is laid over `paths` as `diff --with` lays changes
+/// (an object replaces the one of the same kind, namespace and name; `netwarden.io/delete:
+/// "true"` deletes it). The lab is built from the first state's pods, which every state must
+/// keep; each state is enforced in turn and probed. One report per state, in order.
+pub fn check_states(
+    paths: &[PathBuf],
+    then: &[PathBuf],
+    load: &LoadOptions,
+    options: &LabCheckOptions,
+) -> Result<Vec<LabReport>> {
+    let first = netwarden_manifest::load_paths(paths, load);
+    crate::inventory::report_problems(&first, false);
+    let mut options = options.clone();
+    if options.ports.is_empty() {
+        options.ports = default_ports(&first);
+    }
+    // Every state is read before anything is built: a bad file fails fast.
+    let mut states = Vec::with_capacity(then.len());
+    for path in then {
+        let layered = netwarden_manifest::layer_paths(paths, std::slice::from_ref(path), load);
+        if let Some(problem) = layered.unmatched_deletions.first() {
+            anyhow::bail!("state {}: {problem}", path.display());
+        }
+        crate::inventory::report_problems(&layered.changed, false);
+        states.push(layered.changed);
+    }
+    let mut lab = EnforcedLab::up(&first, &options)?;
+    let result = (|| {
+        let mut reports = vec![lab.report(&options.ports)];
+        for (path, state) in then.iter().zip(&states) {
+            lab.enforce(state)
+                .with_context(|| format!("state {}", path.display()))?;
+            reports.push(lab.report(&options.ports));
+        }
+        Ok(reports)
+    })();
+    lab.down()?;
+    result
 }
 
 /// The readable form of a lab run: one matrix per (network, port, family) where each cell is
