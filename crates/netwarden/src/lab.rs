@@ -324,12 +324,15 @@ impl EnforcedLab {
         let processor = EventProcessor::new(self.collector.metrics().clone(), sink.clone());
         let by_addr = self.engine.pods_by_address();
         let resolve = |ip: std::net::IpAddr| by_addr.get(&ip).cloned();
-        processor.drain(
-            &self.records,
-            &resolve,
-            Duration::from_millis(400),
-            Duration::from_secs(5),
-        );
+        // When no rule in the lab logs, no record can come: take what is queued without
+        // waiting for the kernel to go quiet (most of a state's time in `lab check --then`).
+        let logs = self.syncer.current().values().any(|r| r.logs());
+        let (idle, max_wait) = if logs {
+            (Duration::from_millis(400), Duration::from_secs(5))
+        } else {
+            (Duration::from_millis(1), Duration::from_millis(50))
+        };
+        processor.drain(&self.records, &resolve, idle, max_wait);
         sink.take()
     }
 

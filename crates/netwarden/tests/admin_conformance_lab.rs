@@ -64,9 +64,11 @@ fn run_case_lab(
         &ports,
         &extra,
     )?;
-    let steps = report["steps"]
-        .as_array()
-        .ok_or_else(|| format!("lab check printed no steps: {report}"))?;
+    // Without `--then` (a one-step case), the plain report is the only state.
+    let steps = match report["steps"].as_array() {
+        Some(steps) => steps.clone(),
+        None => vec![report],
+    };
     if steps.len() != states.len() {
         return Err(format!(
             "lab check reported {} states for {} steps",
