@@ -305,3 +305,102 @@ fn later_states_are_changes_with_deletion_markers() {
     assert_eq!(out[2]["kind"], "ClusterNetworkPolicy");
     assert!(out[2]["metadata"].get("namespace").is_none());
 }
+
+/// SPEC 8's monitor phase on the kernel, both backends: the steps of netwarden's own case
+/// `conformance/multinet/11-admin-monitor.yaml` (their expected matrices are
+/// `conformance_lab.rs`'s) run as one `lab check --then`. Traffic follows the enforced
+/// policies only (every probe observed as `allowed`, whatever `staged_allowed` says), and each
+/// would-deny is logged naming the monitored admin policy as `Kind/name`, with cause
+/// `admin-tier`, on the pod and direction it would deny in; nothing else is logged.
+#[test]
+fn monitored_admin_policies_log_would_denies_and_change_no_traffic() {
+    if !root_or_skip() {
+        return;
+    }
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../conformance/multinet/11-admin-monitor.yaml");
+    let case: Value = serde_saphyr::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let objects = case["objects"].as_array().expect("objects").clone();
+    let states: Vec<Vec<Value>> = case["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| {
+            let mut all = objects.clone();
+            all.extend(s["policies"].as_array().cloned().unwrap_or_default());
+            all
+        })
+        .collect();
+    let dir = TempDir::new("admin-monitor-lab");
+    dir.write("s0.yaml", &docs_text(&states[0]));
+    let mut extra = Vec::new();
+    for (k, state) in states.iter().enumerate().skip(1) {
+        dir.write(
+            &format!("s{k}.yaml"),
+            &docs_text(&layer(&states[0], state).unwrap()),
+        );
+        extra.push("--then".to_string());
+        extra.push(dir.path.join(format!("s{k}.yaml")).display().to_string());
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let ports = BTreeSet::from([(80, "TCP".to_string()), (80, "UDP".to_string())]);
+    // (state, direction, pod, monitored policy) -> the peers it would deny, per the case's
+    // staged matrices: state 0 x/a's ingress from x/b and y/c, state 2 x/a's egress to them.
+    let expected: BTreeSet<(usize, &str, &str, &str, &str)> = [
+        (0, "ingress", "x/b", "ClusterNetworkPolicy/deny-to-a"),
+        (0, "ingress", "y/c", "ClusterNetworkPolicy/deny-to-a"),
+        (2, "egress", "x/b", "ClusterNetworkPolicy/deny-a-egress"),
+        (2, "egress", "y/c", "ClusterNetworkPolicy/deny-a-egress"),
+    ]
+    .into_iter()
+    .map(|(k, d, peer, policy)| (k, d, "x/a", peer, policy))
+    .collect();
+    for backend in BACKENDS {
+        let report = {
+            let _slot = lab_slot();
+            lab_check(
+                env!("CARGO_BIN_EXE_netwarden"),
+                &dir.path.join("s0.yaml"),
+                backend,
+                &ports,
+                &extra,
+            )
+            .unwrap()
+        };
+        let steps = report["steps"].as_array().expect("one report per state");
+        assert_eq!(steps.len(), states.len(), "[{backend}]");
+        let mut seen = BTreeSet::new();
+        for (k, step) in steps.iter().enumerate() {
+            for p in LabProbe::all_of(step).unwrap() {
+                assert_eq!(
+                    p.observed,
+                    Some(p.allowed),
+                    "[{backend}] state {k}: {}",
+                    p.detail()
+                );
+                assert!(p.mismatch.is_none(), "[{backend}] state {k}: {}", p.detail());
+            }
+            for e in step["events"].as_array().expect("events") {
+                assert_eq!(e["action"], "would-deny", "[{backend}] state {k}: {e}");
+                assert_eq!(e["cause"], "admin-tier", "[{backend}] state {k}: {e}");
+                let policies = e["policies"].as_array().expect("policies");
+                assert_eq!(policies.len(), 1, "[{backend}] state {k}: {e}");
+                let key = (
+                    k,
+                    e["direction"].as_str().unwrap_or_default().to_string(),
+                    e["pod"].as_str().unwrap_or_default().to_string(),
+                    e["peer"].as_str().unwrap_or_default().to_string(),
+                    policies[0].as_str().unwrap_or_default().to_string(),
+                );
+                seen.insert(key);
+            }
+        }
+        let seen: BTreeSet<(usize, &str, &str, &str, &str)> = seen
+            .iter()
+            .map(|(k, d, pod, peer, policy)| {
+                (*k, d.as_str(), pod.as_str(), peer.as_str(), policy.as_str())
+            })
+            .collect();
+        assert_eq!(seen, expected, "[{backend}] would-deny events");
+    }
+}
