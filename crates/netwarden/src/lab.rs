@@ -182,12 +182,7 @@ pub struct EnforcedLab {
 impl EnforcedLab {
     /// Builds the topology and enforces every pod's rules in its netns.
     pub fn up(inventory: &Inventory, options: &LabCheckOptions) -> Result<EnforcedLab> {
-        let pods: Vec<_> = inventory
-            .pods
-            .iter()
-            .filter(|p| !p.host_network)
-            .cloned()
-            .collect();
+        let pods = lab_pods(inventory);
         let spec = LabSpec {
             pods: pods.clone(),
             ports: options.ports.iter().map(|p| (p.port, p.protocol)).collect(),
@@ -243,11 +238,12 @@ impl EnforcedLab {
     /// connections the new rules deny are ended (SPEC 5's revocation), so that nothing a
     /// state allowed survives into the next one; the NFLOG listeners name the new rules.
     pub fn enforce(&mut self, inventory: &Inventory) -> Result<()> {
-        let pods: Vec<_> = inventory.pods.iter().filter(|p| !p.host_network).collect();
+        let pods = lab_pods(inventory);
         let same = pods.len() == self.topology.len()
-            && pods.iter().zip(&self.topology).all(|(new, old)| {
-                new.key == old.key && new.interfaces == old.interfaces
-            });
+            && pods
+                .iter()
+                .zip(&self.topology)
+                .all(|(new, old)| new.key == old.key && new.interfaces == old.interfaces);
         if !same {
             let mut old: Vec<String> = self.topology.iter().map(|p| p.key.to_string()).collect();
             let mut new: Vec<String> = pods.iter().map(|p| p.key.to_string()).collect();
@@ -297,9 +293,11 @@ impl EnforcedLab {
         Ok(())
     }
 
-    /// Probes every pair the `reach` query names, with real connections.
+    /// Probes every pair the `reach` query names, with real connections, and every pod's
+    /// connections to and from the host-network pods the lab stands in for (see [`lab_pods`]).
     pub fn probe(&mut self, ports: &[PortProto]) -> Vec<ObservedProbe> {
-        let predicted = predict(&mut self.engine, ports);
+        let in_lab: std::collections::BTreeSet<PodKey> = self.netns.keys().cloned().collect();
+        let predicted = predict_with(&mut self.engine, ports, &in_lab);
         let unsupported = self.lab.unsupported_ports().to_vec();
         let lab = &self.lab;
         observe(
@@ -374,6 +372,58 @@ pub fn prediction(
     engine_options: EngineOptions,
 ) -> Vec<Probe> {
     predict(&mut engine_from(inventory, engine_options), ports)
+}
+
+/// The pods a lab builds a netns for: every pod-network pod, and each host-network pod whose
+/// addresses (its node's) no other pod of the lab has. A host-network pod's netns stands for
+/// its node: it gets no rules (host-network pods are never subjects, SPEC 8), and traffic to it
+/// is decided by the source pod's egress alone — as on a node, where it leaves the pod's netns
+/// for the host's. That is how `nodes` peers (a Node's `status.addresses`) are probed for real.
+/// Two host-network pods of one node share its address: only the first stands for it.
+pub fn lab_pods(inventory: &Inventory) -> Vec<netwarden_engine::Pod> {
+    let mut pods: Vec<_> = inventory
+        .pods
+        .iter()
+        .filter(|p| !p.host_network)
+        .cloned()
+        .collect();
+    let mut taken: std::collections::BTreeSet<std::net::IpAddr> = pods
+        .iter()
+        .flat_map(|p| &p.interfaces)
+        .flat_map(|i| i.ips.iter().copied())
+        .collect();
+    for host in inventory.pods.iter().filter(|p| p.host_network) {
+        let ips: Vec<_> = host.interfaces.iter().flat_map(|i| &i.ips).collect();
+        if !ips.is_empty() && ips.iter().all(|ip| !taken.contains(ip)) {
+            taken.extend(ips.into_iter().copied());
+            pods.push(host.clone());
+        }
+    }
+    pods
+}
+
+/// [`predict`] plus the probes to and from the host-network pods in `in_lab` (`reach` leaves
+/// host-network pods out: they have no policy side; the lab gives them one netns each).
+fn predict_with(
+    engine: &mut Engine,
+    ports: &[PortProto],
+    in_lab: &std::collections::BTreeSet<PodKey>,
+) -> Vec<Probe> {
+    let rules = engine.all_pod_rules();
+    let query = ReachQuery {
+        ports: ports.to_vec(),
+        network: None,
+        from: PodSelectorArg::All,
+        to: PodSelectorArg::All,
+    };
+    let taking_part = rules.values().filter(|r| {
+        engine
+            .pod(&r.pod)
+            .is_some_and(|p| !p.host_network || in_lab.contains(&r.pod))
+    });
+    crate::reach::Reach::over(taking_part, &query)
+        .probes()
+        .collect()
 }
 
 /// What `reach` predicts for every pod pair on every network, for `ports`.
@@ -898,6 +948,35 @@ mod tests {
             assert_eq!(json["observed"], serde_json::Value::Null);
             assert!(json.get("mismatch").is_none() && json.get("detail").is_none());
         }
+    }
+
+    /// Host-network pods get a netns standing for their node, unless another pod of the lab
+    /// has their address (a second host-network pod of the same node): pod-network pods first.
+    #[test]
+    fn lab_pods_stand_host_network_pods_in_for_their_node_once() {
+        let host = |name: &str, ip: &str| {
+            let mut p = pod("h", name, &[], &[ip]);
+            p.host_network = true;
+            p
+        };
+        let mut no_address = host("no-address", "10.0.0.9");
+        no_address.interfaces.clear();
+        let inventory = Inventory {
+            pods: vec![
+                host("node-1-a", "172.18.0.2"),
+                pod("x", "a", &[], &["10.0.0.1"]),
+                host("node-1-b", "172.18.0.2"),
+                host("node-2", "172.18.0.3"),
+                host("clashes-with-a", "10.0.0.1"),
+                no_address,
+            ],
+            ..Inventory::default()
+        };
+        let names: Vec<String> = lab_pods(&inventory)
+            .iter()
+            .map(|p| p.key.to_string())
+            .collect();
+        assert_eq!(names, ["x/a", "h/node-1-a", "h/node-2"]);
     }
 
     #[test]

@@ -268,7 +268,11 @@ fn reference_agrees_with_own_admin_cases() {
                 };
                 let views = [
                     ("allowed", &enforced, &probe.expect),
-                    ("staged_allowed", &staged, probe.staged.as_ref().unwrap_or(&probe.expect)),
+                    (
+                        "staged_allowed",
+                        &staged,
+                        probe.staged.as_ref().unwrap_or(&probe.expect),
+                    ),
                 ];
                 for (view, objects, text) in views {
                     let matrix = Matrix::parse(text).expect("a well-formed matrix");

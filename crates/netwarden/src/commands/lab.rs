@@ -43,7 +43,8 @@ fn print_lab_states(
     reports: &[netwarden::lab::LabReport],
     json: bool,
 ) -> Result<ExitCode> {
-    let names = std::iter::once("-f".to_string()).chain(then.iter().map(|p| p.display().to_string()));
+    let names =
+        std::iter::once("-f".to_string()).chain(then.iter().map(|p| p.display().to_string()));
     if json {
         #[derive(serde::Serialize)]
         struct State<'a> {
