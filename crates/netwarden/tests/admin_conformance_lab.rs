@@ -416,3 +416,40 @@ fn monitored_admin_policies_log_would_denies_and_change_no_traffic() {
         assert_eq!(seen, expected, "[{backend}] would-deny events");
     }
 }
+
+/// `--then` keeps one topology: a state without one of the pods is refused with an error that
+/// says so and names the pods, and nothing is printed as if it had been probed.
+#[test]
+fn a_state_that_changes_the_pods_is_refused() {
+    if !root_or_skip() {
+        return;
+    }
+    let corpus = admin_corpus::load(&admin_corpus::default_dir()).expect("the corpus loads");
+    let dir = TempDir::new("admin-lab-topology");
+    dir.write("s0.yaml", &docs_text(&corpus.cluster));
+    let fewer: Vec<Value> = corpus
+        .cluster
+        .iter()
+        .filter(|o| o["metadata"]["name"] != "harry-potter-1")
+        .cloned()
+        .collect();
+    dir.write("s1.yaml", &docs_text(&layer(&corpus.cluster, &fewer).unwrap()));
+    let out = {
+        let _slot = lab_slot();
+        std::process::Command::new(env!("CARGO_BIN_EXE_netwarden"))
+            .args(["lab", "check", "--port", "80/TCP", "--json", "-f"])
+            .arg(dir.path.join("s0.yaml"))
+            .arg("--then")
+            .arg(dir.path.join("s1.yaml"))
+            .output()
+            .unwrap()
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("changes the lab's topology")
+            && stderr.contains("network-policy-conformance-gryffindor/harry-potter-1"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+}
