@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::cli_args::{PodSelectorArg, PortProto};
 use crate::inventory::engine_from;
-use crate::reach::{reach, Probe, ReachQuery};
+use crate::reach::{Probe, Reach, ReachQuery};
 use netwarden_agent::sync::{for_backend, Reconciler, SyncReport};
 
 /// How a real connection disagreed with the prediction. A predicted allow must connect; a
@@ -421,21 +421,12 @@ fn predict_with(
             .pod(&r.pod)
             .is_some_and(|p| !p.host_network || in_lab.contains(&r.pod))
     });
-    crate::reach::Reach::over(taking_part, &query)
-        .probes()
-        .collect()
+    Reach::over(taking_part, &query).probes().collect()
 }
 
 /// What `reach` predicts for every pod pair on every network, for `ports`.
 fn predict(engine: &mut Engine, ports: &[PortProto]) -> Vec<Probe> {
-    let rules = engine.all_pod_rules();
-    let query = ReachQuery {
-        ports: ports.to_vec(),
-        network: None,
-        from: PodSelectorArg::All,
-        to: PodSelectorArg::All,
-    };
-    reach(engine, &rules, &query).probes
+    predict_with(engine, ports, &std::collections::BTreeSet::new())
 }
 
 /// Sends a real connection for every predicted probe whose pods are in the lab (`in_lab`) and

@@ -19,7 +19,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use netwarden_testing::admin_corpus::{self, object_key, Case, Corpus, Protocol};
-use netwarden_testing::{docs_text, lab_check, lab_slot, root_or_skip, LabProbe, TempDir};
+use netwarden_testing::{
+    assert_no_failures, docs_text, lab_check, lab_slot, per_backend, root_or_skip, LabProbe,
+    TempDir,
+};
 use serde_json::{json, Value};
 
 const BACKENDS: [&str; 2] = ["nft", "iptables"];
@@ -252,19 +255,7 @@ fn admin_conformance_on_the_kernel() {
         .flat_map(|s| &s.expect)
         .filter(|p| p.protocol == Protocol::Sctp)
         .count();
-    // The backends side by side: a lab mostly waits (see `lab_slot`).
-    let runs: Vec<(Tally, Vec<String>)> = std::thread::scope(|scope| {
-        let runs: Vec<_> = BACKENDS
-            .map(|backend| {
-                let corpus = &corpus;
-                scope.spawn(move || run_backend(corpus, backend))
-            })
-            .into_iter()
-            .collect();
-        runs.into_iter()
-            .map(|run| run.join().expect("a backend's run panicked"))
-            .collect()
-    });
+    let runs = per_backend(&BACKENDS, |backend| run_backend(&corpus, backend));
     let mut failures = Vec::new();
     for (backend, (tally, backend_failures)) in BACKENDS.iter().zip(runs) {
         failures.extend(backend_failures);
@@ -284,12 +275,7 @@ fn admin_conformance_on_the_kernel() {
             "[{backend}] every TCP and UDP probe is observed: {tally:?}"
         );
     }
-    assert!(
-        failures.is_empty(),
-        "{} failing checks on the kernel:\n  {}",
-        failures.len(),
-        failures.join("\n  ")
-    );
+    assert_no_failures("failing checks on the kernel", &failures);
 }
 
 /// `layer` writes a later state as changes over the first: objects kept as they are, and a
@@ -433,7 +419,10 @@ fn a_state_that_changes_the_pods_is_refused() {
         .filter(|o| o["metadata"]["name"] != "harry-potter-1")
         .cloned()
         .collect();
-    dir.write("s1.yaml", &docs_text(&layer(&corpus.cluster, &fewer).unwrap()));
+    dir.write(
+        "s1.yaml",
+        &docs_text(&layer(&corpus.cluster, &fewer).unwrap()),
+    );
     let out = {
         let _slot = lab_slot();
         std::process::Command::new(env!("CARGO_BIN_EXE_netwarden"))
@@ -451,5 +440,9 @@ fn a_state_that_changes_the_pods_is_refused() {
             && stderr.contains("network-policy-conformance-gryffindor/harry-potter-1"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

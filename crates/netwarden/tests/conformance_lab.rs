@@ -19,7 +19,8 @@ mod common;
 mod support;
 
 use netwarden_testing::{
-    docs_text, heavy_lock, lab_check, lab_slot, netwarden_bin, root_or_skip, LabProbe, TempDir,
+    assert_no_failures, docs_text, heavy_lock, lab_check, lab_slot, netwarden_bin, per_backend,
+    root_or_skip, LabProbe, TempDir,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -223,18 +224,8 @@ fn conformance_on_the_kernel() {
     let model = load_objects(&dir.join("model.yaml")).expect("conformance/model.yaml");
     let netpol = load_cases(&dir.join("netpol")).expect("conformance/netpol");
     let multinet = load_cases(&dir.join("multinet")).expect("conformance/multinet");
-    // The backends side by side: each lab step mostly waits (see `lab_slot`).
-    let runs: Vec<(&str, Tally, Vec<String>)> = std::thread::scope(|scope| {
-        let runs: Vec<_> = BACKENDS
-            .map(|backend| {
-                let (model, netpol, multinet) = (&model, &netpol, &multinet);
-                scope.spawn(move || run_backend(backend, model, netpol, multinet))
-            })
-            .into_iter()
-            .collect();
-        runs.into_iter()
-            .map(|run| run.join().expect("a backend's run panicked"))
-            .collect()
+    let runs = per_backend(&BACKENDS, |backend| {
+        run_backend(backend, &model, &netpol, &multinet)
     });
     let mut failures = Vec::new();
     let mut tallies = BTreeMap::new();
@@ -246,12 +237,7 @@ fn conformance_on_the_kernel() {
         tallies.values().all(|t| t.observed > 0),
         "no probe was observed at all"
     );
-    assert!(
-        failures.is_empty(),
-        "{} failing checks on the kernel:\n  {}",
-        failures.len(),
-        failures.join("\n  ")
-    );
+    assert_no_failures("failing checks on the kernel", &failures);
 }
 
 /// The comparison itself, on synthetic records (no root needed): a connection that differs
