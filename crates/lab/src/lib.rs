@@ -1,5 +1,6 @@
 //! netwarden-lab: a real network-namespace topology built from the engine's pods, with
-//! listeners in every pod and real TCP/UDP probes between them.
+//! listeners in every pod and real TCP/UDP probes between them (SCTP too, as raw INITs, on a
+//! kernel without SCTP sockets).
 //!
 //! ```text
 //!   fabric netns <prefix>-<hex>-f            pod netns <prefix>-<hex>-<n>
@@ -25,6 +26,7 @@
 mod cleanup;
 mod plan;
 mod probe;
+mod sctp;
 mod serve;
 
 use std::collections::BTreeMap;
@@ -240,13 +242,19 @@ impl Lab {
         let listeners = serve::listen_in_pods(handles.clone(), plan.ports.clone())?;
         let server = serve::Server::start(listeners)?;
 
+        // No SCTP sockets to listen with; where the kernel has no SCTP at all, raw INITs
+        // still probe the rules (see `sctp`): the ports are only unsupported otherwise.
+        let mut unsupported = plan.unsupported;
+        if sctp::raw_probing_available() {
+            unsupported.retain(|&(_, protocol)| protocol != Protocol::Sctp);
+        }
         guard.armed = false;
         Ok(Lab {
             state,
             pods,
             skipped: plan.skipped,
             ports: plan.ports,
-            unsupported: plan.unsupported,
+            unsupported,
             probe_config: options.probe.clone(),
             server: Some(server),
             torn_down: false,
@@ -278,7 +286,8 @@ impl Lab {
         &self.ports
     }
 
-    /// Requested ports the lab cannot serve (SCTP: not available in this kernel).
+    /// Requested ports the lab cannot probe: SCTP, where the kernel has SCTP sockets (the lab
+    /// has no SCTP listener); on a kernel without SCTP, raw INITs probe them (see `sctp`).
     pub fn unsupported_ports(&self) -> &[(u16, Protocol)] {
         &self.unsupported
     }

@@ -184,7 +184,9 @@ pub(crate) fn probe_here(spec: &ProbeSpec, config: &ProbeConfig) -> ProbeDetail 
     let result = match spec.protocol {
         Protocol::Tcp => probe_tcp(spec, config.tcp_timeout),
         Protocol::Udp => probe_udp(spec, config.udp_timeout, config.udp_attempts.max(1)),
-        Protocol::Sctp => return ProbeDetail::Error("SCTP is not supported by this kernel".into()),
+        Protocol::Sctp => {
+            return crate::sctp::probe(spec, config.udp_timeout, config.udp_attempts.max(1))
+        }
     };
     result.unwrap_or_else(|(what, errno)| classify(what, errno))
 }

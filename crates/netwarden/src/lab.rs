@@ -7,6 +7,10 @@
 //! REJECTs, SPEC 3.1). A deny that times out, is unreachable or could not be probed at all is a
 //! [`Mismatch`] like a deny that connects: a silent drop somewhere else must not pass for
 //! netwarden's verdict.
+//!
+//! `lab check --then PATH...` probes several states of one cluster on one topology: the netns
+//! are built once (building and removing them is most of a lab's cost), and each further state
+//! is enforced in them in turn ([`EnforcedLab::enforce`]), as an agent would apply the change.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,7 +30,7 @@ use serde::Serialize;
 
 use crate::cli_args::{PodSelectorArg, PortProto};
 use crate::inventory::engine_from;
-use crate::reach::{reach, Probe, ReachQuery};
+use crate::reach::{Probe, Reach, ReachQuery};
 use netwarden_agent::sync::{for_backend, Reconciler, SyncReport};
 
 /// How a real connection disagreed with the prediction. A predicted allow must connect; a
@@ -169,19 +173,18 @@ pub struct EnforcedLab {
     pub syncer: Box<dyn Reconciler>,
     pub netns: BTreeMap<PodKey, PathBuf>,
     pub sync: SyncReport,
+    /// The pods the topology was built from (no host-network pod): a later state must have
+    /// the same ([`EnforcedLab::enforce`]).
+    topology: Vec<netwarden_engine::Pod>,
+    engine_options: EngineOptions,
 }
 
 impl EnforcedLab {
     /// Builds the topology and enforces every pod's rules in its netns.
     pub fn up(inventory: &Inventory, options: &LabCheckOptions) -> Result<EnforcedLab> {
-        let pods: Vec<_> = inventory
-            .pods
-            .iter()
-            .filter(|p| !p.host_network)
-            .cloned()
-            .collect();
+        let pods = lab_pods(inventory);
         let spec = LabSpec {
-            pods,
+            pods: pods.clone(),
             ports: options.ports.iter().map(|p| (p.port, p.protocol)).collect(),
         };
         let lab = Lab::up(&spec).context("building the lab")?;
@@ -224,12 +227,77 @@ impl EnforcedLab {
             syncer,
             netns,
             sync,
+            topology: pods,
+            engine_options: options.engine.clone(),
         })
     }
 
-    /// Probes every pair the `reach` query names, with real connections.
+    /// Enforces another state of the cluster in the running lab: its pods must be the lab's
+    /// (same keys, interfaces and addresses; labels, ports and every other object may differ).
+    /// Every pod is synced from a fresh engine, as an agent applies a change, and live
+    /// connections the new rules deny are ended (SPEC 5's revocation), so that nothing a
+    /// state allowed survives into the next one; the NFLOG listeners name the new rules.
+    pub fn enforce(&mut self, inventory: &Inventory) -> Result<()> {
+        let pods = lab_pods(inventory);
+        let same = pods.len() == self.topology.len()
+            && pods
+                .iter()
+                .zip(&self.topology)
+                .all(|(new, old)| new.key == old.key && new.interfaces == old.interfaces);
+        if !same {
+            let mut old: Vec<String> = self.topology.iter().map(|p| p.key.to_string()).collect();
+            let mut new: Vec<String> = pods.iter().map(|p| p.key.to_string()).collect();
+            old.sort();
+            new.sort();
+            anyhow::bail!(
+                "this state changes the lab's topology (pods, interfaces or addresses): the lab has [{}], the state [{}]",
+                old.join(", "),
+                new.join(", ")
+            );
+        }
+        let mut inventory = inventory.clone();
+        for pod in &mut inventory.pods {
+            pod.netns = self.netns.get(&pod.key).map(|p| p.display().to_string());
+        }
+        let mut engine = engine_from(&inventory, self.engine_options.clone());
+        let all: std::collections::BTreeSet<PodKey> =
+            engine.pods().map(|p| p.key.clone()).collect();
+        self.syncer
+            .set_established(netwarden_agent::sync::Established::Revoke);
+        let sync = self.syncer.sync(&mut engine, all);
+        if !sync.errors.is_empty() {
+            anyhow::bail!(
+                "enforcing a new state in the lab failed: {}",
+                sync.errors.join("; ")
+            );
+        }
+        let programmed: Vec<PodKey> = self.syncer.programmed().keys().cloned().collect();
+        for key in &programmed {
+            if let Some(Err(e)) = self.syncer.revoke_now(key) {
+                anyhow::bail!("ending the connections the new state denies in {key}: {e}");
+            }
+        }
+        for (key, rules) in self.syncer.current() {
+            let Some(path) = self.netns.get(key) else {
+                continue;
+            };
+            let context = PodContext::new("lab", rules);
+            if !self.collector.set_context(path, context.clone()) {
+                self.collector
+                    .open(path, context)
+                    .with_context(|| format!("opening the NFLOG listener of {key}"))?;
+            }
+        }
+        self.engine = engine;
+        self.sync = sync;
+        Ok(())
+    }
+
+    /// Probes every pair the `reach` query names, with real connections, and every pod's
+    /// connections to and from the host-network pods the lab stands in for (see [`lab_pods`]).
     pub fn probe(&mut self, ports: &[PortProto]) -> Vec<ObservedProbe> {
-        let predicted = predict(&mut self.engine, ports);
+        let in_lab: std::collections::BTreeSet<PodKey> = self.netns.keys().cloned().collect();
+        let predicted = predict_with(&mut self.engine, ports, &in_lab);
         let unsupported = self.lab.unsupported_ports().to_vec();
         let lab = &self.lab;
         observe(
@@ -254,12 +322,15 @@ impl EnforcedLab {
         let processor = EventProcessor::new(self.collector.metrics().clone(), sink.clone());
         let by_addr = self.engine.pods_by_address();
         let resolve = |ip: std::net::IpAddr| by_addr.get(&ip).cloned();
-        processor.drain(
-            &self.records,
-            &resolve,
-            Duration::from_millis(400),
-            Duration::from_secs(5),
-        );
+        // When no rule in the lab logs, no record can come: take what is queued without
+        // waiting for the kernel to go quiet (most of a state's time in `lab check --then`).
+        let logs = self.syncer.current().values().any(|r| r.logs());
+        let (idle, max_wait) = if logs {
+            (Duration::from_millis(400), Duration::from_secs(5))
+        } else {
+            (Duration::from_millis(1), Duration::from_millis(50))
+        };
+        processor.drain(&self.records, &resolve, idle, max_wait);
         sink.take()
     }
 
@@ -303,8 +374,41 @@ pub fn prediction(
     predict(&mut engine_from(inventory, engine_options), ports)
 }
 
-/// What `reach` predicts for every pod pair on every network, for `ports`.
-fn predict(engine: &mut Engine, ports: &[PortProto]) -> Vec<Probe> {
+/// The pods a lab builds a netns for: every pod-network pod, and each host-network pod whose
+/// addresses (its node's) no other pod of the lab has. A host-network pod's netns stands for
+/// its node: it gets no rules (host-network pods are never subjects, SPEC 8), and traffic to it
+/// is decided by the source pod's egress alone — as on a node, where it leaves the pod's netns
+/// for the host's. That is how `nodes` peers (a Node's `status.addresses`) are probed for real.
+/// Two host-network pods of one node share its address: only the first stands for it.
+pub fn lab_pods(inventory: &Inventory) -> Vec<netwarden_engine::Pod> {
+    let mut pods: Vec<_> = inventory
+        .pods
+        .iter()
+        .filter(|p| !p.host_network)
+        .cloned()
+        .collect();
+    let mut taken: std::collections::BTreeSet<std::net::IpAddr> = pods
+        .iter()
+        .flat_map(|p| &p.interfaces)
+        .flat_map(|i| i.ips.iter().copied())
+        .collect();
+    for host in inventory.pods.iter().filter(|p| p.host_network) {
+        let ips: Vec<_> = host.interfaces.iter().flat_map(|i| &i.ips).collect();
+        if !ips.is_empty() && ips.iter().all(|ip| !taken.contains(ip)) {
+            taken.extend(ips.into_iter().copied());
+            pods.push(host.clone());
+        }
+    }
+    pods
+}
+
+/// [`predict`] plus the probes to and from the host-network pods in `in_lab` (`reach` leaves
+/// host-network pods out: they have no policy side; the lab gives them one netns each).
+fn predict_with(
+    engine: &mut Engine,
+    ports: &[PortProto],
+    in_lab: &std::collections::BTreeSet<PodKey>,
+) -> Vec<Probe> {
     let rules = engine.all_pod_rules();
     let query = ReachQuery {
         ports: ports.to_vec(),
@@ -312,7 +416,17 @@ fn predict(engine: &mut Engine, ports: &[PortProto]) -> Vec<Probe> {
         from: PodSelectorArg::All,
         to: PodSelectorArg::All,
     };
-    reach(engine, &rules, &query).probes
+    let taking_part = rules.values().filter(|r| {
+        engine
+            .pod(&r.pod)
+            .is_some_and(|p| !p.host_network || in_lab.contains(&r.pod))
+    });
+    Reach::over(taking_part, &query).probes().collect()
+}
+
+/// What `reach` predicts for every pod pair on every network, for `ports`.
+fn predict(engine: &mut Engine, ports: &[PortProto]) -> Vec<Probe> {
+    predict_with(engine, ports, &std::collections::BTreeSet::new())
 }
 
 /// Sends a real connection for every predicted probe whose pods are in the lab (`in_lab`) and
@@ -395,6 +509,47 @@ pub fn check(
     let report = lab.report(&options.ports);
     lab.down()?;
     Ok(report)
+}
+
+/// `lab check -f PATH... --then STATE...`: one topology, several states. The first state is
+/// `paths`; each `STATE` (file or directory) is laid over `paths` as `diff --with` lays changes
+/// (an object replaces the one of the same kind, namespace and name; `netwarden.io/delete:
+/// "true"` deletes it). The lab is built from the first state's pods, which every state must
+/// keep; each state is enforced in turn and probed. One report per state, in order.
+pub fn check_states(
+    paths: &[PathBuf],
+    then: &[PathBuf],
+    load: &LoadOptions,
+    options: &LabCheckOptions,
+) -> Result<Vec<LabReport>> {
+    let first = netwarden_manifest::load_paths(paths, load);
+    crate::inventory::report_problems(&first, false);
+    let mut options = options.clone();
+    if options.ports.is_empty() {
+        options.ports = default_ports(&first);
+    }
+    // Every state is read before anything is built: a bad file fails fast.
+    let mut states = Vec::with_capacity(then.len());
+    for path in then {
+        let layered = netwarden_manifest::layer_paths(paths, std::slice::from_ref(path), load);
+        if let Some(problem) = layered.unmatched_deletions.first() {
+            anyhow::bail!("state {}: {problem}", path.display());
+        }
+        crate::inventory::report_problems(&layered.changed, false);
+        states.push(layered.changed);
+    }
+    let mut lab = EnforcedLab::up(&first, &options)?;
+    let result = (|| {
+        let mut reports = vec![lab.report(&options.ports)];
+        for (path, state) in then.iter().zip(&states) {
+            lab.enforce(state)
+                .with_context(|| format!("state {}", path.display()))?;
+            reports.push(lab.report(&options.ports));
+        }
+        Ok(reports)
+    })();
+    lab.down()?;
+    result
 }
 
 /// The readable form of a lab run: one matrix per (network, port, family) where each cell is
@@ -784,6 +939,35 @@ mod tests {
             assert_eq!(json["observed"], serde_json::Value::Null);
             assert!(json.get("mismatch").is_none() && json.get("detail").is_none());
         }
+    }
+
+    /// Host-network pods get a netns standing for their node, unless another pod of the lab
+    /// has their address (a second host-network pod of the same node): pod-network pods first.
+    #[test]
+    fn lab_pods_stand_host_network_pods_in_for_their_node_once() {
+        let host = |name: &str, ip: &str| {
+            let mut p = pod("h", name, &[], &[ip]);
+            p.host_network = true;
+            p
+        };
+        let mut no_address = host("no-address", "10.0.0.9");
+        no_address.interfaces.clear();
+        let inventory = Inventory {
+            pods: vec![
+                host("node-1-a", "172.18.0.2"),
+                pod("x", "a", &[], &["10.0.0.1"]),
+                host("node-1-b", "172.18.0.2"),
+                host("node-2", "172.18.0.3"),
+                host("clashes-with-a", "10.0.0.1"),
+                no_address,
+            ],
+            ..Inventory::default()
+        };
+        let names: Vec<String> = lab_pods(&inventory)
+            .iter()
+            .map(|p| p.key.to_string())
+            .collect();
+        assert_eq!(names, ["x/a", "h/node-1-a", "h/node-2"]);
     }
 
     #[test]

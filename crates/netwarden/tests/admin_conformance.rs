@@ -8,10 +8,16 @@
 //! the engine and the lab are checked against the same corpus. Every probe runs; the test fails
 //! at the end listing every mismatch with its case, step and upstream line.
 
-use std::collections::BTreeMap;
+#[allow(dead_code)] // the helpers serve `conformance.rs` too; this file reads cases only
+mod support;
 
-use netwarden_testing::admin_corpus::{self, Corpus};
+use std::collections::{BTreeMap, BTreeSet};
+
+use netwarden_testing::admin_corpus::{self, Corpus, Protocol};
 use netwarden_testing::admin_reference;
+use serde_json::Value;
+use support::case::{conformance_dir, load_cases};
+use support::matrix::Matrix;
 
 fn corpus() -> Corpus {
     admin_corpus::load(&admin_corpus::default_dir()).expect("the corpus loads")
@@ -209,4 +215,106 @@ fn netwarden_reproduces_every_upstream_probe() {
         failures.join("\n")
     );
     assert!(checked > 500, "most probes are checked: {checked}");
+}
+
+/// netwarden's own admin-policy cases (`conformance/multinet/*-admin-*.yaml`, expected verdicts
+/// written by hand from SPEC 8; `conformance.rs` checks them through `reach`,
+/// `conformance_lab.rs` on the kernel) checked against the reference evaluator where it reads
+/// them: the primary network's IPv4 cells (it dials `status.podIP`), with the policies
+/// annotated `k8s.v1.cni.cncf.io/policy-for` left out (SPEC 8: they do not apply on the
+/// primary network; the reference knows no networks), the expected matrix with the monitored
+/// policies left out and the staged matrix with them enforced (the monitor phase; no case uses
+/// `replaces`). The reference is strict: it refuses the invalid rules of the fail-closed case,
+/// whose steps are counted and must be that case's only.
+#[test]
+fn reference_agrees_with_own_admin_cases() {
+    let cases: Vec<_> = load_cases(&conformance_dir().join("multinet"))
+        .expect("conformance/multinet")
+        .into_iter()
+        .filter(|c| c.name.starts_with("admin-"))
+        .collect();
+    assert!(cases.len() >= 6, "the own admin cases: {}", cases.len());
+    let (mut checked, mut refused) = (0usize, BTreeSet::new());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let base = case.objects.clone().expect("own cases list their objects");
+        for (i, step) in case.steps.iter().enumerate() {
+            let mut objects = base.clone();
+            objects.extend(step.policies.iter().cloned());
+            objects.retain(|o| annotation(o, "k8s.v1.cni.cncf.io/policy-for").is_none());
+            let enforced: Vec<Value> = objects
+                .iter()
+                .filter(|o| annotation(o, "netwarden.io/mode") != Some("monitor"))
+                .cloned()
+                .collect();
+            let staged: Vec<Value> = objects
+                .iter()
+                .cloned()
+                .map(|mut o| {
+                    if let Some(a) = o["metadata"]["annotations"].as_object_mut() {
+                        a.remove("netwarden.io/mode");
+                    }
+                    o
+                })
+                .collect();
+            let what = format!("{} step {}", case.name, i + 1);
+            for probe in step.probes.iter().filter(|p| {
+                p.network == "default" && p.family.as_deref().is_none_or(|f| f == "ipv4")
+            }) {
+                let protocol = match probe.protocol.as_str() {
+                    "TCP" => Protocol::Tcp,
+                    "UDP" => Protocol::Udp,
+                    _ => Protocol::Sctp,
+                };
+                let views = [
+                    ("allowed", &enforced, &probe.expect),
+                    (
+                        "staged_allowed",
+                        &staged,
+                        probe.staged.as_ref().unwrap_or(&probe.expect),
+                    ),
+                ];
+                for (view, objects, text) in views {
+                    let matrix = Matrix::parse(text).expect("a well-formed matrix");
+                    for ((from, to), want) in &matrix.cells {
+                        match admin_reference::decide(objects, from, to, probe.port, protocol) {
+                            Ok(d) => {
+                                checked += 1;
+                                if d.allowed() != *want {
+                                    failures.push(format!(
+                                        "{what} {}/{} {view} {from} -> {to}: case says {want}, \
+                                         reference {} (egress: {}; ingress: {})",
+                                        probe.port,
+                                        probe.protocol,
+                                        d.allowed(),
+                                        d.egress.by,
+                                        d.ingress.by
+                                    ));
+                                }
+                            }
+                            Err(_) => {
+                                refused.insert(format!("{}/{}", case.name, i + 1));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("own admin cases against the reference: {checked} cells checked, steps refused by the reference: {refused:?}");
+    assert!(
+        failures.is_empty(),
+        "{} disagreements:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        refused.iter().all(|s| s.starts_with("admin-fail-closed/")),
+        "only the fail-closed case's invalid rules may be refused: {refused:?}"
+    );
+    assert!(checked > 300, "most cells are checked: {checked}");
+}
+
+fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object["metadata"]["annotations"][key].as_str()
 }

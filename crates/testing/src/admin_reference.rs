@@ -13,7 +13,8 @@
 //! - inside an admin tier, policies selecting the pod in ascending `priority` (then name: equal
 //!   priorities are undefined upstream), rules in written order, the first rule whose peers and
 //!   ports match decides: Allow/Accept allows, Deny denies, Pass leaves the tier (in Baseline,
-//!   where upstream forbids Pass, it ends the tier without a verdict);
+//!   where upstream's CRDs refuse Pass, the rule cannot be implemented and fails closed as SPEC
+//!   8 says: it denies what it covers);
 //! - the NetworkPolicy tier decides iff a NetworkPolicy selects the pod for that direction
 //!   (allowed iff one of their rules matches);
 //! - host-network pods are never subjects nor pod peers; a pod dialling its own address is not
@@ -307,6 +308,11 @@ impl<'a> World<'a> {
                 return Ok(match rule["action"].as_str() {
                     Some("Allow") | Some("Accept") => TierResult::Allow(by),
                     Some("Deny") => TierResult::Deny(by),
+                    // Not a Baseline action: SPEC 8's fail-closed rule, a Pass that cannot be
+                    // implemented denies everything it would have covered.
+                    Some("Pass") if tier == Tier::Baseline => {
+                        TierResult::Deny(format!("{by} (not a Baseline action: fails closed)"))
+                    }
                     // Pass skips every later rule and policy of this tier.
                     Some("Pass") => TierResult::Undecided,
                     other => return Err(format!("unknown action {other:?} in {by}")),
@@ -860,7 +866,7 @@ mod tests {
     }
 
     #[test]
-    fn pass_in_baseline_ends_the_tier_without_verdict() {
+    fn pass_in_baseline_fails_closed_denying_what_it_covers() {
         let mut c = cluster();
         c.push(cnp(
             "base",
@@ -868,9 +874,9 @@ mod tests {
             10,
             "b",
             "ingress",
-            json!([from_ns("Pass", "a"), from_ns("Deny", "a")]),
+            json!([from_ns("Pass", "a"), from_ns("Accept", "a")]),
         ));
-        assert!(allowed(&c, "a/p", "b/r", 80, Protocol::Tcp));
+        assert!(!allowed(&c, "a/p", "b/r", 80, Protocol::Tcp));
     }
 
     #[test]

@@ -64,7 +64,10 @@ pub use records::{
     lab_check, successful_syncs, successful_syncs_in, sync_lines, sync_lines_in, Fields, LabProbe,
     SyncLine,
 };
-pub use root::{heavy_lock, is_root, lab_slot, root_or_skip, LabSlot, LAB_SLOTS};
+pub use root::{
+    assert_no_failures, heavy_lock, is_root, lab_slot, per_backend, root_or_skip, LabSlot,
+    LAB_SLOTS,
+};
 pub use tcp::{
     assert_connects, assert_refused, assert_refused_fast, close_with_reset, connect, connect_timed,
     listen, probe, wait_reachable,

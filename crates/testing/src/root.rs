@@ -73,3 +73,31 @@ impl Drop for LabSlot {
         (self.release)();
     }
 }
+
+/// Runs `run` once per backend, the backends side by side on threads of their own (a lab step
+/// mostly waits, see [`lab_slot`]); the results in the order of `backends`. A panic in one run
+/// is the test's panic.
+pub fn per_backend<'a, T: Send>(backends: &[&'a str], run: impl Fn(&'a str) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = backends
+            .iter()
+            .map(|&backend| {
+                let run = &run;
+                scope.spawn(move || run(backend))
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// Fails the test listing every failure, when there are any.
+pub fn assert_no_failures(what: &str, failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} {what}:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
+}

@@ -66,9 +66,16 @@ pub struct LabCheckArgs {
     /// Ports to probe (default: every container port the pods declare).
     #[arg(long = "port", num_args = 1..)]
     pub ports: Vec<PortProto>,
-    /// Print JSON (`{"probes": [...], "events": [...]}`).
+    /// Print JSON (`{"probes": [...], "events": [...]}`; with `--then`, `{"steps": [...]}`,
+    /// one such object per state).
     #[arg(long)]
     pub json: bool,
+    /// Further states of the cluster to enforce and probe in the same lab, in order: each
+    /// file or directory is laid over the `-f` manifests as `diff --with` lays changes
+    /// (replacing objects of the same kind, namespace and name; `netwarden.io/delete: "true"`
+    /// deletes one). The pods must stay the same.
+    #[arg(long, value_name = "PATH")]
+    pub then: Vec<PathBuf>,
 }
 
 #[derive(Args)]

@@ -24,8 +24,59 @@ pub fn lab_command(command: LabCommand) -> Result<ExitCode> {
 fn lab_check(args: LabCheckArgs) -> Result<ExitCode> {
     netwarden_lab::install_signal_cleanup()?;
     let options = lab_options(&args.input, &args.dataplane, args.ports)?;
+    if !args.then.is_empty() {
+        let reports = netwarden::lab::check_states(
+            &args.input.paths,
+            &args.then,
+            &args.input.load_options(),
+            &options,
+        )?;
+        return print_lab_states(&args.then, &reports, args.json);
+    }
     let report = netwarden::lab::check(&args.input.paths, &args.input.load_options(), &options)?;
     print_lab_report(&report, args.json)
+}
+
+/// Prints the reports of `lab check --then`: state 0 is `-f`'s, state k the k-th `--then`.
+fn print_lab_states(
+    then: &[std::path::PathBuf],
+    reports: &[netwarden::lab::LabReport],
+    json: bool,
+) -> Result<ExitCode> {
+    let names =
+        std::iter::once("-f".to_string()).chain(then.iter().map(|p| p.display().to_string()));
+    if json {
+        #[derive(serde::Serialize)]
+        struct State<'a> {
+            state: usize,
+            path: String,
+            #[serde(flatten)]
+            report: &'a netwarden::lab::LabReport,
+        }
+        let steps: Vec<State<'_>> = names
+            .zip(reports)
+            .enumerate()
+            .map(|(state, (path, report))| State {
+                state,
+                path,
+                report,
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "steps": steps }))?
+        );
+    } else {
+        for (i, (name, report)) in names.zip(reports).enumerate() {
+            println!("== state {i}: {name}");
+            print!("{}", netwarden::lab::render_text(report));
+        }
+    }
+    Ok(if reports.iter().all(|r| r.mismatches == 0) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn lab_up(args: LabUpArgs) -> Result<ExitCode> {
