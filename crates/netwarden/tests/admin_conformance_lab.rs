@@ -19,10 +19,10 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use netwarden_testing::admin_corpus::{self, object_key, Case, Corpus, Protocol};
+use netwarden_testing::admin_corpus::{self, Case, Corpus, Protocol};
 use netwarden_testing::{
-    assert_no_failures, docs_text, lab_check, lab_slot, per_backend, root_or_skip, LabProbe,
-    TempDir,
+    assert_no_failures, docs_text, lab_check_states, lab_slot, layer, per_backend, root_or_skip,
+    LabProbe, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -45,70 +45,19 @@ fn run_case_lab(
     cluster: &[Value],
     backend: &str,
 ) -> Result<Vec<Vec<LabProbe>>, String> {
-    let states = case.states(cluster)?;
-    let dir = TempDir::new("admin-lab");
-    let first = &states[0].1;
-    dir.write("s0.yaml", &docs_text(first));
-    let mut extra: Vec<String> = Vec::new();
-    for (k, (_, objects)) in states.iter().enumerate().skip(1) {
-        dir.write(&format!("s{k}.yaml"), &docs_text(&layer(first, objects)?));
-        extra.push("--then".into());
-        extra.push(dir.path.join(format!("s{k}.yaml")).display().to_string());
-    }
+    let states: Vec<Vec<Value>> = case
+        .states(cluster)?
+        .into_iter()
+        .map(|(_, objects)| objects)
+        .collect();
     let ports: BTreeSet<(u16, String)> = case
         .steps
         .iter()
         .flat_map(|s| &s.expect)
         .map(|p| (p.port, p.protocol.as_str().to_string()))
         .collect();
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let report = lab_check(
-        env!("CARGO_BIN_EXE_netwarden"),
-        &dir.path.join("s0.yaml"),
-        backend,
-        &ports,
-        &extra,
-    )?;
-    // Without `--then` (a one-step case), the plain report is the only state.
-    let steps = match report["steps"].as_array() {
-        Some(steps) => steps.clone(),
-        None => vec![report],
-    };
-    if steps.len() != states.len() {
-        return Err(format!(
-            "lab check reported {} states for {} steps",
-            steps.len(),
-            states.len()
-        ));
-    }
-    steps.iter().map(LabProbe::all_of).collect()
-}
-
-/// State `objects` as changes laid over `first` (`--then`'s reading): every object of the
-/// state (those equal to `first`'s replace themselves), and a `netwarden.io/delete` marker for
-/// each object of `first` the state no longer has.
-fn layer(first: &[Value], objects: &[Value]) -> Result<Vec<Value>, String> {
-    let kept: BTreeSet<_> = objects.iter().map(object_key).collect::<Result<_, _>>()?;
-    let mut out = objects.to_vec();
-    for obj in first {
-        let key = object_key(obj)?;
-        if !kept.contains(&key) {
-            let (kind, namespace, name) = key;
-            let mut metadata = json!({
-                "name": name,
-                "annotations": { "netwarden.io/delete": "true" },
-            });
-            if !namespace.is_empty() {
-                metadata["namespace"] = json!(namespace);
-            }
-            out.push(json!({
-                "apiVersion": obj["apiVersion"],
-                "kind": kind,
-                "metadata": metadata,
-            }));
-        }
-    }
-    Ok(out)
+    let reports = lab_check_states(env!("CARGO_BIN_EXE_netwarden"), &states, backend, &ports)?;
+    reports.iter().map(LabProbe::all_of).collect()
 }
 
 /// The host-network pods of the cluster (`ns/name`).
@@ -329,18 +278,6 @@ fn monitored_admin_policies_log_would_denies_and_change_no_traffic() {
             all
         })
         .collect();
-    let dir = TempDir::new("admin-monitor-lab");
-    dir.write("s0.yaml", &docs_text(&states[0]));
-    let mut extra = Vec::new();
-    for (k, state) in states.iter().enumerate().skip(1) {
-        dir.write(
-            &format!("s{k}.yaml"),
-            &docs_text(&layer(&states[0], state).unwrap()),
-        );
-        extra.push("--then".to_string());
-        extra.push(dir.path.join(format!("s{k}.yaml")).display().to_string());
-    }
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let ports = BTreeSet::from([(80, "TCP".to_string()), (80, "UDP".to_string())]);
     // (state, direction, pod, monitored policy) -> the peers it would deny, per the case's
     // staged matrices: state 0 x/a's ingress from x/b and y/c, state 2 x/a's egress to them.
@@ -354,19 +291,10 @@ fn monitored_admin_policies_log_would_denies_and_change_no_traffic() {
     .map(|(k, d, peer, policy)| (k, d, "x/a", peer, policy))
     .collect();
     for backend in BACKENDS {
-        let report = {
+        let steps = {
             let _slot = lab_slot();
-            lab_check(
-                env!("CARGO_BIN_EXE_netwarden"),
-                &dir.path.join("s0.yaml"),
-                backend,
-                &ports,
-                &extra,
-            )
-            .unwrap()
+            lab_check_states(env!("CARGO_BIN_EXE_netwarden"), &states, backend, &ports).unwrap()
         };
-        let steps = report["steps"].as_array().expect("one report per state");
-        assert_eq!(steps.len(), states.len(), "[{backend}]");
         let mut seen = BTreeSet::new();
         for (k, step) in steps.iter().enumerate() {
             for p in LabProbe::all_of(step).unwrap() {

@@ -1,7 +1,10 @@
 //! The conformance suite end to end on the kernel: every step of the plain IPv4 NetworkPolicy
 //! cases (conformance/netpol) and of the multi-network and monitor cases (conformance/multinet)
 //! goes through `netwarden lab check`, which builds a netns per pod, enforces netwarden's rules
-//! with the nft or iptables backend, and makes real connections between every pod pair.
+//! with the nft or iptables backend, and makes real connections between every pod pair. Steps
+//! with the same pods and ports, of any case, share one lab (`lab check -f S0 --then S1 ...`,
+//! each state the whole cluster at that step, enforced in turn): building and removing the
+//! netns is most of a lab's cost.
 //!
 //! What a real connection did must equal the case's expected matrix (not only `reach`'s
 //! prediction, which the `conformance` test checks separately), and must equal `allowed` even
@@ -9,8 +12,9 @@
 //! A denied connection must be refused (reset or port unreachable: netwarden REJECTs), so any
 //! probe `lab check` flags with a `mismatch` (e.g. a deny that timed out) fails the case too.
 //! SCTP is probed with raw INITs where the kernel has no SCTP sockets; where it has them the
-//! lab cannot probe SCTP (`observed: null`), and those probes are counted, not checked. Every
-//! case, step and backend runs; the test fails at the end listing every failure.
+//! lab cannot probe SCTP (`observed: null`), and those probes are counted, not checked. A probe
+//! no expected matrix covers (another network or family of the step) must still agree with
+//! `reach`. Every case, step and backend runs; the test fails at the end listing every failure.
 //!
 //! `a_silent_drop_is_a_mismatch` pins that rule on a lab where a foreign table drops what
 //! netwarden would refuse.
@@ -20,8 +24,8 @@ mod common;
 mod support;
 
 use netwarden_testing::{
-    assert_no_failures, docs_text, heavy_lock, lab_check, lab_slot, netwarden_bin, per_backend,
-    root_or_skip, LabProbe, TempDir,
+    assert_no_failures, heavy_lock, lab_check_states, lab_slot, netwarden_bin, per_backend,
+    root_or_skip, LabProbe,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,24 +39,90 @@ const BACKENDS: [&str; 2] = ["nft", "iptables"];
 /// Counters of one backend's run.
 #[derive(Debug, Default)]
 struct Tally {
+    /// Topologies built (`lab check` runs).
     labs: usize,
+    /// Steps checked (states enforced in those labs).
+    steps: usize,
     observed: usize,
     sctp_skipped: usize,
+    /// Probes no expected matrix covers (another network or family, or a port another step of
+    /// the same lab needed): checked against `reach` only.
+    extra: usize,
     elapsed: Duration,
 }
 
-/// Runs `netwarden lab check` on the objects and policies for the given ports.
-fn run_lab(
-    backend: &str,
-    objects: &[Value],
-    policies: &[Value],
-    ports: &BTreeSet<(u16, String)>,
-) -> Result<Vec<LabProbe>, String> {
-    let dir = TempDir::new("lab");
-    dir.write("objects.yaml", &docs_text(objects));
-    dir.write("policies.yaml", &docs_text(policies));
-    let report = lab_check(&netwarden_bin!(), &dir.path, backend, ports, &[])?;
-    LabProbe::all_of(&report)
+/// One step of a case made ready to run: how failures name it, the whole cluster at that
+/// point (objects and policies) and what must be observed.
+struct Planned {
+    what: String,
+    state: Vec<Value>,
+    probes: Vec<Probe>,
+    ports: BTreeSet<(u16, String)>,
+}
+
+/// What decides a lab's topology: the pods with everything but their labels (a `--then` state
+/// may relabel pods, not change their keys, interfaces or addresses). Steps with equal keys
+/// run in one lab.
+fn topology_key(state: &[Value]) -> String {
+    let mut pods: Vec<Value> = state
+        .iter()
+        .filter(|o| o["kind"] == "Pod")
+        .cloned()
+        .collect();
+    for pod in &mut pods {
+        if let Some(metadata) = pod["metadata"].as_object_mut() {
+            metadata.remove("labels");
+        }
+    }
+    Value::Array(pods).to_string()
+}
+
+/// Groups the steps by topology and ports, keeping the order of their first appearance and
+/// the steps' order within a group. Each step is probed on exactly its own ports, as in a lab
+/// of its own: a union of ports (fewer labs, no faster) multiplied the ICMP answers (SCTP's,
+/// UDP refusals') a pod's netns sends state after state, and once in three runs an allowed
+/// SCTP probe of a port its step did not need timed out on iptables.
+fn by_topology(steps: Vec<Planned>) -> Vec<Vec<Planned>> {
+    let mut groups: Vec<(String, Vec<Planned>)> = Vec::new();
+    for step in steps {
+        let key = format!("{:?} {}", step.ports, topology_key(&step.state));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, group)) => group.push(step),
+            None => groups.push((key, vec![step])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
+/// Runs one lab for `steps` (one topology, each step's state enforced in turn, probed on the
+/// union of their ports: [`by_topology`] groups steps of the same ports) and checks every
+/// step's records.
+fn run_group(backend: &str, steps: &[Planned], tally: &mut Tally, failures: &mut Vec<String>) {
+    let states: Vec<Vec<Value>> = steps.iter().map(|s| s.state.clone()).collect();
+    let ports: BTreeSet<(u16, String)> = steps.iter().flat_map(|s| s.ports.clone()).collect();
+    let before = failures.len();
+    let started = Instant::now();
+    let reports = {
+        let _lab = lab_slot();
+        lab_check_states(&netwarden_bin!(), &states, backend, &ports)
+    };
+    tally.elapsed += started.elapsed();
+    tally.labs += 1;
+    let records: Result<Vec<Vec<LabProbe>>, String> =
+        reports.and_then(|r| r.iter().map(LabProbe::all_of).collect());
+    match records {
+        Ok(records) => {
+            for (step, records) in steps.iter().zip(&records) {
+                tally.steps += 1;
+                check_step(&step.what, &step.probes, records, tally, failures);
+            }
+        }
+        // The lab ran its states together: each of them failed.
+        Err(e) => failures.extend(steps.iter().map(|s| format!("{}: {e}", s.what))),
+    }
+    for f in &failures[before..] {
+        println!("FAIL {f}");
+    }
 }
 
 /// Compares the observed records of one step with its expected matrices.
@@ -63,6 +133,26 @@ fn check_step(
     tally: &mut Tally,
     failures: &mut Vec<String>,
 ) {
+    let covers = |probe: &Probe, r: &LabProbe| {
+        r.network == probe.network
+            && r.port == probe.port
+            && r.protocol.eq_ignore_ascii_case(&probe.protocol)
+            && probe.family.as_ref().is_none_or(|f| *f == r.family)
+    };
+    // A port (or network, family) only another step of the lab needed: no expected matrix,
+    // but the kernel must still do what `reach` predicts (connect or refuse).
+    for r in records
+        .iter()
+        .filter(|r| !probes.iter().any(|p| covers(p, r)))
+    {
+        tally.extra += 1;
+        if let Some(mismatch) = &r.mismatch {
+            failures.push(format!(
+                "{what} {}/{} network {} (no expected matrix): {} -> {} ({}): kernel and reach disagree: {mismatch}; {}",
+                r.port, r.protocol, r.network, r.from, r.to, r.family, r.detail()
+            ));
+        }
+    }
     for probe in probes {
         let expect = match Matrix::parse(&probe.expect) {
             Ok(m) => m,
@@ -80,12 +170,7 @@ fn check_step(
         let mut covered = BTreeSet::new();
         // Set when this kernel cannot probe SCTP: then the SCTP cells go unobserved.
         let mut sctp_unobservable = false;
-        for r in records.iter().filter(|r| {
-            r.network == probe.network
-                && r.port == probe.port
-                && r.protocol.eq_ignore_ascii_case(&probe.protocol)
-                && probe.family.as_ref().is_none_or(|f| *f == r.family)
-        }) {
+        for r in records.iter().filter(|r| covers(probe, r)) {
             let pair = format!("{} -> {} ({})", r.from, r.to, r.family);
             let Some(&want) = expect.cells.get(&(r.from.clone(), r.to.clone())) else {
                 failures.push(format!(
@@ -147,43 +232,39 @@ fn verdict(v: bool) -> &'static str {
     }
 }
 
-/// Runs every step of a case through the lab on one backend.
-fn run_case(
+/// Every step of a case made ready to run on one backend; a step that cannot be built fails
+/// alone.
+fn plan_case(
     case: &Case,
     base_objects: &[Value],
     variant: Option<Variant>,
     backend: &str,
-    tally: &mut Tally,
+    planned: &mut Vec<Planned>,
     failures: &mut Vec<String>,
 ) {
     for (i, step, prepared) in variant::prepared_steps(case, base_objects, variant) {
         let what = format!("{} [{backend}]", variant::step_name(&case.name, i, step));
-        let ready = match prepared {
-            Ok(ready) => ready,
-            Err(e) => {
-                failures.push(format!("{what}: {e}"));
-                continue;
+        match prepared {
+            Ok(ready) => {
+                let mut state = ready.objects;
+                state.extend(ready.policies);
+                planned.push(Planned {
+                    what,
+                    state,
+                    probes: ready.probes,
+                    ports: ready.ports,
+                });
             }
-        };
-        let before = failures.len();
-        let started = Instant::now();
-        let records = {
-            let _lab = lab_slot();
-            run_lab(backend, &ready.objects, &ready.policies, &ready.ports)
-        };
-        tally.elapsed += started.elapsed();
-        tally.labs += 1;
-        match records {
-            Ok(records) => check_step(&what, &ready.probes, &records, tally, failures),
-            Err(e) => failures.push(format!("{what}: {e}")),
-        }
-        for f in &failures[before..] {
-            println!("FAIL {f}");
+            Err(e) => {
+                println!("FAIL {what}: {e}");
+                failures.push(format!("{what}: {e}"));
+            }
         }
     }
 }
 
-/// Every case on one backend: its counters and failures.
+/// Every case on one backend: its counters and failures. Steps that share their pods run in
+/// one lab (`lab check --then`): building and removing the netns is most of a lab's cost.
 fn run_backend<'a>(
     backend: &'a str,
     model: &[Value],
@@ -192,28 +273,35 @@ fn run_backend<'a>(
 ) -> (&'a str, Tally, Vec<String>) {
     let mut tally = Tally::default();
     let mut failures = Vec::new();
+    let mut planned = Vec::new();
     for case in netpol {
-        run_case(
+        plan_case(
             case,
             model,
             Some(Variant::Base),
             backend,
-            &mut tally,
+            &mut planned,
             &mut failures,
         );
     }
     for case in multinet {
         match &case.objects {
-            Some(objects) => run_case(case, objects, None, backend, &mut tally, &mut failures),
+            Some(objects) => plan_case(case, objects, None, backend, &mut planned, &mut failures),
             None => failures.push(format!("{}: multinet cases list their objects", case.name)),
         }
     }
+    for group in by_topology(planned) {
+        run_group(backend, &group, &mut tally, &mut failures);
+    }
     println!(
-        "{backend}: {} cases, {} labs, {} observed probes, {} SCTP probes not observable, {:.1} s",
+        "{backend}: {} cases, {} steps in {} labs, {} observed probes, {} SCTP probes not \
+         observable, {} probes without an expected matrix; {:.1} s",
         netpol.len() + multinet.len(),
+        tally.steps,
         tally.labs,
         tally.observed,
         tally.sctp_skipped,
+        tally.extra,
         tally.elapsed.as_secs_f64()
     );
     (backend, tally, failures)
@@ -246,7 +334,8 @@ fn conformance_on_the_kernel() {
 
 /// The comparison itself, on synthetic records (no root needed): a connection that differs
 /// from the matrix, a deny that timed out instead of being refused, a pair without an observed
-/// probe and an unobservable SCTP probe.
+/// probe, an unobservable SCTP probe, and the probes of a port only another step of the lab
+/// needed (checked against `reach` alone).
 #[test]
 fn check_step_reports_differences() {
     let record = |from: &str,
@@ -292,6 +381,23 @@ fn check_step_reports_differences() {
         record("x/b", "x/a", "UDP", true, Some(true), None),
         record("x/b", "x/b", "UDP", true, Some(true), None),
     ];
+    // Port 81 only another step of the lab probes: checked against reach alone.
+    let other_port = |mismatch: Option<&str>| LabProbe {
+        port: 81,
+        ..record(
+            "x/a",
+            "x/b",
+            "TCP",
+            false,
+            Some(mismatch.is_some()),
+            mismatch,
+        )
+    };
+    let records = [
+        &records[..],
+        &[other_port(None), other_port(connected_deny)],
+    ]
+    .concat();
     let mut tally = Tally::default();
     let mut failures = Vec::new();
     check_step(
@@ -303,7 +409,15 @@ fn check_step_reports_differences() {
     );
     assert_eq!(tally.observed, 7);
     assert_eq!(tally.sctp_skipped, 1);
-    assert_eq!(failures.len(), 3, "{failures:#?}");
+    assert_eq!(tally.extra, 2);
+    assert_eq!(failures.len(), 4, "{failures:#?}");
+    assert!(
+        failures[0].contains("81/TCP network default (no expected matrix): x/a -> x/b")
+            && failures[0].contains("denied-but-connected"),
+        "{}",
+        failures[0]
+    );
+    failures.remove(0);
     assert!(failures[0].contains("x/a -> x/b (ipv4): expected denied, observed allowed"));
     assert!(failures[0].contains("refused"));
     assert!(failures[1].contains("no observed probe for x/b -> x/b"));

@@ -13,7 +13,8 @@
 //! - [`process`]: the binary under test and `netwarden run` as a child process (killed on
 //!   drop, with its log; `run --kube`'s usual arguments), what a process holds (for leak
 //!   checks), polling;
-//! - [`records`]: what netwarden prints, read back (`lab check --json` probes, `sync:` lines);
+//! - [`records`]: what netwarden prints, read back (`lab check --json` probes, `sync:` lines),
+//!   and `lab check --then` over whole states (written as changes over the first);
 //! - [`installed`]: what netwarden left in a namespace, as the system tools show it;
 //! - [`random`]: a deterministic random source;
 //! - [`admin_corpus`]: the admin-policy conformance corpus transcribed from upstream, typed;
@@ -61,8 +62,8 @@ pub use process::{
 };
 pub use random::Lcg;
 pub use records::{
-    lab_check, successful_syncs, successful_syncs_in, sync_lines, sync_lines_in, Fields, LabProbe,
-    SyncLine,
+    lab_check, lab_check_states, layer, successful_syncs, successful_syncs_in, sync_lines,
+    sync_lines_in, Fields, LabProbe, SyncLine,
 };
 pub use root::{
     assert_no_failures, heavy_lock, is_root, lab_slot, per_backend, root_or_skip, LabSlot,

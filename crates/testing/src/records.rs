@@ -201,6 +201,70 @@ pub fn lab_check(
     })
 }
 
+/// Runs one `lab check -f S0 --then S1 ...` over `states` (each the whole cluster at that
+/// point: one topology, each state enforced in turn) and returns one report per state. Later
+/// states are written as changes over the first ([`layer`]), as `--then` reads them. With a
+/// single state, the plain report is that state's.
+pub fn lab_check_states(
+    bin: &str,
+    states: &[Vec<Value>],
+    backend: &str,
+    ports: &BTreeSet<(u16, String)>,
+) -> Result<Vec<Value>, String> {
+    let first = states.first().ok_or("lab check of no state")?;
+    let dir = crate::TempDir::new("lab-states");
+    dir.write("s0.yaml", &crate::docs_text(first));
+    let mut extra: Vec<String> = Vec::new();
+    for (k, objects) in states.iter().enumerate().skip(1) {
+        let name = format!("s{k}.yaml");
+        dir.write(&name, &crate::docs_text(&layer(first, objects)?));
+        extra.push("--then".into());
+        extra.push(dir.path.join(name).display().to_string());
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let report = lab_check(bin, &dir.path.join("s0.yaml"), backend, ports, &extra)?;
+    let reports = match report["steps"].as_array() {
+        Some(steps) => steps.clone(),
+        None => vec![report],
+    };
+    if reports.len() != states.len() {
+        return Err(format!(
+            "lab check reported {} states for {}",
+            reports.len(),
+            states.len()
+        ));
+    }
+    Ok(reports)
+}
+
+/// State `objects` as changes laid over `first` (`--then`'s reading): every object of the
+/// state (those equal to `first`'s replace themselves), and a `netwarden.io/delete` marker for
+/// each object of `first` the state no longer has.
+pub fn layer(first: &[Value], objects: &[Value]) -> Result<Vec<Value>, String> {
+    use crate::admin_corpus::object_key;
+    let kept: BTreeSet<_> = objects.iter().map(object_key).collect::<Result<_, _>>()?;
+    let mut out = objects.to_vec();
+    for obj in first {
+        let key = object_key(obj)?;
+        if !kept.contains(&key) {
+            let (kind, namespace, name) = key;
+            let mut metadata = serde_json::json!({
+                "name": name,
+                "annotations": { "netwarden.io/delete": "true" },
+            });
+            if !namespace.is_empty() {
+                metadata["namespace"] = serde_json::json!(namespace);
+            }
+            out.push(serde_json::json!({
+                "apiVersion": obj["apiVersion"],
+                "kind": kind,
+                "metadata": metadata,
+            }));
+        }
+    }
+    Ok(out)
+}
+
 /// One `sync: N pod(s) considered, A applied, U unchanged, R removed, ..., E error(s)` line of
 /// the agent (or of `netwarden apply`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
