@@ -56,7 +56,13 @@ fn run_case_lab(
         .flat_map(|s| &s.expect)
         .map(|p| (p.port, p.protocol.as_str().to_string()))
         .collect();
-    let reports = lab_check_states(env!("CARGO_BIN_EXE_netwarden"), &states, backend, &ports)?;
+    let reports = lab_check_states(
+        env!("CARGO_BIN_EXE_netwarden"),
+        &states,
+        backend,
+        &ports,
+        &[],
+    )?;
     reports.iter().map(LabProbe::all_of).collect()
 }
 
@@ -293,7 +299,14 @@ fn monitored_admin_policies_log_would_denies_and_change_no_traffic() {
     for backend in BACKENDS {
         let steps = {
             let _slot = lab_slot();
-            lab_check_states(env!("CARGO_BIN_EXE_netwarden"), &states, backend, &ports).unwrap()
+            lab_check_states(
+                env!("CARGO_BIN_EXE_netwarden"),
+                &states,
+                backend,
+                &ports,
+                &[],
+            )
+            .unwrap()
         };
         let mut seen = BTreeSet::new();
         for (k, step) in steps.iter().enumerate() {

@@ -60,43 +60,9 @@ struct Planned {
     ports: BTreeSet<(u16, String)>,
 }
 
-/// What decides a lab's topology: the pods with everything but their labels (a `--then` state
-/// may relabel pods, not change their keys, interfaces or addresses). Steps with equal keys
-/// run in one lab.
-fn topology_key(state: &[Value]) -> String {
-    let mut pods: Vec<Value> = state
-        .iter()
-        .filter(|o| o["kind"] == "Pod")
-        .cloned()
-        .collect();
-    for pod in &mut pods {
-        if let Some(metadata) = pod["metadata"].as_object_mut() {
-            metadata.remove("labels");
-        }
-    }
-    Value::Array(pods).to_string()
-}
-
-/// Groups the steps by topology and ports, keeping the order of their first appearance and
-/// the steps' order within a group. Each step is probed on exactly its own ports, as in a lab
-/// of its own: a union of ports (fewer labs, no faster) multiplied the ICMP answers (SCTP's,
-/// UDP refusals') a pod's netns sends state after state, and once in three runs an allowed
-/// SCTP probe of a port its step did not need timed out on iptables.
-fn by_topology(steps: Vec<Planned>) -> Vec<Vec<Planned>> {
-    let mut groups: Vec<(String, Vec<Planned>)> = Vec::new();
-    for step in steps {
-        let key = format!("{:?} {}", step.ports, topology_key(&step.state));
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, group)) => group.push(step),
-            None => groups.push((key, vec![step])),
-        }
-    }
-    groups.into_iter().map(|(_, group)| group).collect()
-}
-
 /// Runs one lab for `steps` (one topology, each step's state enforced in turn, probed on the
-/// union of their ports: [`by_topology`] groups steps of the same ports) and checks every
-/// step's records.
+/// union of their ports: [`support::lab::lab_key`] groups steps of the same ports) and checks
+/// every step's records.
 fn run_group(backend: &str, steps: &[Planned], tally: &mut Tally, failures: &mut Vec<String>) {
     let states: Vec<Vec<Value>> = steps.iter().map(|s| s.state.clone()).collect();
     let ports: BTreeSet<(u16, String)> = steps.iter().flat_map(|s| s.ports.clone()).collect();
@@ -104,7 +70,7 @@ fn run_group(backend: &str, steps: &[Planned], tally: &mut Tally, failures: &mut
     let started = Instant::now();
     let reports = {
         let _lab = lab_slot();
-        lab_check_states(&netwarden_bin!(), &states, backend, &ports)
+        lab_check_states(&netwarden_bin!(), &states, backend, &ports, &[])
     };
     tally.elapsed += started.elapsed();
     tally.labs += 1;
@@ -290,7 +256,7 @@ fn run_backend<'a>(
             None => failures.push(format!("{}: multinet cases list their objects", case.name)),
         }
     }
-    for group in by_topology(planned) {
+    for group in support::lab::grouped(planned, |s| support::lab::lab_key(&s.state, &s.ports)) {
         run_group(backend, &group, &mut tally, &mut failures);
     }
     println!(

@@ -35,9 +35,7 @@ use netwarden_lab::ProbeSpec;
 use netwarden_manifest::LoadOptions;
 use netwarden_monitor::Timestamp;
 use netwarden_render::RenderOptions;
-use netwarden_testing::{
-    docs_text, heavy_lock, lab_check, lab_slot, root_or_skip, Fields, LabProbe, TempDir,
-};
+use netwarden_testing::{heavy_lock, lab_check_states, lab_slot, root_or_skip, Fields, LabProbe};
 use serde_json::{json, Value};
 use support::case::{conformance_dir, load_cases, load_objects, Case};
 use support::matrix::Matrix;
@@ -239,32 +237,48 @@ fn lab_check_docs(
     ports: &BTreeSet<(u16, String)>,
     extra: &[&str],
 ) -> Result<LabOutput, String> {
-    let dir = TempDir::new("monitor");
-    dir.write("objects.yaml", &docs_text(docs));
+    let mut outs = lab_check_docs_states(backend, &[docs.to_vec()], ports, extra)?;
+    outs.pop()
+        .ok_or_else(|| "lab check reported no state".to_string())
+}
+
+/// As [`lab_check_docs`] for several states of one cluster on one topology (`lab check
+/// --then`): each state's probes and the events logged while it was enforced.
+fn lab_check_docs_states(
+    backend: &str,
+    states: &[Vec<Value>],
+    ports: &BTreeSet<(u16, String)>,
+    extra: &[&str],
+) -> Result<Vec<LabOutput>, String> {
     let start = Timestamp::now();
-    let report = {
+    let reports = {
         let _lab = lab_slot();
-        lab_check(
+        lab_check_states(
             env!("CARGO_BIN_EXE_netwarden"),
-            &dir.path,
+            states,
             backend,
             ports,
             extra,
         )?
     };
     let end = Timestamp::now();
-    let probes = LabProbe::all_of(&report)?;
-    let events = report["events"]
-        .as_array()
-        .ok_or("lab check JSON has no \"events\" array")?
+    reports
         .iter()
-        .map(parse_event)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(LabOutput {
-        probes,
-        events,
-        window: (start, end),
-    })
+        .map(|report| {
+            let probes = LabProbe::all_of(report)?;
+            let events = report["events"]
+                .as_array()
+                .ok_or("lab check JSON has no \"events\" array")?
+                .iter()
+                .map(parse_event)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(LabOutput {
+                probes,
+                events,
+                window: (start, end),
+            })
+        })
+        .collect()
 }
 
 fn parse_event(v: &Value) -> Result<LabEvent, String> {
@@ -1121,6 +1135,7 @@ fn monitored(policies: &[Value]) -> Result<Vec<Value>, String> {
 #[derive(Default)]
 struct Tally {
     labs: usize,
+    steps: usize,
     observed: usize,
     sctp: usize,
     events: usize,
@@ -1227,45 +1242,76 @@ fn check_monitored_step(
     }
 }
 
+/// Every step of the cases with every policy monitored; steps with the same pods and ports
+/// share one lab (`lab check --then`, see `support::lab`).
 fn conformance_monitored(
     backend: &str,
     cases: &[Case],
     model: &[Value],
     failures: &mut Vec<String>,
 ) {
+    struct Planned<'a> {
+        what: String,
+        step: &'a support::case::Step,
+        state: Vec<Value>,
+        ports: BTreeSet<(u16, String)>,
+    }
     let mut tally = Tally::default();
+    let mut planned = Vec::new();
     for case in cases {
         // As written (no variant): labels carried into later steps, ports from the probes.
         for (i, step, prepared) in variant::prepared_steps(case, model, None) {
             let what = format!("{} step {} [{backend}, all monitored]", case.name, i + 1);
             // Every policy monitored.
             let ready = prepared.and_then(|ready| Ok((monitored(&ready.policies)?, ready)));
-            let (policies, ready) = match ready {
-                Ok(ready) => ready,
-                Err(e) => {
-                    failures.push(format!("{what}: {e}"));
-                    continue;
+            match ready {
+                Ok((policies, ready)) => {
+                    let mut state = ready.objects;
+                    state.extend(policies);
+                    planned.push(Planned {
+                        what,
+                        step,
+                        state,
+                        ports: ready.ports,
+                    });
                 }
-            };
-            let mut docs = ready.objects;
-            docs.extend(policies);
-            let started = Instant::now();
-            let out = lab_check_docs(backend, &docs, &ready.ports, &["--log-rate", HIGH_RATE]);
-            tally.elapsed += started.elapsed();
-            tally.labs += 1;
-            let before = failures.len();
-            match out {
-                Ok(out) => check_monitored_step(&what, step, &out, &mut tally, failures),
-                Err(e) => failures.push(format!("{what}: {e}")),
-            }
-            for f in &failures[before..] {
-                println!("FAIL {f}");
+                Err(e) => {
+                    println!("FAIL {what}: {e}");
+                    failures.push(format!("{what}: {e}"));
+                }
             }
         }
     }
+    for group in support::lab::grouped(planned, |s| support::lab::lab_key(&s.state, &s.ports)) {
+        let states: Vec<Vec<Value>> = group.iter().map(|s| s.state.clone()).collect();
+        let started = Instant::now();
+        let outs = lab_check_docs_states(
+            backend,
+            &states,
+            &group[0].ports,
+            &["--log-rate", HIGH_RATE],
+        );
+        tally.elapsed += started.elapsed();
+        tally.labs += 1;
+        let before = failures.len();
+        match outs {
+            Ok(outs) => {
+                for (s, out) in group.iter().zip(&outs) {
+                    tally.steps += 1;
+                    check_monitored_step(&s.what, s.step, out, &mut tally, failures);
+                }
+            }
+            // The lab ran its states together: each of them failed.
+            Err(e) => failures.extend(group.iter().map(|s| format!("{}: {e}", s.what))),
+        }
+        for f in &failures[before..] {
+            println!("FAIL {f}");
+        }
+    }
     println!(
-        "conformance, all monitored [{backend}]: {} cases, {} labs, {} observed probes ({} SCTP not observable), {} events, {} expected-denied flows, {:.1} s",
+        "conformance, all monitored [{backend}]: {} cases, {} steps in {} labs, {} observed probes ({} SCTP not observable), {} events, {} expected-denied flows, {:.1} s",
         cases.len(),
+        tally.steps,
         tally.labs,
         tally.observed,
         tally.sctp,

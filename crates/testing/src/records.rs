@@ -204,25 +204,30 @@ pub fn lab_check(
 /// Runs one `lab check -f S0 --then S1 ...` over `states` (each the whole cluster at that
 /// point: one topology, each state enforced in turn) and returns one report per state. Later
 /// states are written as changes over the first ([`layer`]), as `--then` reads them. With a
-/// single state, the plain report is that state's.
+/// single state, the plain report is that state's. `extra`: further arguments of `lab check`.
 pub fn lab_check_states(
     bin: &str,
     states: &[Vec<Value>],
     backend: &str,
     ports: &BTreeSet<(u16, String)>,
+    extra: &[&str],
 ) -> Result<Vec<Value>, String> {
     let first = states.first().ok_or("lab check of no state")?;
     let dir = crate::TempDir::new("lab-states");
     dir.write("s0.yaml", &crate::docs_text(first));
-    let mut extra: Vec<String> = Vec::new();
+    let mut then: Vec<String> = Vec::new();
     for (k, objects) in states.iter().enumerate().skip(1) {
         let name = format!("s{k}.yaml");
         dir.write(&name, &crate::docs_text(&layer(first, objects)?));
-        extra.push("--then".into());
-        extra.push(dir.path.join(name).display().to_string());
+        then.push("--then".into());
+        then.push(dir.path.join(name).display().to_string());
     }
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let report = lab_check(bin, &dir.path.join("s0.yaml"), backend, ports, &extra)?;
+    let args: Vec<&str> = extra
+        .iter()
+        .copied()
+        .chain(then.iter().map(String::as_str))
+        .collect();
+    let report = lab_check(bin, &dir.path.join("s0.yaml"), backend, ports, &args)?;
     let reports = match report["steps"].as_array() {
         Some(steps) => steps.clone(),
         None => vec![report],
