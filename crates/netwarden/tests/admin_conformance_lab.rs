@@ -24,7 +24,7 @@ use netwarden_testing::{
     assert_no_failures, docs_text, lab_check_states, lab_slot, layer, per_backend, root_or_skip,
     LabProbe, TempDir,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const BACKENDS: [&str; 2] = ["nft", "iptables"];
 
@@ -235,28 +235,6 @@ fn admin_conformance_on_the_kernel() {
         );
     }
     assert_no_failures("failing checks on the kernel", &failures);
-}
-
-/// `layer` writes a later state as changes over the first: objects kept as they are, and a
-/// deletion marker for what is gone (a namespaced and a cluster-scoped object).
-#[test]
-fn later_states_are_changes_with_deletion_markers() {
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
-    let np = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": "p", "namespace": "x"}, "spec": {}});
-    let cnp = json!({"apiVersion": "policy.networking.k8s.io/v1alpha2",
-        "kind": "ClusterNetworkPolicy", "metadata": {"name": "c"}, "spec": {}});
-    let out = layer(&[ns.clone(), np, cnp], std::slice::from_ref(&ns)).unwrap();
-    assert_eq!(out.len(), 3);
-    assert_eq!(out[0], ns);
-    assert_eq!(out[1]["kind"], "NetworkPolicy");
-    assert_eq!(out[1]["metadata"]["namespace"], "x");
-    assert_eq!(
-        out[1]["metadata"]["annotations"]["netwarden.io/delete"],
-        "true"
-    );
-    assert_eq!(out[2]["kind"], "ClusterNetworkPolicy");
-    assert!(out[2]["metadata"].get("namespace").is_none());
 }
 
 /// SPEC 8's monitor phase on the kernel, both backends: the steps of netwarden's own case

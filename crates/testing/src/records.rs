@@ -320,6 +320,29 @@ pub fn successful_syncs_in(path: &Path) -> usize {
 mod tests {
     use super::*;
 
+    /// `layer` writes a later state as changes over the first: objects kept as they are, and a
+    /// deletion marker for what is gone (a namespaced and a cluster-scoped object).
+    #[test]
+    fn later_states_are_changes_with_deletion_markers() {
+        let ns =
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
+        let np = serde_json::json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "p", "namespace": "x"}, "spec": {}});
+        let cnp = serde_json::json!({"apiVersion": "policy.networking.k8s.io/v1alpha2",
+            "kind": "ClusterNetworkPolicy", "metadata": {"name": "c"}, "spec": {}});
+        let out = layer(&[ns.clone(), np, cnp], std::slice::from_ref(&ns)).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0], ns);
+        assert_eq!(out[1]["kind"], "NetworkPolicy");
+        assert_eq!(out[1]["metadata"]["namespace"], "x");
+        assert_eq!(
+            out[1]["metadata"]["annotations"]["netwarden.io/delete"],
+            "true"
+        );
+        assert_eq!(out[2]["kind"], "ClusterNetworkPolicy");
+        assert!(out[2]["metadata"].get("namespace").is_none());
+    }
+
     #[test]
     fn sync_lines_are_parsed() {
         let log = "2024-01-01T00:00:00Z  INFO netwarden::agent: sync: 4 pod(s) considered, 2 \
