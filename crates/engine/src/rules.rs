@@ -167,6 +167,18 @@ impl TierRule {
     }
 }
 
+/// The policies of `rules`, each once, in the order met (few per direction: a scan is cheaper
+/// than a set).
+fn distinct_policies<'a>(rules: impl Iterator<Item = &'a TierRule>) -> Vec<AdminRef> {
+    let mut out: Vec<AdminRef> = Vec::new();
+    for rule in rules {
+        if !out.contains(&rule.origin.policy) {
+            out.push(rule.origin.policy.clone());
+        }
+    }
+    out
+}
+
 /// The admin policies' rules of one direction, in evaluation order, per view (the staged view
 /// adds monitored admin policies and leaves out those they replace).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -186,6 +198,11 @@ impl TierRules {
 
     pub fn is_empty(&self) -> bool {
         self.enforced.is_empty() && self.staged.is_empty()
+    }
+
+    /// The admin policies with rules here in either view, enforced view first, each once.
+    pub fn policies(&self) -> Vec<AdminRef> {
+        distinct_policies(self.enforced.iter().chain(self.staged.iter()))
     }
 
     /// Whether the views differ (the kernel then needs the staged evaluation).
@@ -332,30 +349,19 @@ impl DirectionRules {
 
     /// The monitored admin policies with rules here (either tier), in evaluation order.
     pub fn monitored_admin(&self) -> Vec<AdminRef> {
-        let mut out: Vec<AdminRef> = Vec::new();
-        for rule in self.admin.staged.iter().chain(self.baseline.staged.iter()) {
-            if rule.origin.mode == Mode::Monitor && !out.contains(&rule.origin.policy) {
-                out.push(rule.origin.policy.clone());
-            }
-        }
-        out
+        let staged = self.admin.staged.iter().chain(self.baseline.staged.iter());
+        distinct_policies(staged.filter(|rule| rule.origin.mode == Mode::Monitor))
     }
 
     /// The enforced admin policies with rules here (either tier), in evaluation order: those a
     /// deny here may come from, named beside the enforced namespaced policies in events.
     pub fn enforced_admin(&self) -> Vec<AdminRef> {
-        let mut out: Vec<AdminRef> = Vec::new();
-        for rule in self
-            .admin
-            .enforced
-            .iter()
-            .chain(self.baseline.enforced.iter())
-        {
-            if !out.contains(&rule.origin.policy) {
-                out.push(rule.origin.policy.clone());
-            }
-        }
-        out
+        distinct_policies(
+            self.admin
+                .enforced
+                .iter()
+                .chain(self.baseline.enforced.iter()),
+        )
     }
 
     /// Every monitored policy judging this direction: the namespaced ones isolating it, then

@@ -124,14 +124,13 @@ impl AdminTiers {
             for key in &workloads.get(workload).pods {
                 let Some(pod) = rules.get(key) else { continue };
                 for i in &pod.interfaces {
-                    let tier = &i.direction(direction).baseline;
                     let names = out
                         .baseline
                         .entry((workload, direction, i.network.clone()))
                         .or_default();
-                    for rule in tier.enforced.iter().chain(tier.staged.iter()) {
-                        if !names.contains(&rule.origin.policy) {
-                            names.push(rule.origin.policy.clone());
+                    for name in i.direction(direction).baseline.policies() {
+                        if !names.contains(&name) {
+                            names.push(name);
                         }
                     }
                 }
