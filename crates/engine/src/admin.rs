@@ -34,6 +34,17 @@ pub enum AdminKind {
 }
 
 impl AdminKind {
+    pub const ALL: [AdminKind; 3] = [
+        AdminKind::ClusterNetworkPolicy,
+        AdminKind::AdminNetworkPolicy,
+        AdminKind::BaselineAdminNetworkPolicy,
+    ];
+
+    /// The kind `kind:` names `name`, if it is one of the three.
+    pub fn from_name(name: &str) -> Option<AdminKind> {
+        AdminKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AdminKind::ClusterNetworkPolicy => "ClusterNetworkPolicy",

@@ -51,11 +51,8 @@ fn limits(kind: AdminKind) -> (usize, usize, usize) {
 /// Reads one admin policy: the policy, and whether a rule failed closed because a field had
 /// the wrong type (see the module doc). `None` when it cannot be placed (reported).
 pub(crate) fn read_admin_policy(cx: &mut Ctx<'_>, doc: &Value) -> Option<(AdminPolicy, bool)> {
-    let kind = match cx.kind {
-        "ClusterNetworkPolicy" => AdminKind::ClusterNetworkPolicy,
-        "AdminNetworkPolicy" => AdminKind::AdminNetworkPolicy,
-        _ => AdminKind::BaselineAdminNetworkPolicy,
-    };
+    // The loader dispatches only the three admin kinds here.
+    let kind = AdminKind::from_name(cx.kind).unwrap_or(AdminKind::BaselineAdminNetworkPolicy);
     let meta = read_meta(cx, doc, false)?;
     let mut placeable = true;
     if kind == AdminKind::BaselineAdminNetworkPolicy && meta.name != "default" {

@@ -51,21 +51,9 @@ const POLICY_KINDS: [PolicyKind; 3] = [
     PolicyKind::DanmNetworkPolicy,
 ];
 
-/// The admin policy kinds (SPEC 8), as `kind:` names them.
-const ADMIN_KINDS: [AdminKind; 3] = [
-    AdminKind::ClusterNetworkPolicy,
-    AdminKind::AdminNetworkPolicy,
-    AdminKind::BaselineAdminNetworkPolicy,
-];
-
 /// The policy kind that `kind:` names `name`, if `name` is one.
 pub fn policy_kind(name: &str) -> Option<PolicyKind> {
     POLICY_KINDS.into_iter().find(|k| k.as_str() == name)
-}
-
-/// The admin policy kind that `kind:` names `name`, if `name` is one.
-pub fn admin_kind(name: &str) -> Option<AdminKind> {
-    ADMIN_KINDS.into_iter().find(|k| k.as_str() == name)
 }
 
 /// A kind `--kind` names: namespaced or admin.
@@ -80,7 +68,7 @@ impl TargetKind {
     pub fn parse(name: &str) -> Option<TargetKind> {
         policy_kind(name)
             .map(TargetKind::Namespaced)
-            .or_else(|| admin_kind(name).map(TargetKind::Admin))
+            .or_else(|| AdminKind::from_name(name).map(TargetKind::Admin))
     }
 }
 
@@ -114,7 +102,7 @@ impl Target {
         let split = policy
             .split_once('/')
             .filter(|(first, name)| !first.is_empty() && !name.is_empty() && !name.contains('/'));
-        let named = split.and_then(|(first, name)| admin_kind(first).map(|k| (k, name)));
+        let named = split.and_then(|(first, name)| AdminKind::from_name(first).map(|k| (k, name)));
         match (kind, named, split) {
             (None, Some((named, name)), _) => Ok(admin(named, name)),
             (Some(TargetKind::Admin(given)), Some((named, name)), _) if named == given => {
